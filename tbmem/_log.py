@@ -1,0 +1,42 @@
+"""tbmem's logger, and "report once" for failures that must never reach training.
+
+Failures inside monitoring are logged, not raised and not issued through
+``warnings``: under ``-W error`` a warning would turn into an exception inside
+the user's step (and inside a PhiFlow loss function, an exception hangs
+SciPy's L-BFGS-B worker forever).
+
+Example:
+    >>> from tbmem._log import report_once
+    >>> report_once("demo", "the demo probe failed; it is switched off")
+    True
+    >>> report_once("demo", "again")
+    False
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+__all__ = ["logger", "report_once", "forget_reports"]
+
+logger = logging.getLogger("tbmem")
+
+_reported: set[str] = set()
+_lock = threading.Lock()
+
+
+def report_once(key: str, message: str, *, exc: BaseException | None = None) -> bool:
+    """Log ``message`` at WARNING the first time ``key`` is seen; return whether it was logged."""
+    with _lock:
+        if key in _reported:
+            return False
+        _reported.add(key)
+    logger.warning("%s%s", message, f" ({type(exc).__name__}: {exc})" if exc is not None else "")
+    return True
+
+
+def forget_reports() -> None:
+    """Forget which keys were reported (for tests and long-lived processes)."""
+    with _lock:
+        _reported.clear()

@@ -1,0 +1,133 @@
+"""The one module that touches PyTorch's private or version-dependent memory APIs.
+
+Everything else in tbmem goes through these functions, so a PyTorch upgrade
+that moves ``torch.cuda.memory._record_memory_history``, ``_snapshot`` or the
+out-of-memory observer breaks in one place, behind a feature check, and
+degrades to "feature unavailable" instead of an exception in training.
+
+None of these functions initialise CUDA: when CUDA is not initialised they
+return ``None``/``False`` instead of reading the device.
+
+Example:
+    >>> from tbmem import _torch_private as tp
+    >>> tp.cuda_ready()  # False on a machine without an initialised GPU
+    False
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import torch
+
+__all__ = [
+    "OutOfMemoryError",
+    "cuda_ready",
+    "cuda_memory_stats",
+    "cuda_mem_get_info",
+    "cuda_current_device",
+    "reset_cuda_peaks",
+    "synchronize_if_pending",
+    "has_memory_history",
+    "record_memory_history",
+    "stop_memory_history",
+    "cuda_snapshot",
+    "dump_snapshot_pickle",
+    "attach_oom_observer",
+]
+
+#: torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before.
+OutOfMemoryError: type[BaseException] = getattr(
+    torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+)
+
+
+def cuda_ready() -> bool:
+    """True when CUDA is available *and* already initialised by the user's code.
+
+    Reading the allocator of an uninitialised CUDA would create a context
+    (hundreds of MB, seconds): monitoring must never do that.
+    """
+    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+
+
+def cuda_current_device() -> int | None:
+    """The current CUDA device index, or None when CUDA is not initialised."""
+    return torch.cuda.current_device() if cuda_ready() else None
+
+
+def cuda_memory_stats(device: int) -> dict[str, Any] | None:
+    """``torch.cuda.memory_stats(device)`` or None when CUDA is not initialised."""
+    if not cuda_ready():
+        return None
+    return torch.cuda.memory_stats(device)
+
+
+def cuda_mem_get_info(device: int) -> tuple[int, int] | None:
+    """(free, total) bytes of ``device`` as the driver sees them, or None."""
+    if not cuda_ready():
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return int(free), int(total)
+
+
+def reset_cuda_peaks(device: int) -> None:
+    """Reset the allocator's peak counters (affects every other reader of the peaks)."""
+    if cuda_ready():
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def synchronize_if_pending(device: int | None = None) -> None:
+    """Wait for queued CUDA work so that a wall-clock timing includes it."""
+    if cuda_ready():
+        torch.cuda.synchronize(device)
+
+
+def _memory_module() -> Any:
+    return getattr(torch.cuda, "memory", None)
+
+
+def has_memory_history() -> bool:
+    """Whether this torch can record allocator history (``_record_memory_history``)."""
+    mod = _memory_module()
+    return mod is not None and hasattr(mod, "_record_memory_history") and hasattr(mod, "_snapshot")
+
+
+def record_memory_history(*, stacks: str = "python", max_entries: int = 100_000) -> bool:
+    """Start recording CUDA allocator history; False when unsupported or CUDA is not ready."""
+    if not (cuda_ready() and has_memory_history()):
+        return False
+    _memory_module()._record_memory_history(enabled="all", stacks=stacks, max_entries=max_entries)
+    return True
+
+
+def stop_memory_history() -> None:
+    """Stop recording CUDA allocator history (no-op when not recording or unsupported)."""
+    if cuda_ready() and has_memory_history():
+        _memory_module()._record_memory_history(enabled=None)
+
+
+def cuda_snapshot() -> dict[str, Any] | None:
+    """The allocator snapshot dict (segments + device_traces), or None when unavailable."""
+    if not (cuda_ready() and has_memory_history()):
+        return None
+    return _memory_module()._snapshot()
+
+
+def dump_snapshot_pickle(snapshot: dict[str, Any], path: str) -> None:
+    """Write a snapshot as pickle protocol 4, the format PyTorch's memory_viz reads."""
+    with open(path, "wb") as fh:
+        pickle.dump(snapshot, fh, protocol=4)
+
+
+def attach_oom_observer(callback: Callable[[int, int, int, int], None]) -> bool:
+    """Call ``callback(device, alloc, device_allocated, device_free)`` on a CUDA OOM.
+
+    Returns False when this torch has no observer hook or CUDA is not ready.
+    """
+    hook = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if hook is None or not cuda_ready():
+        return False
+    hook(callback)
+    return True

@@ -1,0 +1,89 @@
+"""Keyword-only configuration for :class:`tbmem.MemoryWriter`, validated at construction.
+
+Example:
+    >>> from tbmem.config import MemoryWriterConfig
+    >>> MemoryWriterConfig(every=50, census_every=1000).every
+    50
+    >>> MemoryWriterConfig(every=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: MemoryWriterConfig.every must be a positive integer, got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["MemoryWriterConfig", "PEAK_MODES"]
+
+PEAK_MODES = ("window", "run")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryWriterConfig:
+    """What :class:`tbmem.MemoryWriter` records and how often.
+
+    Attributes:
+        enabled: False turns every memory reading off (the writer still forwards
+            ``add_scalar`` and friends); a disabled writer costs one attribute check.
+        every: Write the memory readings at steps divisible by ``every``.
+        peak_mode: ``"window"``: peaks cover the steps since the previous record
+            (resets torch's peak counters and Linux's VmHWM); ``"run"``: whole-run peaks.
+        census_every: Take a tensor census at steps divisible by this; 0 disables it.
+        large_tensor_mb: Storages at or above this many MB count as large tensors.
+        top_k: How many of the largest tensors the census text lists.
+        uss: Also read the process's USS (costs about 4 ms per record).
+        nvml: Also read device memory through NVML (needs the ``nvml`` extra).
+        device: CUDA device index to read; None means the current device.
+        flush_each_record: Flush event files after each memory record, so a run
+            killed hard (SIGKILL, OOM killer) keeps every record written before.
+        custom_layout: Write the custom-scalars layout that groups tbmem's charts.
+        snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`
+            or a mapping of its fields); None disables snapshots.
+    """
+
+    enabled: bool = True
+    every: int = 10
+    peak_mode: str = "window"
+    census_every: int = 500
+    large_tensor_mb: float = 100.0
+    top_k: int = 10
+    uss: bool = False
+    nvml: bool = False
+    device: int | None = None
+    flush_each_record: bool = True
+    custom_layout: bool = True
+    snapshot: Any = field(default=None)
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        for attr in ("every", "top_k"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}.{attr} must be a positive integer, got {value!r}")
+        ce = self.census_every
+        if isinstance(ce, bool) or not isinstance(ce, int) or ce < 0:
+            raise ValueError(f"{name}.census_every must be an integer >= 0 (0 disables), got {ce!r}")
+        if self.peak_mode not in PEAK_MODES:
+            raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")
+        if not isinstance(self.large_tensor_mb, (int, float)) or self.large_tensor_mb <= 0:
+            raise ValueError(f"{name}.large_tensor_mb must be > 0, got {self.large_tensor_mb!r}")
+        if self.device is not None and (not isinstance(self.device, int) or self.device < 0):
+            raise ValueError(f"{name}.device must be None or a device index >= 0, got {self.device!r}")
+        if isinstance(self.snapshot, Mapping):
+            from tbmem.snapshot import SnapshotConfig
+
+            object.__setattr__(self, "snapshot", SnapshotConfig.from_mapping(self.snapshot))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "MemoryWriterConfig":
+        """Build from a plain mapping (a Hydra/OmegaConf node), naming any unknown key."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}"
+            )
+        return cls(**dict(values))

@@ -1,0 +1,201 @@
+"""The one table that maps tbmem's readings to TensorBoard tags.
+
+Tags are data: every scalar tbmem writes is named here, with its unit in the
+name, so dashboards, the analysis code and the README table all read from one
+place. ``GB`` and ``MB`` follow the design documents and PyTorch's own
+``memory_allocated() / 1024**3`` convention: they are binary units
+(1 GB = 2**30 bytes, 1 MB = 2**20 bytes).
+
+Templated tags contain ``{name}`` (a category, dtype, module, operation or
+device) and are filled with :func:`tag_for`.
+
+Example:
+    >>> from tbmem.tags import TAGS, tag_for
+    >>> TAGS["vram_allocated"].tag
+    'Memory/vram_allocated_GB'
+    >>> tag_for("census_category", name="parameters")
+    'Memory/Tensor_Category/parameters_MB'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "to_unit", "markdown_table"]
+
+GiB = float(2**30)
+MiB = float(2**20)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tag:
+    """One row of the tag table.
+
+    Attributes:
+        key: The reading's stable internal name.
+        tag: The TensorBoard tag, possibly with a ``{name}`` placeholder.
+        unit: The unit, also visible at the end of the tag.
+        meaning: What the value is, in one sentence.
+        when: Which component writes it, and how often.
+        scale: Divisor from the raw reading (bytes, seconds, ...) to ``unit``.
+    """
+
+    key: str
+    tag: str
+    unit: str
+    meaning: str
+    when: str
+    scale: float = 1.0
+
+
+_EVERY = "MemoryWriter, every `every` steps"
+_EVERY_CUDA = "MemoryWriter, every `every` steps, when CUDA is initialised"
+_CENSUS = "MemoryWriter, every `census_every` steps"
+
+_ROWS: tuple[Tag, ...] = (
+    # --- device (CUDA caching allocator) -------------------------------------------------
+    Tag(key="vram_allocated", tag="Memory/vram_allocated_GB", unit="GB", scale=GiB,
+        meaning="Bytes held by live tensors (torch.cuda.memory_allocated).", when=_EVERY_CUDA),
+    Tag(key="vram_reserved", tag="Memory/vram_reserved_GB", unit="GB", scale=GiB,
+        meaning="Bytes the caching allocator holds from the driver (memory_reserved).", when=_EVERY_CUDA),
+    Tag(key="vram_active", tag="Memory/vram_active_GB", unit="GB", scale=GiB,
+        meaning="Bytes in active blocks, including blocks awaiting stream sync.", when=_EVERY_CUDA),
+    Tag(key="vram_inactive_split", tag="Memory/vram_inactive_split_GB", unit="GB", scale=GiB,
+        meaning="Bytes in inactive, non-releasable split blocks (fragmentation).", when=_EVERY_CUDA),
+    Tag(key="vram_peak_allocated", tag="Memory/vram_peak_allocated_GB", unit="GB", scale=GiB,
+        meaning="Peak allocated bytes in the window since the last record (or whole run, peak_mode='run').",
+        when=_EVERY_CUDA),
+    Tag(key="vram_peak_reserved", tag="Memory/vram_peak_reserved_GB", unit="GB", scale=GiB,
+        meaning="Peak reserved bytes in the window since the last record (or whole run).", when=_EVERY_CUDA),
+    Tag(key="vram_percent", tag="Memory/vram_percent", unit="%",
+        meaning="Reserved bytes as a percentage of the device's total memory.", when=_EVERY_CUDA),
+    Tag(key="fragmentation", tag="Memory/fragmentation_percent", unit="%",
+        meaning="(reserved - allocated) / reserved * 100: reserved memory not holding tensors.",
+        when=_EVERY_CUDA),
+    Tag(key="vram_alloc_retries", tag="Memory/vram_alloc_retries", unit="count",
+        meaning="cudaMalloc retries after flushing the cache, since start (a sign of memory pressure).",
+        when=_EVERY_CUDA),
+    Tag(key="vram_ooms", tag="Memory/vram_ooms", unit="count",
+        meaning="Out-of-memory errors raised by the allocator, since start.", when=_EVERY_CUDA),
+    Tag(key="vram_total", tag="Memory/vram_total_GB", unit="GB", scale=GiB,
+        meaning="Total device memory (cudaMemGetInfo).", when=_EVERY_CUDA),
+    Tag(key="vram_free", tag="Memory/vram_free_GB", unit="GB", scale=GiB,
+        meaning="Free device memory as the driver sees it (cudaMemGetInfo).", when=_EVERY_CUDA),
+    Tag(key="vram_nvml_used", tag="Memory/vram_nvml_used_GB", unit="GB", scale=GiB,
+        meaning="Device memory used as nvidia-smi reports it, all processes and contexts included.",
+        when="MemoryWriter, every `every` steps, with the `nvml` extra"),
+    # --- host ------------------------------------------------------------------------------
+    Tag(key="ram_rss", tag="Memory/RAM/process_rss_GB", unit="GB", scale=GiB,
+        meaning="Resident set size of this process.", when=_EVERY),
+    Tag(key="ram_peak_rss", tag="Memory/RAM/process_peak_rss_GB", unit="GB", scale=GiB,
+        meaning="Peak RSS in the window since the last record (Linux VmHWM reset), else whole run.",
+        when=_EVERY),
+    Tag(key="ram_uss", tag="Memory/RAM/process_uss_GB", unit="GB", scale=GiB,
+        meaning="Unique set size: memory freed if this process exited (costs ~4 ms).",
+        when="MemoryWriter, every `every` steps, with uss=True"),
+    Tag(key="ram_system_used", tag="Memory/RAM/system_used_GB", unit="GB", scale=GiB,
+        meaning="System RAM in use (psutil total - available).", when=_EVERY),
+    Tag(key="ram_system_available", tag="Memory/RAM/system_available_GB", unit="GB", scale=GiB,
+        meaning="System RAM available to new allocations without swapping.", when=_EVERY),
+    Tag(key="ram_system_percent", tag="Memory/RAM/system_percent", unit="%",
+        meaning="System RAM in use, percent.", when=_EVERY),
+    Tag(key="ram_swap_used", tag="Memory/RAM/swap_used_GB", unit="GB", scale=GiB,
+        meaning="Swap in use, system-wide.", when=_EVERY),
+    Tag(key="cpu_percent", tag="Memory/RAM/process_cpu_percent", unit="%",
+        meaning="CPU use of this process since the last record (100 = one core).", when=_EVERY),
+    Tag(key="step_time", tag="Perf/step_time_ms", unit="ms", scale=1e-3,
+        meaning="Mean wall time per step since the previous record.", when=_EVERY),
+    # --- tensor census --------------------------------------------------------------------
+    Tag(key="census_category", tag="Memory/Tensor_Category/{name}_MB", unit="MB", scale=MiB,
+        meaning="Bytes of live tensor storage in one category (parameters, gradients, optimizer_state, "
+                "buffers, activations, other), each storage counted once.", when=_CENSUS),
+    Tag(key="census_unattributed", tag="Memory/Tensor_Category/unattributed_MB", unit="MB", scale=MiB,
+        meaning="Allocator bytes on the device that no found tensor accounts for (CUDA only).",
+        when=_CENSUS),
+    Tag(key="census_dtype", tag="Memory/Tensor_DType/{name}_MB", unit="MB", scale=MiB,
+        meaning="Bytes of live tensor storage by dtype.", when=_CENSUS),
+    Tag(key="census_device", tag="Memory/Tensor_Device/{name}_MB", unit="MB", scale=MiB,
+        meaning="Bytes of live tensor storage by device (numpy arrays count as cpu).", when=_CENSUS),
+    Tag(key="census_module", tag="Memory/Tensor_Module/{name}_MB", unit="MB", scale=MiB,
+        meaning="Parameters, gradients, optimizer state and buffers of one top-level submodule.",
+        when=_CENSUS),
+    Tag(key="census_total", tag="Memory/Tensor_Census/total_MB", unit="MB", scale=MiB,
+        meaning="Sum of all categories.", when=_CENSUS),
+    Tag(key="census_duration", tag="Memory/Tensor_Census/duration_ms", unit="ms", scale=1e-3,
+        meaning="Wall time the census took.", when=_CENSUS),
+    Tag(key="large_count", tag="Memory/Large_Tensors/count", unit="count",
+        meaning="Number of storages at or above `large_tensor_mb`.", when=_CENSUS),
+    Tag(key="large_total", tag="Memory/Large_Tensors/total_MB", unit="MB", scale=MiB,
+        meaning="Total bytes of those large storages.", when=_CENSUS),
+    # --- console monitors (when given a writer) -------------------------------------------
+    Tag(key="batch_time", tag="Perf/batch_time_s", unit="s",
+        meaning="Wall time of one batch (EpochPerformanceMonitor).", when="per batch"),
+    Tag(key="epoch_time", tag="Perf/epoch_time_s", unit="s",
+        meaning="Wall time of one epoch.", when="per epoch"),
+    Tag(key="op_time", tag="Perf/Operation/{name}_s", unit="s",
+        meaning="Wall time of one tracked operation (PerformanceMonitor, track_performance).",
+        when="per tracked operation"),
+    Tag(key="batch_gpu", tag="Memory/Batch/gpu_allocated_MB", unit="MB", scale=MiB,
+        meaning="Allocated device memory at the end of a batch (EpochMemoryMonitor).", when="per batch"),
+    Tag(key="batch_cpu", tag="Memory/Batch/cpu_rss_MB", unit="MB", scale=MiB,
+        meaning="Process RSS at the end of a batch (EpochMemoryMonitor).", when="per batch"),
+    Tag(key="batch_loss", tag="Loss/batch", unit="loss",
+        meaning="Loss passed to on_batch_end.", when="per batch"),
+    Tag(key="epoch_peak_gpu", tag="Memory/Epoch/gpu_peak_MB", unit="MB", scale=MiB,
+        meaning="Peak allocated device memory in the epoch (CPU: peak RSS).", when="per epoch"),
+    Tag(key="op_cpu_delta", tag="Memory/Operation/{name}_cpu_delta_MB", unit="MB", scale=MiB,
+        meaning="RSS change over a tracked operation or checkpoint interval.", when="per tracked operation"),
+    Tag(key="op_gpu_delta", tag="Memory/Operation/{name}_gpu_delta_MB", unit="MB", scale=MiB,
+        meaning="Allocated device memory change over a tracked operation.", when="per tracked operation"),
+    # --- snapshots ------------------------------------------------------------------------
+    Tag(key="snapshot_events", tag="Memory/Snapshot/events", unit="count",
+        meaning="Allocation/free events in the snapshot written at this step.", when="each snapshot"),
+    Tag(key="snapshot_size", tag="Memory/Snapshot/file_MB", unit="MB", scale=MiB,
+        meaning="Size of the snapshot file written at this step.", when="each snapshot"),
+    # --- trainers -------------------------------------------------------------------------
+    Tag(key="train_loss", tag="Loss/train", unit="loss", meaning="Mean training loss of an epoch.",
+        when="SyntheticTrainer, per epoch"),
+    Tag(key="val_loss", tag="Loss/val", unit="loss", meaning="Validation loss.",
+        when="SyntheticTrainer, per epoch"),
+    Tag(key="learning_rate", tag="Train/learning_rate", unit="1", meaning="Learning rate.",
+        when="SyntheticTrainer, per epoch"),
+    Tag(key="eval_loss", tag="Loss/evaluation", unit="loss",
+        meaning="Loss of one L-BFGS-B loss evaluation (step = evaluation index).",
+        when="PhysicalTrainer, per loss evaluation"),
+    Tag(key="eval_param", tag="Physical/{name}", unit="1",
+        meaning="Value of a learnable physical parameter at a loss evaluation.",
+        when="PhysicalTrainer, per loss evaluation"),
+)
+
+TAGS: Mapping[str, Tag] = MappingProxyType({row.key: row for row in _ROWS})
+
+
+def tag_for(key: str, name: str | None = None) -> str:
+    """Return the TensorBoard tag for a reading, filling ``{name}`` if the tag has one.
+
+    Raises:
+        KeyError: ``key`` is not in the table.
+        ValueError: the tag needs a name and none was given (or one was given it cannot take).
+    """
+    template = TAGS[key].tag
+    if "{name}" in template:
+        if not name:
+            raise ValueError(f"tag {template!r} needs a name")
+        return template.format(name=name.replace("/", "."))
+    if name is not None:
+        raise ValueError(f"tag {template!r} takes no name, got {name!r}")
+    return template
+
+
+def to_unit(key: str, raw: float) -> float:
+    """Convert a raw reading (bytes, seconds, counts) to the unit its tag names."""
+    return float(raw) / TAGS[key].scale
+
+
+def markdown_table() -> str:
+    """Render the table as Markdown, as shown in the README."""
+    lines = ["| tag | unit | meaning | when |", "|---|---|---|---|"]
+    lines += [f"| `{t.tag}` | {t.unit} | {t.meaning} | {t.when} |" for t in _ROWS]
+    return "\n".join(lines)

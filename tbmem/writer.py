@@ -1,0 +1,301 @@
+"""MemoryWriter: a SummaryWriter wrapper that logs memory readings every N steps.
+
+Every call a training loop makes on a ``torch.utils.tensorboard.SummaryWriter``
+(``add_scalar``, ``add_histogram``, ``flush``, ...) works unchanged on a
+MemoryWriter; ``log_memory(step)`` adds the readings of the probes, the tensor
+census and the snapshots on the steps they are due. All scalars of one record
+are written as one event (one ``Summary`` with many values).
+
+Example:
+    >>> import tempfile, torch
+    >>> from tbmem import MemoryWriter
+    >>> model = torch.nn.Linear(4, 2)
+    >>> with MemoryWriter(tempfile.mkdtemp(), every=2) as writer:
+    ...     _ = writer.watch(model)
+    ...     for step in range(4):
+    ...         writer.add_scalar("Loss/train", 1.0 / (step + 1), step)
+    ...         _ = writer.log_memory(step)
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+import time
+import weakref
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import torch
+from tensorboard.compat.proto.summary_pb2 import Summary
+from torch.utils.tensorboard import SummaryWriter
+
+from tbmem import _torch_private as tp
+from tbmem._log import logger, report_once
+from tbmem.config import MemoryWriterConfig
+from tbmem.layout import custom_scalars_layout
+from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe
+from tbmem.tags import TAGS, to_unit
+
+__all__ = ["MemoryWriter"]
+
+_CENSUS_TEXT_TAG = "Memory/Large_Tensors/top_k"
+
+
+def _flush_at_exit(ref: "weakref.ref[MemoryWriter]") -> None:
+    writer = ref()
+    if writer is not None and not writer.closed:
+        writer.flush()
+
+
+class MemoryWriter:
+    """A ``SummaryWriter`` that also logs memory.
+
+    Args:
+        log_dir: Where event files go (created if missing). None lets
+            SummaryWriter pick ``runs/<date>_<host>``. Mutually exclusive with ``writer``.
+        writer: An existing SummaryWriter to wrap instead of creating one.
+        config: A :class:`MemoryWriterConfig`; or pass its fields as keywords.
+        **options: Fields of :class:`MemoryWriterConfig` (``every=10``, ``census_every=500``, ...).
+
+    Raises:
+        ValueError: a configuration value is invalid (the message names the field).
+        OSError: ``log_dir`` cannot be created or written.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        writer: SummaryWriter | None = None,
+        config: MemoryWriterConfig | None = None,
+        **options: Any,
+    ) -> None:
+        if config is not None and options:
+            raise TypeError("pass either config= or config fields as keywords, not both")
+        if writer is not None and log_dir is not None:
+            raise ValueError("pass either log_dir= or writer=, not both")
+        self.config = config if config is not None else MemoryWriterConfig(**options)
+        if writer is None:
+            if log_dir is not None:
+                _check_writable(os.fspath(log_dir))
+            writer = SummaryWriter(None if log_dir is None else os.fspath(log_dir))
+        self._writer = writer
+        self.closed = False
+        self._models: list[weakref.ref[torch.nn.Module]] = []
+        self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
+        self._probes: list[Probe] = []
+        self._census_on = False
+        self._snapshots: Any = None
+        self._last_record: tuple[float, int] | None = None
+        self._active = self.config.enabled
+        if self._active:
+            self._setup()
+        atexit.register(_flush_at_exit, weakref.ref(self))
+
+    def _setup(self) -> None:
+        cfg = self.config
+        self._probes = [HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss),
+                        CudaProbe(device=cfg.device, peak_mode=cfg.peak_mode)]
+        if cfg.nvml:
+            self._probes.append(NvmlProbe(device=cfg.device or 0))
+        for probe in list(self._probes):
+            self._guard(probe, probe.start)
+        self._census_on = cfg.census_every > 0
+        if cfg.custom_layout:
+            self._writer.add_custom_scalars(custom_scalars_layout())
+        if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
+            from tbmem.snapshot import SnapshotManager
+
+            self._snapshots = SnapshotManager(cfg.snapshot, log_dir=self.log_dir, writer=self)
+
+    # --- SummaryWriter compatibility -----------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes MemoryWriter lacks: forward to the wrapped writer.
+        inner = self.__dict__.get("_writer")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    @property
+    def summary_writer(self) -> SummaryWriter:
+        """The wrapped ``SummaryWriter``."""
+        return self._writer
+
+    @property
+    def log_dir(self) -> str:
+        """The directory the event files are written to."""
+        return str(self._writer.get_logdir())
+
+    # --- registration -------------------------------------------------------------------
+    def watch(self, *objects: torch.nn.Module | torch.optim.Optimizer) -> "MemoryWriter":
+        """Register models and optimizers whose tensors the census names.
+
+        Held through weak references: watching does not keep a model alive.
+        """
+        for obj in objects:
+            if isinstance(obj, torch.nn.Module):
+                self._models.append(weakref.ref(obj))
+            elif isinstance(obj, torch.optim.Optimizer):
+                self._optimizers.append(weakref.ref(obj))
+            else:
+                raise TypeError(f"watch() takes nn.Module or Optimizer objects, got {type(obj).__name__}")
+        return self
+
+    @property
+    def watched_models(self) -> list[torch.nn.Module]:
+        """The watched models still alive."""
+        return [m for m in (r() for r in self._models) if m is not None]
+
+    @property
+    def watched_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The watched optimizers still alive."""
+        return [o for o in (r() for r in self._optimizers) if o is not None]
+
+    # --- writing ------------------------------------------------------------------------
+    def write_scalars(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> None:
+        """Write many scalars as one event: one ``Summary`` with a value per tag."""
+        if not values:
+            return
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+        self._writer._get_file_writer().add_summary(summary, step, walltime)
+
+    def write_readings(self, readings: Mapping[str, float], step: int) -> None:
+        """Write raw readings keyed by tag-table keys, converted to their tags' units."""
+        self.write_scalars({TAGS[k].tag: to_unit(k, v) for k, v in readings.items()}, step)
+
+    def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False) -> bool:
+        """Write the memory readings if ``step`` is due; return whether anything was written.
+
+        Args:
+            step: The global step (x axis in TensorBoard).
+            roots: Tensors (a loss before ``backward``) whose autograd graph the
+                census walks to count saved activations.
+            force: Write a record even if ``step`` is not due.
+        """
+        if not self._active:
+            return False
+        cfg = self.config
+        if self._snapshots is not None:
+            self._guard_call("snapshots", self._snapshots.on_step, step)
+        due = force or step % cfg.every == 0
+        census_due = self._census_on and step % cfg.census_every == 0
+        if not (due or census_due):
+            return False
+        if due:
+            self.write_readings(self._read(step), step)
+        if census_due:
+            self._take_census(step, roots)
+        if cfg.flush_each_record:
+            self._writer.flush()
+        return True
+
+    def _read(self, step: int) -> dict[str, float]:
+        readings: dict[str, float] = {}
+        for probe in list(self._probes):
+            result = self._guard(probe, probe.read)
+            if result:
+                readings.update(result)
+        now = time.perf_counter()
+        if self._last_record is not None and step > self._last_record[1]:
+            readings["step_time"] = (now - self._last_record[0]) / (step - self._last_record[1])
+        self._last_record = (now, step)
+        return readings
+
+    def _take_census(self, step: int, roots: Iterable[torch.Tensor]) -> None:
+        from tbmem.census import take_census
+
+        cfg = self.config
+
+        def run() -> None:
+            census = take_census(
+                models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),
+                large_tensor_bytes=int(cfg.large_tensor_mb * 2**20), top_k=cfg.top_k, device=cfg.device,
+            )
+            self.write_scalars(census.scalars(), step)
+            self._writer.add_text(_CENSUS_TEXT_TAG, census.to_markdown(), step)
+
+        if not self._guard_call("census", run):
+            self._census_on = False
+
+    def _guard(self, probe: Probe, fn: Any) -> Any:
+        """Run a probe call; on failure report once and switch the probe off."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+            report_once(f"probe:{probe.name}", f"tbmem: the {probe.name} probe failed and is switched off",
+                        exc=exc)
+            if probe in self._probes:
+                self._probes.remove(probe)
+            return None
+
+    def _guard_call(self, what: str, fn: Any, *args: Any) -> bool:
+        try:
+            fn(*args)
+            return True
+        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+            report_once(f"writer:{what}", f"tbmem: {what} failed and is switched off", exc=exc)
+            if what == "snapshots":
+                self._snapshots = None
+            return False
+
+    # --- monitored steps and out-of-memory ------------------------------------------------
+    @contextmanager
+    def monitored_step(self, step: int) -> Iterator[None]:
+        """Run one training step; log memory after it, and on an out-of-memory error save a
+        snapshot, write a record, flush, and re-raise the original exception unchanged."""
+        try:
+            yield
+        except tp.OutOfMemoryError as exc:
+            self.handle_oom(step, exc)
+            raise
+        except BaseException:
+            self.flush()
+            raise
+        self.log_memory(step)
+
+    def handle_oom(self, step: int, exc: BaseException) -> None:
+        """Save what can be saved about an out-of-memory error; never raises."""
+        logger.error("tbmem: out of memory at step %d: %s", step, exc)
+        if self._active:
+            if self._snapshots is not None:
+                self._guard_call("snapshots", self._snapshots.on_oom, step, exc)
+            try:
+                self.write_readings(self._read(step), step)
+            except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
+                report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
+        self.flush()
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def flush(self) -> None:
+        """Flush pending events to disk."""
+        if not self.closed:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Finish snapshots, stop the probes, flush and close the event files."""
+        if self.closed:
+            return
+        if self._snapshots is not None:
+            self._guard_call("snapshots", self._snapshots.close)
+        for probe in self._probes:
+            self._guard(probe, probe.stop)
+        self._writer.flush()
+        self._writer.close()
+        self.closed = True
+
+    def __enter__(self) -> "MemoryWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_writable(log_dir: str) -> None:
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=log_dir, prefix=".tbmem-write-test-"):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"MemoryWriter log_dir {log_dir!r} is not writable: {exc.strerror}") from exc
