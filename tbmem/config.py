@@ -40,6 +40,8 @@ class MemoryWriterConfig:
         flush_each_record: Flush event files after each memory record, so a run
             killed hard (SIGKILL, OOM killer) keeps every record written before.
         custom_layout: Write the custom-scalars layout that groups tbmem's charts.
+        fast_crc: Checksum event records with the compiled ``google-crc32c`` instead of
+            TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes).
         snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`
             or a mapping of its fields); None disables snapshots.
     """
@@ -55,6 +57,7 @@ class MemoryWriterConfig:
     device: int | None = None
     flush_each_record: bool = True
     custom_layout: bool = True
+    fast_crc: bool = True
     snapshot: Any = field(default=None)
 
     def __post_init__(self) -> None:

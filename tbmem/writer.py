@@ -32,6 +32,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _torch_private as tp
+from tbmem._fastcrc import install as install_fast_crc
 from tbmem._log import logger, report_once
 from tbmem.config import MemoryWriterConfig
 from tbmem.layout import custom_scalars_layout
@@ -77,6 +78,8 @@ class MemoryWriter:
         if writer is not None and log_dir is not None:
             raise ValueError("pass either log_dir= or writer=, not both")
         self.config = config if config is not None else MemoryWriterConfig(**options)
+        if self.config.fast_crc:
+            install_fast_crc()
         if writer is None:
             if log_dir is not None:
                 _check_writable(os.fspath(log_dir))
@@ -204,11 +207,11 @@ class MemoryWriter:
         return readings
 
     def _take_census(self, step: int, roots: Iterable[torch.Tensor]) -> None:
-        from tbmem.census import take_census
-
         cfg = self.config
 
         def run() -> None:
+            from tbmem.census import take_census
+
             census = take_census(
                 models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),
                 large_tensor_bytes=int(cfg.large_tensor_mb * 2**20), top_k=cfg.top_k, device=cfg.device,
