@@ -1,0 +1,52 @@
+import numpy as np
+import psutil
+import pytest
+
+from tbmem.probes.host import HostProbe, read_peak_rss, reset_peak_rss
+
+
+def test_rss_matches_psutil():
+    probe = HostProbe()
+    probe.start()
+    reading = probe.read()
+    expected = psutil.Process().memory_info().rss
+    assert reading["ram_rss"] == pytest.approx(expected, rel=0.1)
+    vm = psutil.virtual_memory()
+    assert reading["ram_system_available"] == pytest.approx(vm.available, rel=0.2)
+    assert 0 <= reading["ram_system_percent"] <= 100
+    assert "ram_uss" not in reading
+
+
+def test_uss_only_when_asked():
+    reading = HostProbe(uss=True).read()
+    assert 0 < reading["ram_uss"] <= reading["ram_rss"]
+
+
+def test_windowed_peak_sees_a_freed_allocation_once():
+    if not reset_peak_rss():
+        pytest.skip("this kernel does not allow resetting VmHWM (/proc/self/clear_refs)")
+    probe = HostProbe(peak_mode="window")
+    probe.start()
+    before = probe.read()["ram_rss"]
+    block = np.ones(300 * 2**20 // 8)  # 300 MiB, touched
+    del block
+    window = probe.read()
+    assert window["ram_peak_rss"] >= before + 0.9 * 300 * 2**20
+    after = probe.read()
+    assert after["ram_peak_rss"] < before + 0.5 * 300 * 2**20
+
+
+def test_run_peak_keeps_the_maximum():
+    probe = HostProbe(peak_mode="run")
+    probe.start()
+    block = np.ones(200 * 2**20 // 8)
+    del block
+    first = probe.read()["ram_peak_rss"]
+    second = probe.read()["ram_peak_rss"]
+    assert second >= first
+    assert first == pytest.approx(read_peak_rss(), rel=0.05)
+
+
+def test_bad_peak_mode():
+    with pytest.raises(ValueError, match="peak_mode"):
+        HostProbe(peak_mode="forever")

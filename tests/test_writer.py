@@ -1,0 +1,204 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+import torch
+from tensorboard.backend.event_processing import event_file_loader
+from torch.utils.tensorboard import SummaryWriter
+
+from tbmem import MemoryWriter, MemoryWriterConfig
+from tbmem.probes.base import Probe
+from tbmem.tags import TAGS
+from tests._events import read_events, scalars
+from tests.fake_cuda import install_fake_cuda
+
+RSS = TAGS["ram_rss"].tag
+
+
+def _event_files(logdir):
+    return [os.path.join(logdir, f) for f in os.listdir(logdir) if f.startswith("events.out.tfevents")]
+
+
+def test_due_steps_exactly_and_rss_plausible(tmp_path):
+    with MemoryWriter(tmp_path, every=3, census_every=0) as writer:
+        for step in range(11):
+            writer.log_memory(step)
+        rss_now = psutil.Process().memory_info().rss
+    points = scalars(tmp_path, RSS)
+    assert [s for s, _ in points] == [0, 3, 6, 9]
+    assert points[-1][1] * 2**30 == pytest.approx(rss_now, rel=0.1)
+    steps_time = scalars(tmp_path, TAGS["step_time"].tag)
+    assert [s for s, _ in steps_time] == [3, 6, 9]
+    assert all(v >= 0 for _, v in steps_time)
+
+
+def test_one_event_per_record(tmp_path):
+    with MemoryWriter(tmp_path, every=1, census_every=0, custom_layout=False) as writer:
+        writer.log_memory(0)
+        writer.log_memory(1)
+    (path,) = _event_files(tmp_path)
+    events = [e for e in event_file_loader.EventFileLoader(path).Load() if e.HasField("summary")]
+    assert len(events) == 2
+    tags = {v.tag for v in events[0].summary.value}
+    assert {TAGS[k].tag for k in ("ram_rss", "ram_peak_rss", "ram_system_used", "cpu_percent")} <= tags
+
+
+def test_cpu_run_never_initialises_cuda_and_writes_no_vram(tmp_path):
+    with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
+        writer.log_memory(0)
+    assert not torch.cuda.is_initialized()
+    assert not [t for t in read_events(tmp_path).Tags()["scalars"] if "vram" in t]
+
+
+def test_import_does_not_initialise_cuda_or_import_phiflow():
+    code = "import sys, tbmem, torch; tbmem.MemoryWriter; print(torch.cuda.is_initialized(), 'phi' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_vram_tags_with_a_fake_device(tmp_path, monkeypatch):
+    fake = install_fake_cuda(monkeypatch)
+    with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
+        writer.log_memory(0)
+    acc = read_events(tmp_path)
+    value = {t: acc.Scalars(t)[0].value for t in acc.Tags()["scalars"]}
+    assert value["Memory/vram_allocated_GB"] == pytest.approx(fake.allocated / 2**30)
+    assert value["Memory/vram_reserved_GB"] == pytest.approx(4.0)
+    assert value["Memory/fragmentation_percent"] == pytest.approx(25.0)
+    assert value["Memory/vram_percent"] == pytest.approx(5.0)
+
+
+def test_wraps_an_existing_summary_writer(tmp_path):
+    inner = SummaryWriter(str(tmp_path))
+    writer = MemoryWriter(writer=inner, every=1, census_every=0)
+    assert writer.log_dir == str(tmp_path)
+    writer.add_scalar("Loss/train", 0.5, 0)  # SummaryWriter API forwarded unchanged
+    writer.add_text("notes", "hello", 0)
+    writer.log_memory(0)
+    writer.close()
+    acc = read_events(tmp_path)
+    assert acc.Scalars("Loss/train")[0].value == pytest.approx(0.5)
+    assert RSS in acc.Tags()["scalars"]
+
+
+def test_disabled_writer_logs_no_memory(tmp_path):
+    with MemoryWriter(tmp_path, enabled=False) as writer:
+        assert writer.log_memory(0) is False
+        writer.add_scalar("Loss/train", 1.0, 0)
+    tags = read_events(tmp_path).Tags()["scalars"]
+    assert tags == ["Loss/train"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("every", 0), ("every", -5), ("census_every", -1), ("peak_mode", "sometimes"), ("top_k", 0),
+     ("large_tensor_mb", 0), ("device", -1)],
+)
+def test_bad_config_names_the_field(tmp_path, field, value):
+    with pytest.raises(ValueError, match=field):
+        MemoryWriter(tmp_path, **{field: value})
+
+
+def test_unknown_mapping_key_is_named():
+    with pytest.raises(ValueError, match="evrey"):
+        MemoryWriterConfig.from_mapping({"evrey": 10})
+
+
+def test_unwritable_log_dir_raises_oserror(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError, match="log_dir"):
+        MemoryWriter(blocker / "logs")
+
+
+def test_failing_probe_is_reported_once_and_switched_off(tmp_path, tbmem_log):
+    class Broken(Probe):
+        name = "broken"
+        calls = 0
+
+        def read(self):
+            Broken.calls += 1
+            raise RuntimeError("sensor unplugged")
+
+    with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
+        writer._probes.append(Broken())
+        for step in range(3):
+            writer.log_memory(step)
+    assert Broken.calls == 1
+    messages = [r.getMessage() for r in tbmem_log.records]
+    assert len([m for m in messages if "broken" in m]) == 1
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [0, 1, 2]
+
+
+def test_out_of_memory_in_a_monitored_step_is_recorded_and_reraised(tmp_path):
+    writer = MemoryWriter(tmp_path, every=100, census_every=0)
+    error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        with writer.monitored_step(7):
+            raise error
+    assert caught.value is error
+    # the record at the failing step is on disk before close
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [7]
+    writer.close()
+
+
+def test_monitored_step_logs_when_due(tmp_path):
+    with MemoryWriter(tmp_path, every=2, census_every=0) as writer:
+        for step in range(4):
+            with writer.monitored_step(step):
+                pass
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [0, 2]
+
+
+@pytest.mark.parametrize("death", ["exception", "sigkill"])
+def test_a_run_that_dies_keeps_its_records(tmp_path, death):
+    ending = "raise RuntimeError('diverged')" if death == "exception" else "os.kill(os.getpid(), signal.SIGKILL)"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from tbmem import MemoryWriter
+        writer = MemoryWriter({str(tmp_path)!r}, every=5, census_every=0)
+        for step in range(23):
+            writer.add_scalar("Loss/train", 1.0 / (step + 1), step)
+            writer.log_memory(step)
+        {ending}
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [0, 5, 10, 15, 20]
+
+
+def test_custom_scalars_layout_is_written(tmp_path):
+    with MemoryWriter(tmp_path) as writer:
+        writer.log_memory(0)
+    (path,) = _event_files(tmp_path)
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    layouts = []
+    for event in event_file_loader.EventFileLoader(path).Load():
+        for value in event.summary.value:
+            if value.tag == "custom_scalars__config__":
+                layout = layout_pb2.Layout()
+                layout.ParseFromString(value.tensor.string_val[0])
+                layouts.append(layout)
+    assert len(layouts) == 1
+    charts = {c.title: list(c.multiline.tag) for cat in layouts[0].category for c in cat.chart}
+    assert "Memory/vram_allocated_GB" in charts["VRAM allocated / reserved / peaks (GB)"]
+    assert RSS in charts["Process RSS / peak / USS (GB)"]
+
+
+def test_watch_holds_models_weakly(tmp_path):
+    with MemoryWriter(tmp_path) as writer:
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        writer.watch(model, opt)
+        assert writer.watched_models == [model] and writer.watched_optimizers == [opt]
+        del model, opt
+        import gc
+
+        gc.collect()
+        assert writer.watched_models == [] and writer.watched_optimizers == []
+        with pytest.raises(TypeError, match="watch"):
+            writer.watch("not a model")
