@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import torch
 
@@ -34,6 +34,7 @@ __all__ = [
     "stop_memory_history",
     "cuda_snapshot",
     "dump_snapshot_pickle",
+    "memory_viz_trace_plot",
     "attach_oom_observer",
 ]
 
@@ -115,10 +116,29 @@ def cuda_snapshot() -> dict[str, Any] | None:
     return _memory_module()._snapshot()
 
 
-def dump_snapshot_pickle(snapshot: dict[str, Any], path: str) -> None:
-    """Write a snapshot as pickle protocol 4, the format PyTorch's memory_viz reads."""
+def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None:
+    """Write a snapshot as pickle protocol 4, the format PyTorch's memory_viz reads.
+
+    ``path`` is a file name or an open binary file (for atomic writes through a temp file).
+    """
+    if hasattr(path, "write"):
+        pickle.dump(snapshot, path, protocol=4)
+        return
     with open(path, "wb") as fh:
         pickle.dump(snapshot, fh, protocol=4)
+
+
+def memory_viz_trace_plot(snapshot: dict[str, Any]) -> str | None:
+    """PyTorch's own ``trace_plot`` HTML for a snapshot dict, or None when this torch lacks it.
+
+    Note: that page loads its viewer from a CDN, so it needs network access to display.
+    """
+    try:
+        from torch.cuda import _memory_viz
+    except ImportError:
+        return None
+    trace_plot = getattr(_memory_viz, "trace_plot", None)
+    return None if trace_plot is None else str(trace_plot(snapshot))
 
 
 def attach_oom_observer(callback: Callable[[int, int, int, int], None]) -> bool:

@@ -1,0 +1,32 @@
+"""Memory snapshots as run artifacts, with a self-contained offline timeline viewer.
+
+Snapshots record which allocations were alive when, and which line of code
+made them: through CUDA's allocator history on GPUs and through a
+``TorchDispatchMode`` recorder on every device. They are written as gzip JSON
+(:mod:`tbmem.snapshot.schema`) under ``<logdir>/plugins/tbmem/`` with an
+offline HTML viewer next to each, and CUDA snapshots also as pickles for
+PyTorch's own tools. See docs/snapshots.md.
+
+Example:
+    >>> import os, tempfile, torch
+    >>> from tbmem import MemoryWriter
+    >>> from tbmem.snapshot import SnapshotConfig, load_snapshot
+    >>> logdir = tempfile.mkdtemp()
+    >>> with MemoryWriter(logdir, every=1, snapshot=SnapshotConfig(steps=(2,), html=False)) as writer:
+    ...     for step in range(3):
+    ...         y = torch.randn(64, 64) @ torch.randn(64, 64)
+    ...         _ = writer.log_memory(step)
+    >>> snap = load_snapshot(os.path.join(logdir, "plugins/tbmem/snapshot_rank0_step000000002.json.gz"))
+    >>> snap.source, int(snap.allocs["size"].max())
+    ('dispatch', 16384)
+"""
+
+from __future__ import annotations
+
+from tbmem.snapshot.config import SnapshotConfig
+from tbmem.snapshot.manager import SnapshotManager
+from tbmem.snapshot.readers import load_snapshot, load_torch_pickle, snapshot_stats
+from tbmem.snapshot.schema import Snapshot
+
+__all__ = ["SnapshotConfig", "SnapshotManager", "Snapshot", "load_snapshot", "load_torch_pickle",
+           "snapshot_stats"]

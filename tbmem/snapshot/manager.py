@@ -1,0 +1,231 @@
+"""SnapshotManager: decides when to record and dump, writes the artifacts, reports them.
+
+:class:`tbmem.MemoryWriter` calls ``on_step(step)`` at the end of every step
+(from ``log_memory``), ``on_oom(step, exc)`` when an out-of-memory error
+reaches ``monitored_step``, and ``close()``. Nothing here raises into
+training: a failure is logged once and switches snapshots off.
+
+Example:
+    >>> import tempfile, torch
+    >>> from tbmem.snapshot import SnapshotConfig, SnapshotManager
+    >>> logdir = tempfile.mkdtemp()
+    >>> mgr = SnapshotManager(SnapshotConfig(steps=(1,), html=False), log_dir=logdir)
+    >>> for step in range(3):
+    ...     x = torch.ones(1024) * step
+    ...     mgr.on_step(step)
+    >>> mgr.close()
+    >>> [p.rsplit("/", 1)[1] for p in mgr.written]
+    ['snapshot_rank0_step000000001.json.gz']
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tbmem import _torch_private as tp
+from tbmem._log import logger, report_once
+from tbmem.snapshot.config import SnapshotConfig
+from tbmem.snapshot.cuda import CudaRecorder
+from tbmem.snapshot.recorder import DispatchRecorder
+from tbmem.snapshot.schema import Snapshot, encode_json_gz
+from tbmem.snapshot.store import SnapshotStore
+
+__all__ = ["SnapshotManager", "FILES_TAG"]
+
+FILES_TAG = "Memory/Snapshot/files"
+
+
+def _default_rank() -> int:
+    for var in ("RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+class SnapshotManager:
+    """Records memory history on a schedule and writes snapshot artifacts.
+
+    Args:
+        config: The :class:`SnapshotConfig`.
+        log_dir: The run's logdir (files go to ``<log_dir>/plugins/tbmem``).
+        writer: The :class:`tbmem.MemoryWriter` that receives the scalars, the text
+            summary and the watched models/optimizers; None writes files only.
+    """
+
+    def __init__(self, config: SnapshotConfig, *, log_dir: str, writer: Any = None) -> None:
+        self.config = config
+        self.rank = config.rank if config.rank is not None else _default_rank()
+        self.store = SnapshotStore(log_dir, rank=self.rank, max_snapshots=config.max_snapshots,
+                                   max_disk_mb=config.max_disk_mb)
+        self.writer = writer
+        self.written: list[str] = []
+        self._recorder: DispatchRecorder | CudaRecorder | None = None
+        self._window_end: int | None = None
+        self._window_start = 0
+        self._last_step = -1
+        self._scheduled = config.every > 0 or bool(config.steps)
+        self._disabled = not config.enabled or config.recorder == "off"
+        self._off = not config.enabled  # "off" still allows the OOM snapshot
+        if not self._disabled and self._scheduled:
+            if config.window > 0:
+                if config.is_due(0):
+                    self._begin(window_end=config.window - 1, window_start=0)
+            elif config.start_step == 0:
+                self._begin()
+
+    # --- schedule -----------------------------------------------------------------------
+    def on_step(self, step: int) -> None:
+        """Called at the end of each step; cheap unless a recording starts or a snapshot is due."""
+        if self._disabled:
+            return
+        try:
+            self._on_step(step)
+        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+            self._fail("snapshot:step", "tbmem: memory snapshots failed and are switched off", exc)
+
+    def _on_step(self, step: int) -> None:
+        cfg = self.config
+        self._last_step = step
+        rec = self._recorder
+        if rec is not None and isinstance(rec, DispatchRecorder) and rec.failed is not None:
+            raise RuntimeError(f"the allocation recorder failed: {rec.failed!r}")
+        if cfg.window > 0:
+            if self._window_end is not None and step >= self._window_end:
+                self._window_end = None
+                self._dump(self._window_start, "snapshot")  # named after the window's first step
+                self._end()
+            if self._window_end is None and cfg.is_due(step + 1):
+                self._begin(window_end=step + cfg.window, window_start=step + 1)
+            return
+        if rec is None:
+            if self._scheduled and step + 1 >= cfg.start_step:
+                self._begin()
+            return
+        if cfg.is_due(step):
+            self._dump(step, "snapshot")
+
+    def _begin(self, window_end: int | None = None, window_start: int = 0) -> None:
+        cfg = self.config
+        use_cuda = cfg.recorder == "cuda" or (cfg.recorder == "auto" and tp.cuda_ready() and tp.has_memory_history())
+        if use_cuda:
+            rec: DispatchRecorder | CudaRecorder = CudaRecorder(max_entries=cfg.max_entries, stacks=cfg.stacks)
+            if not rec.start():
+                report_once("snapshot:cuda", "tbmem: CUDA memory history is unavailable (CUDA not initialised "
+                            "or unsupported); snapshots wait until it is")
+                return
+        else:
+            w = self.writer
+            rec = DispatchRecorder(
+                max_entries=cfg.max_entries, stacks=cfg.stacks, stack_depth=cfg.stack_depth,
+                models=(lambda: w.watched_models) if w is not None and hasattr(w, "watched_models") else tuple,
+                optimizers=(lambda: w.watched_optimizers) if w is not None and hasattr(w, "watched_optimizers")
+                else tuple,
+            )
+            rec.start()
+        self._recorder = rec
+        self._window_end = window_end
+        self._window_start = window_start
+
+    def _end(self) -> None:
+        rec, self._recorder = self._recorder, None
+        if rec is not None:
+            rec.stop()
+            if isinstance(rec, DispatchRecorder):
+                rec.reset()
+
+    # --- writing ------------------------------------------------------------------------
+    def _capture(self, step: int, kind: str) -> tuple[Snapshot | None, dict[str, Any] | None]:
+        rec = self._recorder
+        if isinstance(rec, CudaRecorder) or (rec is None and tp.cuda_ready() and tp.has_memory_history()):
+            cuda = rec if isinstance(rec, CudaRecorder) else CudaRecorder()
+            raw = cuda.raw_snapshot()
+            if raw is None:
+                return None, None
+            return cuda.snapshot(raw, kind=kind, step=step, rank=self.rank), raw
+        if rec is None:  # nothing recorded (e.g. an OOM before the first window): watched tensors only
+            w = self.writer
+            rec = DispatchRecorder(models=lambda: w.watched_models if w is not None else (),
+                                   optimizers=lambda: w.watched_optimizers if w is not None else ())
+            rec._register_watched(category_from_role=True)
+        if rec.active and kind == "oom":
+            rec.stop()
+        return rec.snapshot(kind=kind, step=step, rank=self.rank), None
+
+    def _dump(self, step: int, kind: str, exc: BaseException | None = None) -> list[str]:
+        snap, raw = self._capture(step, kind)
+        if snap is None:
+            return []
+        if exc is not None:
+            snap.meta["exception"] = f"{type(exc).__name__}: {exc}"[:4000]
+        cfg = self.config
+        store = self.store
+        try:
+            paths = [store.write_bytes(store.path(kind, step, "json.gz"), encode_json_gz(snap))]
+            if cfg.html:
+                from tbmem.snapshot.viewer import render_html
+
+                paths.append(store.write_bytes(store.path(kind, step, "html"), render_html(snap).encode("utf-8")))
+            if raw is not None and cfg.pickle:
+                paths.append(store.write_with(store.path(kind, step, "pickle"),
+                                              lambda fh: tp.dump_snapshot_pickle(raw, fh)))
+            store.prune(keep=(kind, step))
+        except OSError as err:
+            self._fail("snapshot:disk", f"tbmem: cannot write memory snapshots to {store.folder}; snapshots "
+                       "are switched off, training continues", err)
+            return []
+        self.written.extend(paths)
+        self._report(snap, paths, step)
+        return paths
+
+    def _report(self, snap: Snapshot, paths: list[str], step: int) -> None:
+        w = self.writer
+        if w is None:
+            return
+        size = os.path.getsize(paths[0])
+        w.write_readings({"snapshot_events": snap.n_events, "snapshot_size": size}, step)
+        _, peak = snap.peak()
+        lines = [f"**Memory snapshot** ({snap.kind}, step {step}, rank {snap.rank}, {snap.source} on "
+                 f"{snap.device}): {snap.n_events} events, peak {peak / 2**20:.2f} MiB, "
+                 f"{snap.dropped} older events dropped.", ""]
+        for p in paths:
+            note = {"html": "offline viewer, open in a browser", "pickle": "for PyTorch's memory_viz (trusted "
+                    "pickle)", "gz": "tbmem JSON: `tbmem snapshot stats FILE`"}[p.rsplit(".", 1)[1]]
+            lines.append(f"- `{p}` ({os.path.getsize(p) / 2**10:.1f} KiB, {note})")
+        w.add_text(FILES_TAG, "\n".join(lines), step)
+
+    # --- failures -----------------------------------------------------------------------
+    def on_oom(self, step: int, exc: BaseException) -> list[str]:
+        """Write the out-of-memory snapshot (and its HTML); never raises. Returns the paths."""
+        if self._off or not self.config.on_oom:
+            return []
+        try:
+            paths = self._dump(step, "oom", exc)
+            if paths:
+                logger.error("tbmem: out-of-memory snapshot written to %s", paths[-1] if len(paths) > 1 else paths[0])
+            return paths
+        except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
+            report_once("snapshot:oom", "tbmem: could not write the out-of-memory snapshot", exc=err)
+            return []
+        finally:
+            try:
+                self._end()
+            except Exception as err:  # noqa: BLE001
+                report_once("snapshot:oom-stop", "tbmem: could not stop the snapshot recorder", exc=err)
+            self._window_end = None
+
+    def _fail(self, key: str, message: str, exc: BaseException) -> None:
+        report_once(key, message, exc=exc)
+        self._disabled = True
+        self._off = True
+        try:
+            self._end()
+        except Exception as err:  # noqa: BLE001
+            report_once("snapshot:stop", "tbmem: could not stop the snapshot recorder", exc=err)
+
+    def close(self) -> None:
+        """Stop recording (a window still open is discarded)."""
+        self._disabled = True
+        self._off = True
+        self._end()

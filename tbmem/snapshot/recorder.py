@@ -1,0 +1,231 @@
+"""The every-device allocation recorder: a ``TorchDispatchMode`` plus storage weak references.
+
+Every torch operator call passes through :meth:`_RecordingMode.__torch_dispatch__`;
+each output tensor whose storage the recorder has not seen is an allocation
+(size, category, Python stack, time), and a weak reference on that storage
+records the free when PyTorch releases it. Storages keep their Python object
+alive as long as the C++ storage lives, so the free is seen when the memory
+is really released (also for tensors saved for backward).
+
+What it sees: tensors created by torch operators (forward, backward, optimizer
+steps, data created with ``torch.*`` factories) on any device. What it misses:
+memory that never becomes an operator's output (allocator caches, workspace
+buffers inside kernels, tensors created by C++ code without dispatch such as
+DataLoader collation in worker processes, NumPy arrays), and tensors created
+before recording started unless they are watched parameters, gradients or
+optimizer states. See docs/snapshots.md.
+
+Example:
+    >>> import torch
+    >>> from tbmem.snapshot.recorder import DispatchRecorder
+    >>> rec = DispatchRecorder(max_entries=1000)
+    >>> rec.start()
+    >>> y = torch.ones(256) * 2
+    >>> rec.stop()
+    >>> snap = rec.snapshot(kind="snapshot", step=0)
+    >>> int(snap.allocs["size"].max())
+    1024
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+import weakref
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tbmem.snapshot.schema import Frame, Snapshot, SnapshotBuilder
+
+__all__ = ["DispatchRecorder"]
+
+# dispatch machinery between the user's code and __torch_dispatch__: never "the line that allocated"
+_SKIP_FILES = ("_python_dispatch.py", "torch/_ops.py", "torch\\_ops.py", __file__)
+_graph_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+
+class _RecordingMode(TorchDispatchMode):
+    """Forwards every operator to its owner's ``_record`` after running it."""
+
+    def __init__(self, owner: "DispatchRecorder") -> None:
+        super().__init__()
+        self._owner = owner
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        try:
+            if isinstance(out, torch.Tensor):
+                self._owner._record(out, args)
+            elif isinstance(out, (tuple, list)):
+                for t in out:
+                    if isinstance(t, torch.Tensor):
+                        self._owner._record(t, args)
+        except Exception as exc:  # noqa: BLE001 - a recorder bug must not break the user's op
+            self._owner._fail(exc)
+        return out
+
+
+class DispatchRecorder:
+    """Records tensor allocations and frees on every device.
+
+    Args:
+        max_entries: Events kept in memory; beyond it the oldest half is dropped
+            (allocations still alive then become "allocated before the trace").
+        stacks: ``"python"``/``"all"`` record Python stacks, ``"none"`` skips them.
+        stack_depth: Frames kept per allocation.
+        models: Callable returning the watched models (names parameters, gradients).
+        optimizers: Callable returning the watched optimizers (names their states).
+    """
+
+    def __init__(self, *, max_entries: int = 100_000, stacks: str = "python", stack_depth: int = 16,
+                 models: Callable[[], Iterable[torch.nn.Module]] = tuple,
+                 optimizers: Callable[[], Iterable[torch.optim.Optimizer]] = tuple) -> None:
+        self.max_entries = max_entries
+        self.stacks = stacks != "none"
+        self.stack_depth = stack_depth
+        self._models = models
+        self._optimizers = optimizers
+        self._mode: _RecordingMode | None = None
+        self._builder = SnapshotBuilder(source="dispatch", device="cpu")
+        self._live: dict[int, list[Any]] = {}  # id(storage) -> [alloc index, weakref]
+        self._devices: set[str] = set()
+        self.failed: BaseException | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """Whether the dispatch mode is entered."""
+        return self._mode is not None
+
+    def start(self) -> None:
+        """Start a fresh recording (enters the dispatch mode until :meth:`stop`)."""
+        if self._mode is not None:
+            return
+        self.reset()
+        self._register_watched(category_from_role=True)
+        self._mode = _RecordingMode(self)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        """Leave the dispatch mode; frees of recorded storages are still seen until :meth:`reset`."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    def reset(self) -> None:
+        """Forget everything recorded so far."""
+        self._builder = SnapshotBuilder(source="dispatch", device="cpu")
+        self._live = {}
+        self._devices = set()
+        self.failed = None
+
+    def _fail(self, exc: BaseException) -> None:
+        # leaving the mode from inside dispatch is unsafe: go quiet; the manager reports and stops
+        self.failed = exc
+
+    # --- recording ----------------------------------------------------------------------
+    def _record(self, t: torch.Tensor, args: tuple) -> None:
+        if self.failed is not None:
+            return
+        s = t.untyped_storage()
+        sid = id(s)
+        if sid in self._live:
+            return
+        size = s.nbytes()
+        if size == 0:
+            return
+        b = self._builder
+        if any(isinstance(a, torch.Tensor) and a.untyped_storage() is s for a in args):
+            # a view of / in-place write to a storage created before recording
+            idx = b.alloc(size, category="before_recording", addr=s.data_ptr(), preexisting=True)
+        else:
+            if _graph_task_id() != -1:
+                category = "backward"
+            elif torch.is_grad_enabled():
+                category = "activation"
+            else:
+                category = "no_grad"
+            stack_id = self._stack_id(b) if self.stacks else -1
+            idx = b.alloc(size, category=category, time_us=time.perf_counter_ns() // 1000,
+                          addr=s.data_ptr(), stack_id=stack_id)
+        self._devices.add(str(s.device))
+        self._live[sid] = [idx, weakref.ref(s, functools.partial(self._freed, b, sid))]
+        if len(b.time_us) > self.max_entries:
+            self._compact()
+
+    def _stack_id(self, b: SnapshotBuilder) -> int:
+        frames: list[Frame] = []
+        f = sys._getframe(3)
+        while f is not None and len(frames) < self.stack_depth:
+            filename = f.f_code.co_filename
+            if not filename.endswith(_SKIP_FILES):
+                frames.append((filename, f.f_lineno, f.f_code.co_name))
+            f = f.f_back
+        return b.stack_id(frames)
+
+    def _freed(self, builder: SnapshotBuilder, sid: int, _ref: Any) -> None:
+        if builder is not self._builder:
+            return
+        entry = self._live.pop(sid, None)
+        if entry is not None:
+            builder.free(entry[0], time_us=time.perf_counter_ns() // 1000)
+            if len(builder.time_us) > self.max_entries:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Drop the oldest half of the events (a ring buffer, amortised O(1) per event)."""
+        b = self._builder
+        cut = len(b.time_us) - self.max_entries // 2
+        start = np.asarray(b.cols["start"], dtype=np.int64)
+        end = np.asarray(b.cols["end"], dtype=np.int64)
+        keep = (end < 0) | (end >= cut)
+        new_index = np.cumsum(keep) - 1
+        for c in b.cols:
+            b.cols[c] = np.asarray(b.cols[c], dtype=np.int64)[keep].tolist()
+        b.cols["start"] = np.where(start[keep] >= cut, start[keep] - cut, -1).tolist()
+        b.cols["end"] = np.where(end[keep] >= 0, end[keep] - cut, -1).tolist()
+        b.time_us = b.time_us[cut:]
+        b.dropped += cut
+        for entry in self._live.values():
+            entry[0] = int(new_index[entry[0]])
+
+    def _register_watched(self, *, category_from_role: bool) -> dict[int, str]:
+        """Storages of watched parameters, gradients and optimizer states, by id -> role."""
+        roles: dict[int, str] = {}
+        tensors: list[tuple[torch.Tensor, str]] = []
+        for model in self._models():
+            tensors += [(p, "parameter") for p in model.parameters()]
+            tensors += [(p.grad, "gradient") for p in model.parameters() if p.grad is not None]
+            tensors += [(buf, "parameter") for buf in model.buffers()]
+        for opt in self._optimizers():
+            for state in opt.state.values():
+                tensors += [(v, "optimizer_state") for v in state.values() if isinstance(v, torch.Tensor)]
+        for t, role in tensors:
+            s = t.untyped_storage()
+            roles[id(s)] = role
+            if category_from_role and id(s) not in self._live and s.nbytes() > 0:
+                b = self._builder
+                idx = b.alloc(s.nbytes(), category=role, addr=s.data_ptr(), preexisting=True)
+                self._devices.add(str(s.device))
+                self._live[id(s)] = [idx, weakref.ref(s, functools.partial(self._freed, b, id(s)))]
+        return roles
+
+    # --- output -------------------------------------------------------------------------
+    def snapshot(self, *, kind: str, step: int, rank: int = 0) -> Snapshot:
+        """The recording so far as a :class:`Snapshot`; live storages of watched objects are
+        named ``parameter``, ``gradient`` or ``optimizer_state``."""
+        b = self._builder
+        roles = self._register_watched(category_from_role=False)
+        cats = b.cols["category"]
+        for sid, role in roles.items():
+            entry = self._live.get(sid)
+            if entry is not None:
+                cats[entry[0]] = b.category_id(role)
+        b.device = ",".join(sorted(self._devices)) or "cpu"
+        snap = b.build(kind=kind, step=step, rank=rank)
+        snap.meta.update({"torch": torch.__version__, "recorder": "TorchDispatchMode"})
+        return snap

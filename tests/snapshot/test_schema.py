@@ -1,0 +1,96 @@
+"""The JSON+gzip schema: round trip, numbers, validation of crafted files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from tbmem.snapshot import SnapshotConfig
+from tbmem.snapshot.recorder import DispatchRecorder
+from tbmem.snapshot.schema import encode_json_gz, from_json, read_json_gz, to_json
+from tests.snapshot._helpers import small_snapshot
+
+
+def test_round_trip_and_timeline(tmp_path):
+    snap = small_snapshot(n=10)
+    path = tmp_path / "s.json.gz"
+    path.write_bytes(encode_json_gz(snap))
+    back = read_json_gz(str(path))
+    assert to_json(back) == to_json(snap)
+    # independent timeline: pre-existing 4096, + 1024*(i+1) for i<10, then frees of the first 5
+    sizes = [1024 * (i + 1) for i in range(10)]
+    expected = list(4096 + np.cumsum(sizes)) + [4096 + sum(sizes) - sum(sizes[:k + 1]) for k in range(5)]
+    assert back.timeline().tolist() == expected
+    assert back.peak() == (9, 4096 + sum(sizes))
+    assert back.alive_at(9).tolist() == list(range(11))
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"schema": "other"}, "not a tbmem.snapshot"),
+    ({"version": 99}, "unsupported"),
+    ({"frames": [[0, 1, 999]]}, "frames"),
+    ({"stacks": [[5]]}, "stacks"),
+    ({"allocs": {"start": [0], "end": [-1], "size": [1], "category": [7], "stack": [-1], "addr": [0]}}, "out-of-range"),
+    ({"allocs": {"start": [0, 1], "end": [-1], "size": [1], "category": [0], "stack": [-1], "addr": [0]}}, "length"),
+    ({"strings": [1, 2]}, "strings"),
+    ({"time_us": "abc"}, "time_us"),
+])
+def test_crafted_documents_are_rejected(patch, message):
+    doc = to_json(small_snapshot(n=2))
+    doc.update(patch)
+    with pytest.raises(ValueError, match=message):
+        from_json(doc)
+
+
+def test_gzip_is_deterministic():
+    snap = small_snapshot(n=5)
+    assert encode_json_gz(snap) == encode_json_gz(snap)
+    assert json.loads(gzip.decompress(encode_json_gz(snap)))["n_events"] == snap.n_events
+
+
+def test_recorder_ring_buffer_keeps_recent_events():
+    import torch
+
+    rec = DispatchRecorder(max_entries=100)
+    rec.start()
+    keep = []
+    for i in range(200):
+        keep.append(torch.full((i + 1,), 1.0))  # 200 allocations of 4*(i+1) bytes, all alive
+    rec.stop()
+    snap = rec.snapshot(kind="snapshot", step=0)
+    assert snap.n_events <= 100 and snap.dropped == 200 - snap.n_events
+    # allocations made before the kept window became "before the trace", none lost
+    alive_sizes = sorted(snap.allocs["size"].tolist())
+    assert alive_sizes == [4 * (i + 1) for i in range(200)]
+    assert int((snap.allocs["start"] >= 0).sum()) == snap.n_events
+
+
+def test_recorder_sees_frees_and_views():
+    import torch
+
+    rec = DispatchRecorder()
+    rec.start()
+    a = torch.ones(1000)
+    v = a[10:20].view(2, 5)  # a view: no new allocation
+    b = a * 2
+    del a, v
+    rec.stop()
+    snap = rec.snapshot(kind="snapshot", step=0)
+    assert snap.allocs["size"].tolist() == [4000, 4000]
+    assert snap.allocs["end"].tolist()[0] == 2 and snap.allocs["end"].tolist()[1] == -1
+    del b
+
+
+def test_config_validation_and_mapping():
+    cfg = SnapshotConfig.from_mapping({"snapshot_every": 50, "steps": [30, 10, 30], "window": 3})
+    assert cfg.every == 50 and cfg.steps == (10, 30)
+    assert [s for s in range(0, 120) if cfg.is_due(s)] == [0, 10, 30, 50, 100]
+    with pytest.raises(ValueError, match=r"\['bogus'\]"):
+        SnapshotConfig.from_mapping({"bogus": 1})
+    for field, value in (("every", -1), ("window", 1.5), ("recorder", "gpu"), ("max_disk_mb", -1),
+                         ("steps", [-3]), ("max_entries", 0), ("rank", -2), ("html", "yes")):
+        with pytest.raises(ValueError, match=f"SnapshotConfig.{field}"):
+            SnapshotConfig(**{field: value})
