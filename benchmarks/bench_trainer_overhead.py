@@ -1,0 +1,91 @@
+"""Overhead of tbmem monitoring on one SyntheticTrainer epoch (A/B interleaved, same process).
+
+Variants: monitoring off; on with tbmem's defaults (every=10, census_every=500,
+console monitors printing the first 5 batches); on with a census every 50 steps.
+Each round times one epoch of each variant in rotated order; the report gives
+the median epoch time and the ratio of medians against "off".
+
+    .venv/bin/python benchmarks/bench_trainer_overhead.py --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+__all__ = ["main"]
+
+VARIANTS = {
+    "off": ["trainer_params.enable_memory_monitoring=false"],
+    "defaults": ["trainer_params.enable_memory_monitoring=true"],
+    "census_50": ["trainer_params.enable_memory_monitoring=true", "+tbmem.census_every=50"],
+}
+
+
+def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int):
+    from hydra import compose, initialize_config_dir
+
+    from trainers.config import validate
+    from trainers.monitoring import TrainerMonitoring
+    from trainers.synthetic import SyntheticTrainer
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = validate(compose(config_name="burgers_quick_test", overrides=[
+            f"data.cache_dir={tmp / 'cache'}", "data.progress=false", "trainer_params.progress=false",
+            "trainer_params.epochs=1", f"trainer_params.batch_size={batch_size}", *overrides]))
+    mon = TrainerMonitoring.create(tmp / run, enabled=cfg.trainer_params.enable_memory_monitoring,
+                                   verbose_batches=cfg.trainer_params.memory_monitor_batches,
+                                   tbmem_config=cfg.tbmem)
+    return SyntheticTrainer(cfg, monitoring=mon), mon
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print a table; return 0."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=4,
+                        help="small batches: more steps per epoch, so per-step overhead shows more")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    steps = 0
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        names = list(VARIANTS)
+        for r in range(args.rounds + 1):  # round 0 warms up (data cache, allocator, first imports)
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                trainer, mon = _trainer(VARIANTS[name], tmp, f"{name}_{r}", args.batch_size)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    start = time.perf_counter()
+                    result = trainer.train()
+                    elapsed = time.perf_counter() - start
+                mon.close()
+                steps = result.steps
+                if r > 0:
+                    times[name].append(elapsed)
+    base = statistics.median(times["off"])
+    print(f"SyntheticTrainer, burgers_quick_test, 1 epoch = {steps} steps of batch {args.batch_size}, "
+          f"{args.rounds} rounds, "
+          f"{args.threads} thread(s)")
+    print(f"{'variant':<12}{'median (s)':>12}{'min (s)':>10}{'ratio':>9}")
+    for name, values in times.items():
+        med = statistics.median(values)
+        print(f"{name:<12}{med:>12.3f}{min(values):>10.3f}{med / base:>9.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

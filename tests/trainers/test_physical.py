@@ -1,0 +1,74 @@
+"""PhysicalTrainer end to end: recovery within 1%, one TensorBoard step per loss evaluation.
+
+Only losses that cannot raise are used: a raise inside math.minimize's loss hangs SciPy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._events import read_events, scalars, texts
+from trainers.experiment import run_experiment
+
+
+def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys):
+    cfg = compose("burgers_physical_quick_test", "trainer=physical_with_memory")
+    out = run_experiment(cfg, log_dir=tmp_path / "run")
+    result = out.result
+    assert abs(result.parameters["viscosity"] / cfg.data.nu - 1) < 0.01  # the quality bar
+    assert result.converged and result.function_evaluations >= result.iterations > 0
+
+    evals = scalars(out.log_dir, "Loss/evaluation")
+    assert [s for s, _ in evals] == list(range(result.evaluations_seen))
+    assert result.evaluations_seen == result.function_evaluations
+    nu = scalars(out.log_dir, "Physical/viscosity")
+    assert nu[0][1] == pytest.approx(0.02, rel=1e-5)  # the initial guess is evaluated first
+    assert nu[-1][1] == pytest.approx(result.parameters["viscosity"], rel=1e-3)
+    assert min(v for _, v in evals) == pytest.approx(result.final_loss, rel=1e-2, abs=1e-9)
+    rss = [e.step for e in read_events(out.log_dir).Scalars("Memory/RAM/process_rss_GB")]
+    assert rss == list(range(result.evaluations_seen))  # tbmem.every = 1 in physical_with_memory
+    (_, info), = texts(out.log_dir, "Physical/solve_info/text_summary")
+    assert f"function evaluations: {result.function_evaluations}" in info
+
+    printed = capsys.readouterr().out
+    assert "After loading ground truth data:" in printed
+    assert printed.count("Loss evaluation") == cfg.trainer_params.memory_monitor_batches
+    assert "PERFORMANCE SUMMARY" in printed and "load_ground_truth" in printed and "optimization" in printed
+    assert "SOLVE INFO" in printed
+
+
+def test_heat_diffusivity_and_iteration_limit(compose, tmp_path):
+    # max_iterations=1 stops early: NotConverged is suppressed and the SolveInfo says so.
+    cfg = compose("heat_physical_experiment", "data.resolution=16", "data.num_frames=4", "data.num_sims=2",
+                  "trainer_params.train_sim=[0,1]", "trainer_params.num_predict_steps=3",
+                  "trainer_params.max_iterations=1")
+    out = run_experiment(cfg, log_dir=tmp_path / "run")
+    assert out.result.converged is False
+    assert out.result.iterations == 1
+    assert "diffusivity" in out.result.parameters
+    assert len(scalars(out.log_dir, "Physical/diffusivity")) == out.result.evaluations_seen
+
+
+def test_monitoring_failure_inside_the_loss_is_reported_once(compose, tmp_path, tbmem_log, monkeypatch):
+    from trainers.config import validate
+    from trainers.monitoring import TrainerMonitoring
+    from trainers.physical import PhysicalTrainer
+
+    cfg = validate(compose("burgers_physical_quick_test", "trainer=physical_with_memory",
+                           "trainer_params.memory_monitor_batches=0"))
+    mon = TrainerMonitoring.create(tmp_path / "run", enabled=True, verbose_batches=0, tbmem_config=cfg.tbmem)
+    calls = []
+
+    def broken(step, **kwargs):
+        calls.append(step)
+        raise RuntimeError("probe exploded")
+
+    monkeypatch.setattr(mon.writer, "log_memory", broken)
+    result = PhysicalTrainer(cfg, monitoring=mon).train()
+    mon.close()
+    assert abs(result.parameters["viscosity"] / cfg.data.nu - 1) < 0.01
+    assert calls == [0]  # switched off after the first failure
+    messages = [r.getMessage() for r in tbmem_log.records if "loss evaluation failed" in r.getMessage()]
+    assert len(messages) == 1 and "probe exploded" in messages[0]
+    # the loss itself is still logged for every evaluation
+    assert len(scalars(tmp_path / "run", "Loss/evaluation")) == result.evaluations_seen

@@ -1,0 +1,215 @@
+"""The thin adapter between the trainers and tbmem, built from the config alone.
+
+One :class:`TrainerMonitoring` owns the run's :class:`tbmem.MemoryWriter` (the
+TensorBoard writer the trainers log their losses through, monitoring on or off)
+and, when ``trainer_params.enable_memory_monitoring`` is true, tbmem's console
+monitors. The trainers call a handful of hooks; every hook is a cheap no-op
+when monitoring is off, and no hook raises: a failing monitor is reported
+once on the ``tbmem`` logger and switched off (inside a PhiFlow loss function
+an exception would hang SciPy's L-BFGS-B worker).
+
+Example:
+    >>> import tempfile
+    >>> from tbmem import MemoryWriterConfig
+    >>> from trainers.monitoring import TrainerMonitoring
+    >>> mon = TrainerMonitoring.create(tempfile.mkdtemp(), enabled=False, verbose_batches=5,
+    ...                                tbmem_config=MemoryWriterConfig())
+    >>> mon.on_epoch_start(); mon.on_batch_start(0); mon.on_batch_end(0, 0.5); mon.on_epoch_end()
+    >>> mon.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+from tbmem._log import report_once
+from tbmem.config import MemoryWriterConfig
+
+__all__ = ["TrainerMonitoring"]
+
+
+class TrainerMonitoring:
+    """TensorBoard writer plus optional console monitors, driven by a few hook calls.
+
+    Args:
+        writer: The run's MemoryWriter.
+        enabled: Whether memory monitoring is on.
+        verbose_batches: Batches (or loss evaluations) printed in detail.
+        device: CUDA device index the monitors read, or None on CPU.
+    """
+
+    def __init__(self, writer: Any, *, enabled: bool, verbose_batches: int, device: int | None) -> None:
+        self.writer = writer
+        self.enabled = enabled
+        self.verbose_batches = verbose_batches
+        self.device = device
+        self.epoch_perf: Any = None
+        self.epoch_memory: Any = None
+        self.perf: Any = None
+        self.memory_monitor: Any = None
+        self._evaluations_on = enabled
+        if enabled:
+            self._build_monitors()
+
+    @classmethod
+    def create(cls, log_dir: str | os.PathLike[str], *, enabled: bool, verbose_batches: int,
+               tbmem_config: MemoryWriterConfig, device: torch.device | None = None) -> "TrainerMonitoring":
+        """Open the MemoryWriter at ``log_dir`` with ``tbmem_config`` (memory logging off unless ``enabled``)."""
+        from tbmem.writer import MemoryWriter
+
+        index = None
+        if device is not None and device.type == "cuda":
+            index = device.index if device.index is not None else 0
+        changes: dict[str, Any] = {"enabled": tbmem_config.enabled and enabled}
+        if index is not None and tbmem_config.device is None:
+            changes["device"] = index
+        config = dataclasses.replace(tbmem_config, **changes)
+        writer = MemoryWriter(log_dir, config=config)
+        return cls(writer, enabled=enabled, verbose_batches=verbose_batches, device=index)
+
+    def _build_monitors(self) -> None:
+        from tbmem.monitor import EpochMemoryMonitor, EpochPerformanceMonitor, MemoryMonitor, PerformanceMonitor
+
+        n, w = self.verbose_batches, self.writer
+        # Only the performance monitor gets the writer: its per-batch scalars already include the
+        # memory monitor's (RSS, GPU, loss), and two writers would log each tag twice per step.
+        self.epoch_perf = self._build("EpochPerformanceMonitor", lambda: EpochPerformanceMonitor(
+            enabled=True, verbose_batches=n, device=self.device, writer=w))
+        self.epoch_memory = self._build("EpochMemoryMonitor", lambda: EpochMemoryMonitor(
+            enabled=True, verbose_batches=n))
+        self.perf = self._build("PerformanceMonitor", lambda: PerformanceMonitor(writer=w))
+        self.memory_monitor = MemoryMonitor
+
+    def _build(self, name: str, make: Callable[[], Any]) -> Any:
+        try:
+            return make()
+        except Exception as exc:  # noqa: BLE001 - a broken monitor must not stop training
+            report_once(f"trainers:build:{name}", f"trainers: could not create {name}; it is off", exc=exc)
+            return None
+
+    def _call(self, attr: str, method: str, *args: Any) -> Any:
+        monitor = getattr(self, attr)
+        if monitor is None:
+            return None
+        try:
+            return getattr(monitor, method)(*args)
+        except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
+            report_once(f"trainers:{attr}", f"trainers: {type(monitor).__name__}.{method} failed; "
+                        "it is switched off", exc=exc)
+            setattr(self, attr, None)
+            return None
+
+    # --- SyntheticTrainer hooks -------------------------------------------------------------
+    def on_epoch_start(self) -> None:
+        """Start an epoch's timing and peak window."""
+        self._call("epoch_perf", "on_epoch_start")
+
+    def on_batch_start(self, batch_idx: int) -> None:
+        """Start timing a batch."""
+        self._call("epoch_perf", "on_batch_start", batch_idx)
+
+    def before_backward(self, step: int, loss: torch.Tensor) -> None:
+        """Log the due memory record; the census walks ``loss``'s graph while activations are alive."""
+        if self.enabled:
+            self.writer.log_memory(step, roots=(loss,))
+
+    def on_batch_end(self, batch_idx: int, loss: float) -> None:
+        """Finish a batch: its time, memory and loss (printed for the first batches)."""
+        self._call("epoch_perf", "on_batch_end", batch_idx, loss)
+
+    def on_epoch_end(self) -> None:
+        """Print the epoch's totals and peak memory."""
+        self._call("epoch_perf", "on_epoch_end")
+
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Run one training step; on out-of-memory save what tbmem can, then re-raise."""
+        from tbmem import _torch_private as tp
+
+        try:
+            yield
+        except tp.OutOfMemoryError as exc:
+            self.writer.handle_oom(step, exc)
+            raise
+
+    # --- PhysicalTrainer hooks --------------------------------------------------------------
+    @contextlib.contextmanager
+    def track(self, name: str) -> Iterator[None]:
+        """Time and measure a phase (a row of the PERFORMANCE SUMMARY table)."""
+        if self.perf is None:
+            yield
+            return
+        try:
+            cm = self.perf.track(name)
+            cm.__enter__()
+        except Exception as exc:  # noqa: BLE001
+            report_once("trainers:perf", "trainers: PerformanceMonitor.track failed; it is off", exc=exc)
+            self.perf = None
+            yield
+            return
+        try:
+            yield
+        finally:
+            try:
+                cm.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001
+                report_once("trainers:perf", "trainers: PerformanceMonitor.track failed; it is off", exc=exc)
+                self.perf = None
+
+    def print_memory(self, prefix: str) -> None:
+        """Print one memory line (``MemoryMonitor.print_memory_usage``)."""
+        self._call("memory_monitor", "print_memory_usage", prefix)
+
+    def optimization_start(self) -> None:
+        """Open the optimisation's peak-memory window."""
+        self._call("epoch_memory", "on_epoch_start")
+
+    def optimization_end(self) -> None:
+        """Print the peak memory of the optimisation."""
+        self._call("epoch_memory", "on_epoch_end")
+
+    def on_evaluation(self, index: int, loss: float, params: Mapping[str, float]) -> None:
+        """Record one loss evaluation; never raises (it runs inside a PhiFlow loss function).
+
+        Every evaluation goes to TensorBoard at step ``index`` (loss, parameters and, when
+        monitoring is on, the due memory record); the first ``verbose_batches`` are printed.
+        """
+        try:
+            from tbmem.tags import tag_for
+
+            values = {tag_for("eval_loss"): loss}
+            values.update({tag_for("eval_param", name): v for name, v in params.items()})
+            self.writer.write_scalars(values, index)
+        except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
+            report_once("trainers:evaluation-scalars", "trainers: writing the loss evaluation failed",
+                        exc=exc)
+        if not self._evaluations_on:
+            return
+        try:
+            if index < self.verbose_batches:
+                if self.memory_monitor is not None:
+                    self.memory_monitor.print_memory_usage(f"  Loss evaluation {index}: ")
+                print(f"    Iteration {index + 1}: loss={loss:.6g}", flush=True)
+            self.writer.log_memory(index)
+        except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
+            report_once("trainers:evaluation", "trainers: monitoring a loss evaluation failed; "
+                        "it is switched off", exc=exc)
+            self._evaluations_on = False
+
+    # --- end of run -------------------------------------------------------------------------
+    def print_summary(self) -> None:
+        """Print the PERFORMANCE SUMMARY table (physical) or batch timing statistics."""
+        self._call("perf", "print_summary")
+
+    def statistics(self) -> dict[str, Any] | None:
+        """The EpochPerformanceMonitor's statistics, if it ran."""
+        return self._call("epoch_perf", "get_statistics")
+
+    def close(self) -> None:
+        """Flush and close the writer."""
+        self.writer.close()

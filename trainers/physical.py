@@ -1,0 +1,240 @@
+"""PhysicalTrainer: recover a PDE coefficient (and optionally the initial state) with L-BFGS-B.
+
+The ground truth is the first ``num_predict_steps + 1`` frames of the
+simulations ``trainer_params.train_sim``. The loss rolls the same PhiFlow step
+that generated them forward from the initial state and sums the L2 distance
+to every observed frame; ``math.minimize`` runs SciPy's L-BFGS-B on it with
+``suppress=(math.NotConverged,)`` so the iteration limit returns the result
+instead of raising. Coefficients are optimised as logarithms (L-BFGS-B here
+has no bounds and they must stay positive).
+
+Nothing inside the loss function may raise: SciPy's worker would wait
+forever. So monitoring there goes through the non-raising
+:meth:`TrainerMonitoring.on_evaluation`, and the objective is evaluated once
+before ``minimize``, where an error in the physics still raises normally.
+
+Example:
+    >>> import tempfile
+    >>> from trainers.config import validate
+    >>> from trainers.monitoring import TrainerMonitoring
+    >>> from trainers.physical import PhysicalTrainer
+    >>> cfg = validate({"experiment": "doc", "trainer_type": "physical",
+    ...     "data": {"resolution": 32, "num_frames": 5, "num_sims": 1, "cache_dir": tempfile.mkdtemp(),
+    ...              "progress": False, "nu": 0.05},
+    ...     "trainer_params": {"train_sim": [0], "learnable_parameters": [
+    ...         {"name": "viscosity", "initial_guess": 0.02}], "abs_tol": 1e-10}})
+    >>> mon = TrainerMonitoring.create(tempfile.mkdtemp(), enabled=False, verbose_batches=0,
+    ...                                tbmem_config=cfg.tbmem)
+    >>> result = PhysicalTrainer(cfg, monitoring=mon).train(); mon.close()  # doctest: +ELLIPSIS
+    SOLVE INFO (L-BFGS-B)
+    ...
+    >>> abs(result.parameters["viscosity"] / 0.05 - 1) < 0.01
+    True
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainers.config import ConfigError, RunConfig
+from trainers.data import ensure_simulations, load_simulation, make_step, phi_flow
+from trainers.monitoring import TrainerMonitoring
+
+__all__ = ["PhysicalTrainer", "PhysicalResult", "COEFFICIENT_NAMES"]
+
+#: Names a learnable coefficient may have, per PDE.
+COEFFICIENT_NAMES = {"burgers": ("viscosity", "nu"), "heat": ("diffusivity", "nu")}
+
+
+@dataclass
+class PhysicalResult:
+    """What the optimisation found and how it ended (SciPy's SolveInfo)."""
+
+    parameters: dict[str, float] = field(default_factory=dict)
+    true_parameters: dict[str, float] = field(default_factory=dict)
+    iterations: int = 0
+    function_evaluations: int = 0
+    converged: bool = False
+    final_loss: float = float("nan")
+    message: str = ""
+    evaluations_seen: int = 0
+
+    def relative_errors(self) -> dict[str, float]:
+        """|recovered / true - 1| for each coefficient with a known true value."""
+        return {k: abs(v / self.true_parameters[k] - 1) for k, v in self.parameters.items()
+                if k in self.true_parameters}
+
+
+def _scalar(value: Any) -> float:
+    # Detached first: float() of a tensor that requires grad warns, and warnings are errors in tests.
+    native = value.native() if hasattr(value, "native") else value
+    if hasattr(native, "detach"):
+        native = native.detach()
+    return float(native)
+
+
+def _numpy(value: Any) -> np.ndarray:
+    # SolveInfo fields are PhiML tensors (one entry per batch item) or plain numbers.
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
+class PhysicalTrainer:
+    """Fits the learnable parameters of ``trainer_params.learnable_parameters`` with ``math.minimize``.
+
+    Args:
+        cfg: The validated run config (``trainer_type: physical``).
+        monitoring: The run's writer and monitors.
+
+    Raises:
+        ConfigError: an unknown learnable parameter, or simulation indices out of range.
+    """
+
+    def __init__(self, cfg: RunConfig, *, monitoring: TrainerMonitoring) -> None:
+        self.cfg, self.params, self.mon = cfg, cfg.trainer_params, monitoring
+        pde = cfg.data.pde
+        self.coefficient: tuple[str, float] | None = None
+        self.learn_initial_state: float | None = None
+        for p in self.params.learnable_parameters:
+            name, guess = p["name"], p.get("initial_guess")
+            if name in COEFFICIENT_NAMES[pde]:
+                if guess is None or guess <= 0:
+                    raise ConfigError(f"config key 'trainer_params.learnable_parameters' {name}: "
+                                      f"initial_guess must be > 0, got {guess!r}")
+                self.coefficient = (name, float(guess))
+            elif name == "initial_state":
+                self.learn_initial_state = float(guess or 0.0)
+            else:
+                raise ConfigError(f"config key 'trainer_params.learnable_parameters' has unknown name "
+                                  f"{name!r}; {pde} learns {COEFFICIENT_NAMES[pde]} or 'initial_state'")
+        if self.coefficient is None and self.learn_initial_state is None:
+            raise ConfigError("config key 'trainer_params.learnable_parameters' is empty")
+        bad = [i for i in self.params.train_sim if i >= cfg.data.num_sims]
+        if bad:
+            raise ConfigError(f"config key 'trainer_params.train_sim' names simulations {bad} but "
+                              f"data.num_sims is {cfg.data.num_sims}")
+        if self.params.num_predict_steps >= cfg.data.num_frames:
+            raise ConfigError(f"config key 'trainer_params.num_predict_steps' must be < data.num_frames "
+                              f"({cfg.data.num_frames})")
+        self.evaluations = 0
+
+    # --- data -------------------------------------------------------------------------------
+    def _ground_truth(self) -> list[Any]:
+        import torch
+
+        flow = phi_flow()
+        from trainers.data import initial_state  # same grid geometry as the generator
+
+        data, steps = self.cfg.data, self.params.num_predict_steps
+        folder = ensure_simulations(data)
+        arr = np.stack([load_simulation(folder, i)[:steps + 1] for i in self.params.train_sim], axis=1)
+        template = initial_state(data, len(self.params.train_sim))
+        space = "x" if data.dim == 1 else "x,y"
+        frames = []
+        for f in range(steps + 1):
+            values = torch.from_numpy(np.ascontiguousarray(arr[f]))
+            if data.pde == "burgers":
+                t = flow.math.tensor(values, flow.batch("b"), flow.channel(vector=space), flow.spatial(space))
+            else:
+                t = flow.math.tensor(values[:, 0], flow.batch("b"), flow.spatial(space))
+            frames.append(template.with_values(t))
+        return frames
+
+    # --- optimisation -----------------------------------------------------------------------
+    def _x0(self, gt: list[Any]) -> tuple[Any, ...]:
+        flow = phi_flow()
+        x0: list[Any] = []
+        if self.coefficient is not None:
+            x0.append(flow.math.tensor(pymath.log(self.coefficient[1])))
+        if self.learn_initial_state is not None:
+            x0.append(flow.math.zeros(gt[0].values.shape) + self.learn_initial_state)
+        return tuple(x0)
+
+    def _unpack(self, xs: tuple[Any, ...]) -> tuple[Any, Any]:
+        flow = phi_flow()
+        i = 0
+        nu: Any = self.cfg.data.nu  # a fixed, known coefficient when only the state is learned
+        if self.coefficient is not None:
+            nu, i = flow.math.exp(xs[0]), 1
+        state = xs[i] if self.learn_initial_state is not None else None
+        return nu, state
+
+    def _objective(self, gt: list[Any], step: Any, *xs: Any) -> tuple[Any, Any]:
+        flow = phi_flow()
+        nu, state = self._unpack(xs)
+        u = gt[0] if state is None else gt[0].with_values(state)
+        total = 0
+        for k in range(1, len(gt)):
+            u = step(u, nu)
+            total = total + flow.math.l2_loss(u - gt[k])
+        return flow.math.sum(total, "b") / (len(gt) - 1), nu
+
+    def _report(self, loss: Any, nu: Any) -> None:
+        """Hand one evaluation to the monitors. Runs inside the loss: must never raise."""
+        index = self.evaluations
+        self.evaluations += 1
+        try:
+            params = {self.coefficient[0]: _scalar(nu)} if self.coefficient is not None else {}
+            value = _scalar(loss)
+        except Exception:  # noqa: BLE001 - a raise here would hang SciPy's worker
+            return
+        self.mon.on_evaluation(index, value, params)
+
+    def train(self) -> PhysicalResult:
+        """Run the optimisation; print and log the SolveInfo; return the result."""
+        flow = phi_flow()
+        mon, p = self.mon, self.params
+        with mon.track("load_ground_truth"):
+            gt = self._ground_truth()
+        mon.print_memory("After loading ground truth data: ")
+        step = make_step(self.cfg.data)
+        x0 = self._x0(gt)
+        self._objective(gt, step, *x0)  # outside minimize an error raises instead of hanging SciPy
+
+        def loss_function(*xs: Any) -> Any:
+            loss, nu = self._objective(gt, step, *xs)
+            self._report(loss, nu)
+            return loss
+
+        solve = flow.Solve(p.method, 0, p.abs_tol, x0=x0, max_iterations=p.max_iterations,
+                           suppress=(flow.math.NotConverged,))
+        mon.optimization_start()
+        with mon.track("optimization"):
+            with flow.math.SolveTape() as tape:
+                solution = flow.math.minimize(loss_function, solve)
+        mon.optimization_end()
+        mon.print_memory("After optimization: ")
+        info = tape[solve]
+        solution = solution if isinstance(solution, tuple) else (solution,)
+        final_loss, nu = self._objective(gt, step, *solution)
+        msg = info.msg
+        result = PhysicalResult(
+            iterations=int(np.max(_numpy(info.iterations))),
+            function_evaluations=int(np.max(_numpy(info.function_evaluations))),
+            converged=bool(np.all(_numpy(info.converged))), final_loss=_scalar(final_loss),
+            message="; ".join(map(str, msg)) if isinstance(msg, (list, tuple)) else str(msg),
+            evaluations_seen=self.evaluations)
+        if self.coefficient is not None:
+            result.parameters[self.coefficient[0]] = _scalar(nu)
+            result.true_parameters[self.coefficient[0]] = self.cfg.data.nu
+        self._publish(result)
+        mon.print_summary()
+        return result
+
+    def _publish(self, result: PhysicalResult) -> None:
+        lines = ["SOLVE INFO (L-BFGS-B)",
+                 f"  iterations: {result.iterations}",
+                 f"  function evaluations: {result.function_evaluations}",
+                 f"  converged: {result.converged} ({result.message})",
+                 f"  final loss: {result.final_loss:.6g}"]
+        errors = result.relative_errors()
+        for name, value in result.parameters.items():
+            lines.append(f"  {name}: {value:.6g} (true {result.true_parameters[name]:.6g}, "
+                         f"relative error {100 * errors[name]:.3f}%)")
+        print("\n".join(lines), flush=True)
+        self.mon.writer.add_text("Physical/solve_info", "\n".join(f"    {line}" for line in lines),
+                                 result.function_evaluations)
+        self.mon.writer.flush()

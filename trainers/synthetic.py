@@ -1,0 +1,206 @@
+"""SyntheticTrainer: a UNet trained autoregressively on simulated trajectories (PyTorch).
+
+Each batch rolls the network ``num_predict_steps`` times, feeding predictions
+back, averages the per-step MSE and calls backward once. Memory monitoring is
+a handful of hook calls on :class:`trainers.monitoring.TrainerMonitoring`,
+switched on and off by the config alone.
+
+Example:
+    >>> import tempfile
+    >>> from trainers.config import validate
+    >>> from trainers.monitoring import TrainerMonitoring
+    >>> from trainers.synthetic import SyntheticTrainer
+    >>> cfg = validate({"experiment": "doc", "data": {"resolution": 16, "num_frames": 8, "num_sims": 2,
+    ...     "cache_dir": tempfile.mkdtemp(), "progress": False}, "model": {"levels": 2, "filters": 4},
+    ...     "trainer_params": {"epochs": 1, "train_sim": [0], "val_sim": [1], "progress": False}})
+    >>> mon = TrainerMonitoring.create(tempfile.mkdtemp(), enabled=False, verbose_batches=0,
+    ...                                tbmem_config=cfg.tbmem)
+    >>> result = SyntheticTrainer(cfg, monitoring=mon).train(); mon.close()
+    >>> len(result.val_losses)
+    1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from trainers.config import ConfigError, RunConfig
+from trainers.data import channels, ensure_simulations
+from trainers.dataset import HybridDataset
+from trainers.models import build_model
+from trainers.monitoring import TrainerMonitoring
+
+__all__ = ["SyntheticTrainer", "SyntheticResult", "rollout_loss"]
+
+
+@dataclass
+class SyntheticResult:
+    """Per-epoch losses and the checkpoints written."""
+
+    train_losses: list[float] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    checkpoints: list[Path] = field(default_factory=list)
+    steps: int = 0
+
+
+def rollout_loss(model: torch.nn.Module, x0: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean over the ``T`` steps of the MSE of the autoregressive rollout from ``x0``."""
+    state, total = x0, x0.new_zeros(())
+    steps = targets.shape[1]
+    for t in range(steps):
+        state = model(state)
+        total = total + torch.nn.functional.mse_loss(state.float(), targets[:, t].float())
+    return total / steps
+
+
+class SyntheticTrainer:
+    """Trains the configured network on ``trainer_params.train_sim``, validating on ``val_sim``.
+
+    Args:
+        cfg: The validated run config.
+        monitoring: The run's writer and monitors.
+        device: Where the model and batches live (default CPU).
+        checkpoint_dir: Where checkpoints go (default ``<log_dir>/checkpoints``).
+    """
+
+    def __init__(self, cfg: RunConfig, *, monitoring: TrainerMonitoring, device: torch.device | None = None,
+                 checkpoint_dir: Path | None = None) -> None:
+        self.cfg, self.params, self.mon = cfg, cfg.trainer_params, monitoring
+        self.device = device or torch.device("cpu")
+        self.checkpoint_dir = checkpoint_dir or Path(monitoring.writer.log_dir) / "checkpoints"
+        data = cfg.data
+        for key in ("train_sim", "val_sim"):
+            bad = [i for i in getattr(self.params, key) if i >= data.num_sims]
+            if bad:
+                raise ConfigError(f"config key 'trainer_params.{key}' names simulations {bad} but "
+                                  f"data.num_sims is {data.num_sims}")
+        folder = ensure_simulations(data)
+        kwargs = dict(num_predict_steps=self.params.num_predict_steps, max_cached_sims=data.max_cached_sims)
+        self.train_set = HybridDataset(folder, self.params.train_sim,
+                                       use_sliding_window=self.params.use_sliding_window, **kwargs)
+        self.val_set = (HybridDataset(folder, self.params.val_sim, use_sliding_window=False, **kwargs)
+                        if self.params.val_sim else None)
+        # Seeded here, after the data: generating the cache reseeds torch, reusing it does not.
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(cfg.model, dim=data.dim, channels=channels(data),
+                                 resolution=data.resolution).to(self.device)
+        self.optimizer = self._optimizer()
+        self.scheduler = self._scheduler()
+        self.amp_dtype = (torch.float16 if self.device.type == "cuda" else torch.bfloat16) \
+            if self.params.use_amp else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.mon.writer.watch(self.model, self.optimizer)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        p = self.params
+        if p.optimizer == "sgd":
+            return torch.optim.SGD(self.model.parameters(), lr=p.learning_rate, momentum=0.9,
+                                   weight_decay=p.weight_decay)
+        cls = torch.optim.AdamW if p.optimizer == "adamw" else torch.optim.Adam
+        return cls(self.model.parameters(), lr=p.learning_rate, weight_decay=p.weight_decay)
+
+    def _scheduler(self) -> Any:
+        p = self.params
+        if p.scheduler == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=p.epochs)
+        if p.scheduler == "step":
+            return torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=max(1, p.epochs // 3), gamma=0.5)
+        return None
+
+    def _loader(self, dataset: HybridDataset, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.cfg.seed)
+        return DataLoader(dataset, batch_size=self.params.batch_size, shuffle=shuffle, generator=generator,
+                          num_workers=self.params.num_workers,
+                          pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda")
+
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def train(self) -> SyntheticResult:
+        """Run all epochs; return the losses."""
+        from tqdm import tqdm
+
+        p, mon, writer = self.params, self.mon, self.mon.writer
+        result = SyntheticResult()
+        loader = self._loader(self.train_set, shuffle=True)
+        accum = p.gradient_accumulation_steps
+        best = math.inf
+        step = 0
+        bar = tqdm(range(p.epochs), desc="training", unit="epoch", disable=not p.progress)
+        for epoch in bar:
+            self.model.train()
+            mon.on_epoch_start()
+            total, batches = 0.0, len(loader)
+            self.optimizer.zero_grad(set_to_none=True)
+            for batch_idx, (x0, targets) in enumerate(loader):
+                mon.on_batch_start(batch_idx)
+                with mon.step(step):
+                    x0 = x0.to(self.device, non_blocking=True)
+                    targets = targets.to(self.device, non_blocking=True)
+                    with self._autocast():
+                        loss = rollout_loss(self.model, x0, targets)
+                    mon.before_backward(step, loss)
+                    self.scaler.scale(loss / accum).backward()
+                    if (batch_idx + 1) % accum == 0 or batch_idx + 1 == batches:
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                        self.optimizer.zero_grad(set_to_none=True)
+                value = loss.item()
+                mon.on_batch_end(batch_idx, value)
+                total += value
+                step += 1
+            mon.on_epoch_end()
+            lr = self.optimizer.param_groups[0]["lr"]
+            if self.scheduler is not None:
+                self.scheduler.step()
+            train_loss = total / max(batches, 1)
+            result.train_losses.append(train_loss)
+            readings = {"train_loss": train_loss, "learning_rate": lr}
+            val_loss = self.validate() if self.val_set is not None else None
+            if val_loss is not None:
+                result.val_losses.append(val_loss)
+                readings["val_loss"] = val_loss
+            writer.write_readings(readings, epoch)
+            bar.set_postfix(train=f"{train_loss:.4g}", val="-" if val_loss is None else f"{val_loss:.4g}",
+                            refresh=False)
+            score = val_loss if val_loss is not None else train_loss
+            if score < best:
+                best = score
+                path = self._save("best.pt", epoch, score)
+                if path not in result.checkpoints:
+                    result.checkpoints.append(path)
+            if not p.save_best_only and p.save_interval and (epoch + 1) % p.save_interval == 0:
+                result.checkpoints.append(self._save(f"epoch_{epoch + 1:04d}.pt", epoch, score))
+        bar.close()
+        result.steps = step
+        writer.flush()
+        return result
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        """Mean rollout loss over the validation simulations."""
+        assert self.val_set is not None
+        self.model.eval()
+        total, count = 0.0, 0
+        for x0, targets in self._loader(self.val_set, shuffle=False):
+            with self._autocast():
+                loss = rollout_loss(self.model, x0.to(self.device), targets.to(self.device))
+            total += loss.item() * x0.shape[0]
+            count += x0.shape[0]
+        return total / max(count, 1)
+
+    def _save(self, name: str, epoch: int, score: float) -> Path:
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        path = self.checkpoint_dir / name
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "epoch": epoch, "score": score}, path)
+        return path
