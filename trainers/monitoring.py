@@ -30,7 +30,7 @@ import torch
 from tbmem._log import report_once
 from tbmem.config import MemoryWriterConfig
 
-__all__ = ["TrainerMonitoring"]
+__all__ = ["console_above_progress_bar", "TrainerMonitoring"]
 
 
 class TrainerMonitoring:
@@ -213,3 +213,28 @@ class TrainerMonitoring:
     def close(self) -> None:
         """Flush and close the writer."""
         self.writer.close()
+
+
+class _TqdmStream:
+    """A text stream that prints above any open tqdm bar instead of through it."""
+
+    def write(self, text: str) -> int:
+        from tqdm import tqdm
+
+        tqdm.write(text.rstrip("\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to flush: tqdm.write writes through."""
+
+
+@contextlib.contextmanager
+def console_above_progress_bar(enabled: bool = True) -> Iterator[None]:
+    """Route tbmem's console monitor lines through ``tqdm.write`` while a progress bar is shown."""
+    if not enabled:
+        yield
+        return
+    from tbmem.monitor import redirect_output
+
+    with redirect_output(_TqdmStream()):
+        yield

@@ -8,7 +8,7 @@ switched on and off by the config alone.
 Example:
     >>> import tempfile
     >>> from trainers.config import validate
-    >>> from trainers.monitoring import TrainerMonitoring
+    >>> from trainers.monitoring import TrainerMonitoring, console_above_progress_bar
     >>> from trainers.synthetic import SyntheticTrainer
     >>> cfg = validate({"experiment": "doc", "data": {"resolution": 16, "num_frames": 8, "num_sims": 2,
     ...     "cache_dir": tempfile.mkdtemp(), "progress": False}, "model": {"levels": 2, "filters": 4},
@@ -35,7 +35,7 @@ from trainers.config import ConfigError, RunConfig
 from trainers.data import channels, ensure_simulations
 from trainers.dataset import HybridDataset
 from trainers.models import build_model
-from trainers.monitoring import TrainerMonitoring
+from trainers.monitoring import TrainerMonitoring, console_above_progress_bar
 
 __all__ = ["SyntheticTrainer", "SyntheticResult", "rollout_loss"]
 
@@ -129,13 +129,18 @@ class SyntheticTrainer:
         """Run all epochs; return the losses."""
         from tqdm import tqdm
 
-        p, mon, writer = self.params, self.mon, self.mon.writer
+        p = self.params
         result = SyntheticResult()
         loader = self._loader(self.train_set, shuffle=True)
+        bar = tqdm(range(p.epochs), desc="training", unit="epoch", disable=not p.progress)
+        with console_above_progress_bar(p.progress):
+            return self._train_epochs(bar, loader, result)
+
+    def _train_epochs(self, bar: Any, loader: Any, result: SyntheticResult) -> SyntheticResult:
+        p, mon, writer = self.params, self.mon, self.mon.writer
         accum = p.gradient_accumulation_steps
         best = math.inf
         step = 0
-        bar = tqdm(range(p.epochs), desc="training", unit="epoch", disable=not p.progress)
         for epoch in bar:
             self.model.train()
             mon.on_epoch_start()
