@@ -17,7 +17,8 @@ Example:
 from __future__ import annotations
 
 import pickle
-from typing import Any, BinaryIO, Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, BinaryIO, Callable, Iterator
 
 import torch
 
@@ -36,6 +37,8 @@ __all__ = [
     "dump_snapshot_pickle",
     "memory_viz_trace_plot",
     "attach_oom_observer",
+    "disable_torch_function_subclass",
+    "saved_tensors_of",
 ]
 
 #: torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before.
@@ -151,3 +154,38 @@ def attach_oom_observer(callback: Callable[[int, int, int, int], None]) -> bool:
         return False
     hook(callback)
     return True
+
+
+def disable_torch_function_subclass() -> AbstractContextManager[object]:
+    """A context in which tensor subclasses' ``__torch_function__`` overrides do not run.
+
+    The census reads storages of user subclasses (phiml wraps native tensors); their overrides
+    must not run, or recurse, while tbmem measures.
+    """
+    ctx = getattr(torch._C, "DisableTorchFunctionSubclass", None)
+    return ctx() if ctx is not None else nullcontext()
+
+
+_SAVED_ATTRS: dict[type, tuple[str, ...]] = {}
+
+
+def saved_tensors_of(node: Any) -> Iterator[tuple[torch.Tensor, str]]:
+    """``(tensor, attribute)`` for each tensor an autograd node saved for backward.
+
+    Reads the private ``_raw_saved_*`` attributes (``SavedTensor.data``), which unlike
+    ``_saved_*`` do not run saved-tensor unpack hooks (those may copy offloaded tensors back
+    to the device). A graph already run backward has released them: nothing is yielded.
+    """
+    node_type = type(node)
+    attrs = _SAVED_ATTRS.get(node_type)
+    if attrs is None:
+        attrs = _SAVED_ATTRS[node_type] = tuple(n for n in dir(node_type) if n.startswith("_raw_saved_"))
+    for attr in attrs:
+        try:
+            value = getattr(node, attr)
+        except RuntimeError:  # released or never saved
+            continue
+        for saved in value if type(value) in (tuple, list) else (value,):
+            data = getattr(saved, "data", None)
+            if data is not None:
+                yield data, attr[5:]

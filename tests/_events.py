@@ -22,7 +22,9 @@ def scalars(logdir: str | Path, tag: str) -> list[tuple[int, float]]:
 
 
 def texts(logdir: str | Path, tag: str) -> list[tuple[int, str]]:
-    """(step, text) pairs of one text tag written with add_text."""
+    """(step, text) pairs of one text tag written with add_text (which appends ``/text_summary``)."""
+    if not tag.endswith("/text_summary"):
+        tag += "/text_summary"
     out = []
     for e in read_events(logdir).Tensors(tag):
         out.append((e.step, e.tensor_proto.string_val[0].decode("utf-8")))
