@@ -1,0 +1,67 @@
+"""Analysis of tbmem logdirs: scalars into pandas, leak detection, per-run summaries, figures.
+
+Needs the ``analysis`` extra (pandas, matplotlib): ``pip install 'tbmem[analysis]'``.
+Names are imported lazily, so ``import tbmem.analysis`` works without them and
+the missing extra is named when a function needs it.
+
+Example:
+    >>> import tempfile
+    >>> from tbmem import MemoryWriter
+    >>> from tbmem.analysis import summarize
+    >>> logdir = tempfile.mkdtemp()
+    >>> with MemoryWriter(logdir, custom_layout=False) as w:
+    ...     w.write_scalars({"Memory/RAM/process_rss_GB": 2.0}, step=0)
+    >>> summarize(logdir)[0].peak_rss_gb
+    2.0
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "load_scalars": "tbmem.analysis.load",
+    "load_texts": "tbmem.analysis.load",
+    "find_runs": "tbmem.analysis.load",
+    "AnalysisError": "tbmem.analysis.load",
+    "LogdirNotFoundError": "tbmem.analysis.load",
+    "NoEventFilesError": "tbmem.analysis.load",
+    "NoTbmemTagsError": "tbmem.analysis.load",
+    "CorruptEventFileError": "tbmem.analysis.load",
+    "detect_leaks": "tbmem.analysis.leaks",
+    "LeakFinding": "tbmem.analysis.leaks",
+    "theil_sen": "tbmem.analysis.trend",
+    "summarize": "tbmem.analysis.summary",
+    "RunSummary": "tbmem.analysis.summary",
+    "format_table": "tbmem.analysis.table",
+    "format_leaks": "tbmem.analysis.table",
+    "plot_timeline": "tbmem.analysis.plot",
+    "plot_stacked": "tbmem.analysis.plot",
+    "plot_lines": "tbmem.analysis.plot",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tbmem.analysis.leaks import LeakFinding, detect_leaks
+    from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
+                                     NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
+                                     load_texts)
+    from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
+    from tbmem.analysis.summary import RunSummary, summarize
+    from tbmem.analysis.table import format_leaks, format_table
+    from tbmem.analysis.trend import theil_sen
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tbmem.analysis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,112 @@
+"""``tbmem report LOGDIR``: the per-run summary, leak findings, a figure, a CI gate.
+
+Exit status: 0 fine; 1 a leak was found and ``--fail-on-leak`` was given;
+2 the logdir cannot be analysed (missing, no event files, no tbmem tags,
+damaged event files, a missing extra). Errors are one line on stderr, never a traceback.
+
+Example:
+    >>> from tbmem.cli import main
+    >>> main(["report", "/nonexistent/logdir"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from tbmem._extras import MissingExtraError
+
+__all__ = ["add_parser", "report_command", "EXIT_LEAK", "EXIT_ERROR"]
+
+EXIT_LEAK = 1
+EXIT_ERROR = 2
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``report`` on the ``tbmem`` command line's subparsers."""
+    from tbmem.analysis.leaks import DEFAULT_NOISY_THRESHOLD_MB_PER_1K, DEFAULT_THRESHOLD_MB_PER_1K
+
+    p = subparsers.add_parser(
+        "report", help="summarize a logdir: peaks, category mix, step times, leaks",
+        description="Summarize every run under LOGDIR: peak VRAM/RAM, the census category mix at its "
+                    "peak, fragmentation, step times and leak findings. Exit status: 0 ok, "
+                    f"{EXIT_LEAK} leak found with --fail-on-leak, {EXIT_ERROR} cannot analyse.")
+    p.add_argument("logdir", metavar="LOGDIR", help="TensorBoard logdir (a run or a folder of runs)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--png", metavar="FILE", help="write a figure: memory timeline, categories stacked, "
+                                                 "one panel per run")
+    p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                   help="only these two runs, side by side with their difference")
+    p.add_argument("--fail-on-leak", action="store_true", help=f"exit {EXIT_LEAK} when a leak is found")
+    p.add_argument("--threshold-mb-per-1k", type=float, default=DEFAULT_THRESHOLD_MB_PER_1K,
+                   metavar="MB", help="leak threshold for exact tensor bytes (census, VRAM allocated), "
+                                      "MB per 1000 steps (default %(default)s)")
+    p.add_argument("--noisy-threshold-mb-per-1k", type=float, default=DEFAULT_NOISY_THRESHOLD_MB_PER_1K,
+                   metavar="MB", help="leak threshold for RSS/USS/reserved/NVML memory (default %(default)s)")
+    p.add_argument("--skip-fraction", type=float, default=0.25, metavar="F",
+                   help="warm-up to ignore, as a fraction of the step range (default %(default)s)")
+    p.add_argument("--allow-truncated", action="store_true",
+                   help="analyse the readable part of truncated or corrupt event files instead of stopping")
+    p.set_defaults(func=report_command)
+    return p
+
+
+def _fail(message: str) -> int:
+    print(f"tbmem report: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """Run ``tbmem report``; returns the exit status."""
+    from tbmem.analysis.load import AnalysisError
+
+    try:
+        return _report(args)
+    except (AnalysisError, MissingExtraError) as exc:
+        return _fail(str(exc))
+    except ValueError as exc:  # a bad option value (threshold <= 0, ...)
+        return _fail(f"invalid option: {exc}")
+    except OSError as exc:  # unreadable files, --png into a missing folder
+        return _fail(f"{exc.filename or ''} {exc.strerror or exc}".strip())
+
+
+def _finite(obj: Any) -> Any:
+    """NaN/inf (a diverged loss) become null: strict JSON parsers reject NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tbmem.analysis.load import load_scalars
+    from tbmem.analysis.summary import summarize
+    from tbmem.analysis.table import format_leaks, format_table
+
+    runs = list(args.compare) if args.compare else None
+    df = load_scalars(args.logdir, runs=runs, on_error="warn" if args.allow_truncated else "raise")
+    summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
+                          noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
+                          skip_fraction=args.skip_fraction)
+    if args.png:
+        from tbmem.analysis.plot import plot_timeline
+
+        plot_timeline(df, runs=[s.run for s in summaries], path=args.png)
+    if args.json:
+        doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries]}
+        print(json.dumps(_finite(doc), indent=2, allow_nan=False))
+    else:
+        print(format_table(summaries, compare=bool(args.compare)))
+        print()
+        print(format_leaks(summaries))
+        if args.png:
+            print(f"\nfigure written to {args.png}")
+    leaked = any(s.has_leak for s in summaries)
+    return EXIT_LEAK if (leaked and args.fail_on_leak) else 0
