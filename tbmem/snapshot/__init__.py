@@ -23,10 +23,36 @@ Example:
 
 from __future__ import annotations
 
-from tbmem.snapshot.config import SnapshotConfig
-from tbmem.snapshot.manager import SnapshotManager
-from tbmem.snapshot.readers import load_snapshot, load_torch_pickle, snapshot_stats
-from tbmem.snapshot.schema import Snapshot
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SnapshotConfig", "SnapshotManager", "Snapshot", "load_snapshot", "load_torch_pickle",
-           "snapshot_stats"]
+# Imported on first use: `tbmem snapshot ...` and `tbmem report` should not pay for torch.
+_EXPORTS: dict[str, str] = {
+    "SnapshotConfig": "tbmem.snapshot.config",
+    "SnapshotManager": "tbmem.snapshot.manager",
+    "Snapshot": "tbmem.snapshot.schema",
+    "load_snapshot": "tbmem.snapshot.readers",
+    "load_torch_pickle": "tbmem.snapshot.readers",
+    "snapshot_stats": "tbmem.snapshot.readers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tbmem.snapshot.config import SnapshotConfig
+    from tbmem.snapshot.manager import SnapshotManager
+    from tbmem.snapshot.readers import load_snapshot, load_torch_pickle, snapshot_stats
+    from tbmem.snapshot.schema import Snapshot
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tbmem.snapshot' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
