@@ -109,7 +109,10 @@ def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
             right = ax
         plot_lines(df, run, PROCESS_TAGS, ax=right, linewidth=1.5)
         right.set_ylabel("process / allocator (GB)")
-        right.set_ylim(bottom=0)  # from zero: a 1 MB wiggle of RSS must not look like a cliff
+        # From zero (a 1 MB wiggle of RSS must not look like a cliff), up to the highest point drawn:
+        # set_ylim(bottom=0) alone freezes an autoscaled top that can clip the lines.
+        tops = [max(line.get_ydata(), default=0) for line in right.get_lines()]
+        right.set_ylim(0, max(tops, default=0) * 1.08 or 1.0)
         if right.get_lines():
             right.legend(loc="upper right", fontsize="small")
         ax.set_title(run)
