@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ class Ledger:
         self._records: dict[tuple[str, int], TensorRecord] = {}
         self._seen: set[int] = set()
         self._keep: list[Any] = []  # holds claimed objects so their ids stay unique
+        self._numpy_keys: set[tuple[str, int]] = set()
         self.notes: list[str] = []
 
     def seen(self, obj: Any) -> bool:
@@ -94,11 +97,43 @@ class Ledger:
         if st.key not in self._records:
             self._records[st.key] = TensorRecord(name=name, category="other", shape=tuple(a.shape),
                                                  dtype=st.dtype, device="cpu", bytes=st.nbytes)
+            self._numpy_keys.add(st.key)
 
     def records(self) -> list[TensorRecord]:
-        """All records so far."""
-        return list(self._records.values())
+        """All records so far, each byte once.
+
+        A torch storage made with ``torch.from_numpy`` of a slice starts inside the
+        array's base buffer, so the two keys differ while the bytes are shared. The torch
+        storage keeps its bytes (it was claimed at a higher or equal priority); the numpy
+        record keeps only the bytes no torch storage covers.
+        """
+        if not self._numpy_keys:
+            return list(self._records.values())
+        spans = sorted((key[1], key[1] + rec.bytes) for key, rec in self._records.items()
+                       if key[0] == "cpu" and key not in self._numpy_keys)
+        starts = [start for start, _ in spans]
+        out = []
+        for key, rec in self._records.items():
+            if key in self._numpy_keys:
+                shared = _covered(key[1], key[1] + rec.bytes, spans, starts)
+                if shared:
+                    if shared >= rec.bytes:
+                        continue
+                    rec = dataclasses.replace(rec, bytes=rec.bytes - shared)
+            out.append(rec)
+        return out
 
     def bytes_on(self, device: str) -> int:
         """Census bytes on one device (for the unattributed reading)."""
-        return sum(r.bytes for r in self._records.values() if r.device == device)
+        return sum(r.bytes for r in self.records() if r.device == device)
+
+
+def _covered(lo: int, hi: int, spans: list[tuple[int, int]], starts: list[int]) -> int:
+    """Bytes of ``[lo, hi)`` inside the sorted, disjoint ``spans``."""
+    covered = 0
+    i = max(bisect.bisect_right(starts, lo) - 1, 0)
+    while i < len(spans) and spans[i][0] < hi:
+        start, end = spans[i]
+        covered += max(0, min(end, hi) - max(start, lo))
+        i += 1
+    return covered

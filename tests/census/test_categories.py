@@ -118,3 +118,17 @@ def test_numpy_arrays_are_host_memory_deduplicated_by_base() -> None:
     assert not [r for r in off.records if r.bytes == 200000]
     full = take_census(numpy_scan="all")
     assert len([r for r in full.records if r.bytes == 200000]) == 1
+
+
+def test_a_tensor_sharing_part_of_a_numpy_buffer_is_counted_once() -> None:
+    import numpy as np
+
+    gc.collect()
+    base = np.arange(12345, dtype=np.float64)  # 98760 bytes, a size no other test object has
+    tail = torch.from_numpy(base[345:])  # shares the last 12000 elements (96000 bytes)
+    census = take_census()
+    torch_part = [r for r in census.records if r.bytes == 96000]
+    numpy_rest = [r for r in census.records if r.bytes == 98760 - 96000]
+    assert len(torch_part) == 1 and torch_part[0].name != "" and len(numpy_rest) == 1
+    assert not [r for r in census.records if r.bytes == 98760]  # the shared bytes are not counted twice
+    assert tail.untyped_storage().nbytes() == 96000
