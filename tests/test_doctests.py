@@ -1,4 +1,4 @@
-"""Every docstring example in the tbmem package runs."""
+"""Every docstring example in the tbmem and trainers packages runs, and every module declares __all__."""
 
 import doctest
 import importlib
@@ -7,12 +7,13 @@ import pkgutil
 import pytest
 
 import tbmem
+import trainers
 
 
 def _modules() -> list[str]:
-    names = ["tbmem"]
-    for info in pkgutil.walk_packages(tbmem.__path__, prefix="tbmem."):
-        names.append(info.name)
+    names = ["tbmem", "trainers"]
+    for package in (tbmem, trainers):
+        names += [info.name for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + ".")]
     return sorted(names)
 
 
