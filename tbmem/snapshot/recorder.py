@@ -56,7 +56,17 @@ class _RecordingMode(TorchDispatchMode):
         self._owner = owner
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError:
+            # TorchScript/traced code passes "wrapped number" tensors, which reach a Python
+            # dispatch mode as plain floats/ints the op's schema rejects. Rewrap them and retry;
+            # when there is nothing to rewrap, the error is the user's own and propagates.
+            fixed = _rewrap_numbers(func, args)
+            if fixed is None:
+                raise
+            out = func(*fixed, **kwargs)
         try:
             if isinstance(out, torch.Tensor):
                 self._owner._record(out, args)
@@ -67,6 +77,19 @@ class _RecordingMode(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001 - a recorder bug must not break the user's op
             self._owner._fail(exc)
         return out
+
+
+def _rewrap_numbers(func: Any, args: tuple) -> tuple | None:
+    """``args`` with Python numbers turned into tensors where the schema wants a Tensor, or None."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return None
+    fixed, changed = list(args), False
+    for i, (arg, spec) in enumerate(zip(args, schema.arguments)):
+        if isinstance(arg, (bool, int, float)) and isinstance(spec.type, torch._C.TensorType):
+            fixed[i] = torch.scalar_tensor(arg, dtype=torch.result_type(arg, arg))
+            changed = True
+    return tuple(fixed) if changed else None
 
 
 class DispatchRecorder:
