@@ -26,7 +26,7 @@ __all__ = ["main"]
 VARIANTS = {
     "off": ["trainer_params.enable_memory_monitoring=false"],
     "defaults": ["trainer_params.enable_memory_monitoring=true"],
-    "census_50": ["trainer_params.enable_memory_monitoring=true", "+tbmem.census_every=50"],
+    "census_50": ["trainer_params.enable_memory_monitoring=true", "tbmem.census_every=50"],
 }
 
 

@@ -61,7 +61,7 @@ def test_invalid_value_is_named(compose, override, key):
 
 
 def test_tbmem_keys_go_through_memory_writer_config(compose):
-    run = validate(compose("burgers_quick_test", "+tbmem.every=5", "+tbmem.census_every=50"))
+    run = validate(compose("burgers_quick_test", "tbmem.every=5", "tbmem.census_every=50"))
     assert (run.tbmem.every, run.tbmem.census_every) == (5, 50)
     with pytest.raises(ConfigError, match="evrey"):
         validate(compose("burgers_quick_test", "+tbmem.evrey=5"))

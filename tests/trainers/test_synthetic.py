@@ -11,7 +11,7 @@ from trainers.synthetic import rollout_loss
 
 
 def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
-    cfg = compose("burgers_quick_test", "trainer=synthetic_with_memory", "+tbmem.census_every=50")
+    cfg = compose("burgers_quick_test", "trainer=synthetic_with_memory", "tbmem.census_every=50")
     out = run_experiment(cfg, log_dir=tmp_path / "run")
     result = out.result
     epochs = cfg.trainer_params.epochs
@@ -26,7 +26,7 @@ def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
 
     acc = read_events(out.log_dir)
     rss_steps = [e.step for e in acc.Scalars("Memory/RAM/process_rss_GB")]
-    every = 10  # MemoryWriterConfig default
+    every = cfg.tbmem.every
     assert rss_steps == list(range(0, result.steps, every))
     census_steps = [e.step for e in acc.Scalars("Memory/Tensor_Census/total_MB")]
     assert census_steps == list(range(0, result.steps, 50))
@@ -34,6 +34,15 @@ def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
     n_params = sum(p.numel() for p in torch.load(result.checkpoints[0], weights_only=True)["model"].values())
     assert params_mb == pytest.approx(n_params * 4 / 2**20, rel=1e-6)
     assert len(acc.Scalars("Perf/batch_time_s")) == result.steps
+
+    # synthetic_with_memory turns snapshots on: windowed recordings at the due steps, with the viewer
+    snap = cfg.tbmem.snapshot
+    due = [s for s in range(result.steps - snap.window + 1) if s % snap.every == 0]
+    artifacts = sorted(p.name for p in (out.log_dir / "plugins" / "tbmem").glob("snapshot_*.json.gz"))
+    kept = due[-snap.max_snapshots:]  # older ones are pruned; their scalars stay
+    assert len(due) > len(kept) and artifacts == [f"snapshot_rank0_step{s:09d}.json.gz" for s in kept]
+    assert all((out.log_dir / "plugins" / "tbmem" / a.replace(".json.gz", ".html")).exists() for a in artifacts)
+    assert [e.step for e in acc.Scalars("Memory/Snapshot/events")] == due
 
     printed = capsys.readouterr().out
     assert "Batch 0:" in printed and "Epoch end:" in printed
