@@ -147,8 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         load, hover = browser.get(path, (float("nan"), float("nan")))
         print(f"{n:>13} {ne:>12} {cap:>9.2f} {wr:>8.2f} {load:>7.2f} {hover:>8.3f} {gz / 2**20:>10.2f} {html / 2**20:>8.2f} "
               f"{pk / 2**20:>9.2f} {th / 2**20:>13.2f} {html / pk:>11.2f} {th / pk:>12.2f}")
+    for n, _ne, _cap, _wr, _gz, html, pk, th in rows:
+        print(f"RESULT name=snapshot.html_vs_pickle_{n} ratio={html / pk:.4f} limit=1.0")
+        if th:
+            print(f"RESULT name=snapshot.torch_trace_plot_html_vs_pickle_{n} ratio={th / pk:.4f} limit=-")
     ratio, events = _recorder_overhead()
     print(f"\ndispatch recorder: training loop time x{ratio:.2f} while recording ({events} events, MLP on CPU)")
+    print(f"RESULT name=snapshot.dispatch_recorder_step_vs_plain ratio={ratio:.4f} limit=-")
     return 0
 
 
