@@ -28,6 +28,27 @@ __all__ = ["HostProbe", "read_peak_rss", "reset_peak_rss"]
 
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
+_MEMINFO = "/proc/meminfo"
+
+
+def _proc_fields(path: str, wanted: tuple[bytes, ...]) -> dict[bytes, int] | None:
+    """``{field: bytes}`` for the ``kB`` fields of a /proc file, or None when it cannot be read.
+
+    One read of /proc/self/status and one of /proc/meminfo give everything a record needs:
+    about 10x cheaper than psutil's memory_info + virtual_memory + swap_memory (which also
+    parses /proc/vmstat), and a record is taken inside the training loop.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    found: dict[bytes, int] = {}
+    for line in data.splitlines():
+        key, _, rest = line.partition(b":")
+        if key in wanted:
+            found[key] = int(rest.split()[0]) * 1024
+    return found if len(found) == len(wanted) else None
 
 
 def read_peak_rss() -> int | None:
@@ -85,21 +106,37 @@ class HostProbe(Probe):
 
     def read(self) -> dict[str, float]:
         readings: dict[str, float] = {}
+        status = _proc_fields(_STATUS, (b"VmRSS", b"VmHWM"))
         if self.uss:
             full = self._process.memory_full_info()
             readings["ram_rss"] = float(full.rss)
             readings["ram_uss"] = float(full.uss)
+        elif status is not None:
+            readings["ram_rss"] = float(status[b"VmRSS"])
         else:
             readings["ram_rss"] = float(self._process.memory_info().rss)
-        peak = read_peak_rss()
+        peak = status[b"VmHWM"] if status is not None else read_peak_rss()
         if peak is not None:
             readings["ram_peak_rss"] = float(max(peak, readings["ram_rss"]))
         if self.peak_mode == "window":
             self.peak_is_windowed = reset_peak_rss()
-        vm = psutil.virtual_memory()
-        readings["ram_system_used"] = float(vm.total - vm.available)
-        readings["ram_system_available"] = float(vm.available)
-        readings["ram_system_percent"] = float(vm.percent)
-        readings["ram_swap_used"] = float(psutil.swap_memory().used)
+        readings.update(_system_memory())
         readings["cpu_percent"] = float(self._process.cpu_percent(None))
         return readings
+
+
+def _system_memory() -> dict[str, float]:
+    """System RAM and swap: from one read of /proc/meminfo, else through psutil."""
+    info = _proc_fields(_MEMINFO, (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree"))
+    if info is not None:
+        total, available = info[b"MemTotal"], info[b"MemAvailable"]
+        swap_used = info[b"SwapTotal"] - info[b"SwapFree"]
+    else:
+        vm = psutil.virtual_memory()
+        total, available, swap_used = vm.total, vm.available, psutil.swap_memory().used
+    return {
+        "ram_system_used": float(total - available),
+        "ram_system_available": float(available),
+        "ram_system_percent": (total - available) / total * 100.0 if total else 0.0,
+        "ram_swap_used": float(swap_used),
+    }

@@ -50,3 +50,22 @@ def test_run_peak_keeps_the_maximum():
 def test_bad_peak_mode():
     with pytest.raises(ValueError, match="peak_mode"):
         HostProbe(peak_mode="forever")
+
+
+def test_proc_readings_agree_with_psutil():
+    reading = HostProbe().read()
+    vm = psutil.virtual_memory()
+    assert reading["ram_system_percent"] == pytest.approx(vm.percent, abs=2.0)
+    assert reading["ram_system_used"] == pytest.approx(vm.total - vm.available, rel=0.1)
+    assert reading["ram_swap_used"] == pytest.approx(psutil.swap_memory().used, abs=64 * 2**20)
+
+
+def test_psutil_fallback_without_proc(monkeypatch):
+    from tbmem.probes import host
+
+    monkeypatch.setattr(host, "_STATUS", "/nonexistent/status")
+    monkeypatch.setattr(host, "_MEMINFO", "/nonexistent/meminfo")
+    reading = HostProbe(peak_mode="run").read()
+    assert reading["ram_rss"] == pytest.approx(psutil.Process().memory_info().rss, rel=0.1)
+    assert reading["ram_system_available"] == pytest.approx(psutil.virtual_memory().available, rel=0.2)
+    assert reading["ram_peak_rss"] >= reading["ram_rss"]
