@@ -53,7 +53,9 @@ def cuda_ready() -> bool:
     Reading the allocator of an uninitialised CUDA would create a context
     (hundreds of MB, seconds): monitoring must never do that.
     """
-    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+    # is_initialized() implies is_available() and is a flag read; is_available() queries the
+    # driver (~15 us), and this check runs on every monitored batch.
+    return bool(torch.cuda.is_initialized())
 
 
 def cuda_current_device() -> int | None:

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 from typing import Any, Iterable, Literal
@@ -67,10 +68,18 @@ def take_census(
         The :class:`Census`.
     """
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
-        with tp.disable_torch_function_subclass():
-            ledger = _run(list(models), list(optimizers), list(roots), numpy_scan)
+    # No collection while scanning: the census's own lists would trigger one (a full one costs
+    # ~100 ms on a large heap), and nothing the census holds could be freed by it anyway.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
+            with tp.disable_torch_function_subclass():
+                ledger = _run(list(models), list(optimizers), list(roots), numpy_scan)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     unattributed = _unattributed(ledger, device)
     return Census.from_records(ledger.records(), large_tensor_bytes=large_tensor_bytes, top_k=top_k,
                                duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,

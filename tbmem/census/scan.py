@@ -263,7 +263,7 @@ def _tracked_kind(kind: type) -> bool:
 _ATOMIC = frozenset({str, bytes, int, float, bool, complex, type(None), range, slice})
 
 
-def frame_arrays(atypes: set[type], *, depth: int = 3, budget: int = 50_000,
+def frame_arrays(atypes: set[type], *, depth: int = 2, budget: int = 20_000,
                  skip_module: str = "tbmem.census") -> Iterator[tuple[np.ndarray, str]]:
     """Arrays held by the local variables of every thread's running frames.
 
