@@ -10,8 +10,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tbmem._lazy import lazy_exports
 
 _EXPORTS = {
     "SyntheticTrainer": "trainers.synthetic",
@@ -28,14 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -17,8 +17,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tbmem._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "load_scalars": "tbmem.analysis.load",
@@ -54,14 +55,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.analysis.trend import theil_sen
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tbmem.analysis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

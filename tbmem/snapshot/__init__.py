@@ -23,8 +23,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tbmem._lazy import lazy_exports
 
 # Imported on first use: `tbmem snapshot ...` and `tbmem report` should not pay for torch.
 _EXPORTS: dict[str, str] = {
@@ -45,14 +46,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.snapshot.schema import Snapshot
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tbmem.snapshot' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
