@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import tempfile
 import time
@@ -95,7 +96,10 @@ class MemoryWriter:
         self._active = self.config.enabled
         if self._active:
             self._setup()
-        atexit.register(_flush_at_exit, weakref.ref(self))
+        # Flush at interpreter exit (an unhandled exception ends the run without close()); the
+        # partial is this writer's own, so close() can unregister it without touching others.
+        self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     def _setup(self) -> None:
         cfg = self.config
@@ -287,6 +291,7 @@ class MemoryWriter:
         self._writer.flush()
         self._writer.close()
         self.closed = True
+        atexit.unregister(self._at_exit)
 
     def __enter__(self) -> "MemoryWriter":
         return self
