@@ -172,8 +172,21 @@ class TrainerMonitoring:
         self._call("epoch_memory", "on_epoch_start")
 
     def optimization_end(self) -> None:
-        """Print the peak memory of the optimisation."""
-        self._call("epoch_memory", "on_epoch_end")
+        """Print the optimisation's peak memory in design document 000's format."""
+        monitor = self.epoch_memory
+        if monitor is None:
+            return
+        from tbmem import _torch_private as tp
+        from tbmem.monitor import emit, silence_output
+
+        try:
+            with silence_output():  # closes the peak window; its "Epoch end" line is not this report
+                monitor.on_epoch_end()
+            if monitor.last_peak_mb is not None:
+                kind = "GPU" if tp.cuda_ready() else "CPU"
+                emit(f"Peak {kind} memory during optimization: {monitor.last_peak_mb:.1f} MB")
+        except Exception as exc:  # noqa: BLE001 - a monitoring failure must not end the run
+            report_once("trainers:optimization-peak", "trainers: the optimisation's peak report failed", exc=exc)
 
     def on_evaluation(self, index: int, loss: float, params: Mapping[str, float]) -> None:
         """Record one loss evaluation; never raises (it runs inside a PhiFlow loss function).

@@ -5,6 +5,8 @@ Only losses that cannot raise are used: a raise inside math.minimize's loss hang
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests._events import read_events, scalars, texts
@@ -35,6 +37,9 @@ def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys
     assert printed.count("Loss evaluation") == cfg.trainer_params.memory_monitor_batches
     assert "PERFORMANCE SUMMARY" in printed and "load_ground_truth" in printed and "optimization" in printed
     assert "SOLVE INFO" in printed
+    # design document 000's closing line; on CPU the peak is the process's RSS peak
+    peak = re.search(r"^Peak CPU memory during optimization: (\d+\.\d) MB$", printed, re.MULTILINE)
+    assert peak and float(peak.group(1)) > 0 and "Epoch end" not in printed
 
 
 def test_heat_diffusivity_and_iteration_limit(compose, tmp_path):
