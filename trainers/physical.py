@@ -205,8 +205,8 @@ class PhysicalTrainer:
         with mon.track("optimization"):
             with flow.math.SolveTape() as tape:
                 solution = flow.math.minimize(loss_function, solve)
-        mon.optimization_end()
         mon.print_memory("After optimization: ")
+        mon.optimization_end()  # after it, as in design document 000: "After optimization", then the peak
         info = tape[solve]
         solution = solution if isinstance(solution, tuple) else (solution,)
         final_loss, nu = self._objective(gt, step, *solution)
