@@ -4,9 +4,11 @@ console formats on CPU and on a (fake) GPU, values against independent readings,
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import re
 
+import numpy as np
 import psutil
 import pytest
 import torch
@@ -16,6 +18,24 @@ from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, MemoryMonito
 from tbmem.probes.host import reset_peak_rss
 
 MiB = 2**20
+
+
+class _Resident:
+    """``nbytes`` of freshly mapped, touched memory; :meth:`close` unmaps it.
+
+    RSS grows and shrinks by exactly this much whatever the process's allocators hold: a
+    ``torch.ones`` of the same size can be served from memory malloc or the OS already counts
+    (seen in the full suite), which made RSS-delta assertions flaky.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self._region = mmap.mmap(-1, nbytes)
+        view = np.frombuffer(self._region, dtype=np.uint8)
+        view[:] = 1  # touch every page
+        del view  # an exported buffer would keep close() from unmapping
+
+    def close(self) -> None:
+        self._region.close()
 MB = r"\d+\.\d MB"
 
 
@@ -140,8 +160,7 @@ def test_epoch_monitor_cpu_peak_sees_a_freed_allocation():
     monitor = EpochMemoryMonitor(verbose_batches=0, file=out)
     before = _rss_mb()
     monitor.on_epoch_start()
-    block = torch.ones(16 * MiB)  # 64 MB, touched
-    del block
+    _Resident(64 * MiB).close()
     monitor.on_epoch_end()
     peak = float(re.search(r"peak CPU (\d+\.\d) MB", out.getvalue()).group(1))
     assert peak >= before + 60
@@ -153,8 +172,7 @@ def test_cpu_peak_is_windowed():
     out = io.StringIO()
     monitor = EpochMemoryMonitor(verbose_batches=0, file=out)
     monitor.on_epoch_start()
-    block = torch.ones(16 * MiB)
-    del block
+    _Resident(64 * MiB).close()
     monitor.on_epoch_end()
     monitor.on_epoch_start()
     monitor.on_epoch_end()
@@ -198,9 +216,7 @@ def test_profiler_cpu_transitions_reset_and_disable():
     out = io.StringIO()
     profiler = BatchMemoryProfiler(file=out)
     profiler.checkpoint("start")
-    # 64 MB: above glibc's largest dynamic mmap threshold (32 MB), so the block gets fresh pages
-    # and RSS grows by its size even in a long test process with freed heap to reuse.
-    block = torch.ones(16 * MiB)
+    block = _Resident(64 * MiB)
     profiler.checkpoint("allocate")
     profiler.print_summary()
     lines = out.getvalue().splitlines()
@@ -215,7 +231,7 @@ def test_profiler_cpu_transitions_reset_and_disable():
     profiler.enable()
     profiler.checkpoint("again")
     assert [name for name, _ in profiler.checkpoints] == ["again"]
-    del block
+    block.close()
 
 
 # --- track_memory / monitor_memory -------------------------------------------------------------
@@ -235,8 +251,9 @@ def test_monitor_memory_cpu_lines_bare_and_labelled():
 
     @monitor_memory("training epoch", file=out)
     def allocate() -> int:
-        block = torch.ones(16 * MiB)  # 64 MB: fresh pages (see the profiler test)
-        return int(block.numel())
+        block = _Resident(64 * MiB)
+        block.close()
+        return 16 * MiB
 
     @monitor_memory
     def bare() -> str:
