@@ -249,9 +249,15 @@ class MemoryWriter:
 
     # --- monitored steps and out-of-memory ------------------------------------------------
     @contextmanager
-    def monitored_step(self, step: int) -> Iterator[None]:
+    def monitored_step(self, step: int, *, log: bool = True) -> Iterator[None]:
         """Run one training step; log memory after it, and on an out-of-memory error save a
-        snapshot, write a record, flush, and re-raise the original exception unchanged."""
+        snapshot, write a record, flush, and re-raise the original exception unchanged.
+
+        Args:
+            step: The global step.
+            log: False when the step calls ``log_memory(step, roots=...)`` itself (mid-step, so
+                the census sees the activations); the OOM handling stays.
+        """
         try:
             yield
         except tp.OutOfMemoryError as exc:
@@ -260,7 +266,8 @@ class MemoryWriter:
         except BaseException:
             self.flush()
             raise
-        self.log_memory(step)
+        if log:
+            self.log_memory(step)
 
     def handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error; never raises."""

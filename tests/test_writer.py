@@ -153,6 +153,17 @@ def test_monitored_step_logs_when_due(tmp_path):
     assert [s for s, _ in scalars(tmp_path, RSS)] == [0, 2]
 
 
+def test_monitored_step_without_logging_still_handles_oom(tmp_path):
+    writer = MemoryWriter(tmp_path, every=1, census_every=0)
+    with writer.monitored_step(0, log=False):
+        pass  # the step logs itself (with census roots), so nothing is written here
+    with pytest.raises(torch.OutOfMemoryError):
+        with writer.monitored_step(1, log=False):
+            raise torch.OutOfMemoryError("out of memory")
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [1]
+    writer.close()
+
+
 @pytest.mark.parametrize("death", ["exception", "sigkill"])
 def test_a_run_that_dies_keeps_its_records(tmp_path, death):
     ending = "raise RuntimeError('diverged')" if death == "exception" else "os.kill(os.getpid(), signal.SIGKILL)"

@@ -128,16 +128,12 @@ class TrainerMonitoring:
         """Print the epoch's totals and peak memory."""
         self._call("epoch_perf", "on_epoch_end")
 
-    @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[None]:
-        """Run one training step; on out-of-memory save what tbmem can, then re-raise."""
-        from tbmem import _torch_private as tp
+    def step(self, step: int) -> contextlib.AbstractContextManager[None]:
+        """Run one training step; on out-of-memory save what tbmem can, then re-raise.
 
-        try:
-            yield
-        except tp.OutOfMemoryError as exc:
-            self.writer.handle_oom(step, exc)
-            raise
+        The memory record is written by :meth:`before_backward`, with the loss as census root.
+        """
+        return self.writer.monitored_step(step, log=False)
 
     # --- PhysicalTrainer hooks --------------------------------------------------------------
     @contextlib.contextmanager
