@@ -185,7 +185,7 @@ class MemoryWriter:
             return False
         cfg = self.config
         if self._snapshots is not None:
-            self._guard_call("snapshots", self._snapshots.on_step, step)
+            self._call_snapshots("on_step", step)
         due = force or step % cfg.every == 0
         census_due = self._census_on and step % cfg.census_every == 0
         if not (due or census_due):
@@ -243,9 +243,12 @@ class MemoryWriter:
             return True
         except Exception as exc:  # noqa: BLE001 - monitoring must never break training
             report_once(f"writer:{what}", f"tbmem: {what} failed and is switched off", exc=exc)
-            if what == "snapshots":
-                self._snapshots = None
             return False
+
+    def _call_snapshots(self, method: str, *args: Any) -> None:
+        """Call the snapshot manager; a failure switches snapshots off."""
+        if not self._guard_call("snapshots", getattr(self._snapshots, method), *args):
+            self._snapshots = None
 
     # --- monitored steps and out-of-memory ------------------------------------------------
     @contextmanager
@@ -274,7 +277,7 @@ class MemoryWriter:
         logger.error("tbmem: out of memory at step %d: %s", step, exc)
         if self._active:
             if self._snapshots is not None:
-                self._guard_call("snapshots", self._snapshots.on_oom, step, exc)
+                self._call_snapshots("on_oom", step, exc)
             try:
                 self.write_readings(self._read(step), step)
             except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
@@ -292,7 +295,7 @@ class MemoryWriter:
         if self.closed:
             return
         if self._snapshots is not None:
-            self._guard_call("snapshots", self._snapshots.close)
+            self._call_snapshots("close")
         for probe in self._probes:
             self._guard(probe, probe.stop)
         self._writer.flush()
