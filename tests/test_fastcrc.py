@@ -1,8 +1,14 @@
 import os
 
-from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as reference
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as pure_python_crc32c
 
-from tbmem._fastcrc import available, install, masked_crc32c
+from tbmem._fastcrc import available, install, install_reader, masked_crc32c
+
+
+def reference(data: bytes) -> int:
+    """TFRecord's mask over TensorBoard's own pure-Python CRC32C (which tbmem never patches)."""
+    x = pure_python_crc32c(data) & 0xFFFFFFFF
+    return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def test_compiled_crc_is_bit_identical():
@@ -17,3 +23,10 @@ def test_install_patches_only_the_record_writer():
 
     assert install()
     assert record_writer.masked_crc32c is masked_crc32c
+
+
+def test_install_reader_patches_the_record_reader():
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+
+    assert install_reader()
+    assert pywrap_tensorflow.masked_crc32c is masked_crc32c
