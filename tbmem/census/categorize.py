@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tbmem._log import report_once
-from tbmem.census import scan
+from tbmem.census import heap, scan
 from tbmem.census.report import TensorRecord
 
 __all__ = ["Ledger"]
@@ -40,7 +40,7 @@ class Ledger:
     """
 
     def __init__(self, ttypes: set[type] | None = None) -> None:
-        self.ttypes = ttypes if ttypes is not None else scan.tensor_types()
+        self.ttypes = ttypes if ttypes is not None else heap.tensor_types()
         self._records: dict[tuple[str, int], TensorRecord] = {}
         self._seen: set[int] = set()
         self._keep: list[Any] = []  # holds claimed objects so their ids stay unique

@@ -26,7 +26,7 @@ import torch
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.census import scan
+from tbmem.census import heap, scan
 from tbmem.census.categorize import Ledger
 from tbmem.census.report import Census
 
@@ -49,6 +49,7 @@ def take_census(
     device: int | None = None,
     *,
     numpy_scan: NumpyScan = "reachable",
+    full_scan: bool = False,
 ) -> Census:
     """Count what holds memory right now; never raises for a failure inside the census.
 
@@ -63,6 +64,9 @@ def take_census(
         numpy_scan: ``"reachable"``: arrays in thread frames' locals and PhiML tensors;
             ``"all"``: arrays referenced by any gc-tracked object (slower, see docs/census.md);
             ``"off"``: none.
+        full_scan: Traverse the whole heap even when scanning only the objects
+            created since the last census is known to find the same tensors
+            (see :mod:`tbmem.census.heap`).
 
     Returns:
         The :class:`Census`.
@@ -76,14 +80,14 @@ def take_census(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
             with tp.disable_torch_function_subclass():
-                ledger = _run(list(models), list(optimizers), list(roots), numpy_scan)
+                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan)
     finally:
         if gc_was_enabled:
             gc.enable()
     unattributed = _unattributed(ledger, device)
     return Census.from_records(ledger.records(), large_tensor_bytes=large_tensor_bytes, top_k=top_k,
                                duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
-                               notes=ledger.notes)
+                               notes=ledger.notes, heap_scan=method)
 
 
 def _guarded(ledger: Ledger, what: str, fn: Any, *args: Any) -> None:
@@ -94,13 +98,16 @@ def _guarded(ledger: Ledger, what: str, fn: Any, *args: Any) -> None:
 
 
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
-         numpy_scan: NumpyScan) -> Ledger:
-    found = scan.find_instances(holders=numpy_scan == "reachable")
-    ttypes, htypes = found.tensor_types, found.holder_types
+         numpy_scan: NumpyScan, full_scan: bool) -> tuple[Ledger, str]:
+    found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
+    ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
     tensors = [o for o in found.objects if type(o) in ttypes]
     holders = [o for o in found.objects if type(o) in htypes]
     del found
     ledger = Ledger(ttypes)
+    frozen = heap.frozen_objects()
+    if frozen:
+        ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
     named: dict[int, tuple[torch.Tensor, str, str]] = {}  # id(param) -> (param, name, module)
 
     def parameters() -> None:
@@ -174,7 +181,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 ledger.claim(t, "other", type(t).__name__)
 
     def arrays() -> None:
-        atypes = scan.array_types()
+        atypes = heap.array_types()
         if numpy_scan == "all":
             sources: Iterable[Any] = scan.all_arrays(atypes)
         else:
@@ -188,7 +195,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         phases.append(("numpy arrays", arrays))
     for what, fn in phases:
         _guarded(ledger, what, fn)
-    return ledger
+    return ledger, "full" if method != "young" else "incremental"
 
 
 def _chain(*its: Iterable[Any]) -> Iterable[Any]:

@@ -67,6 +67,8 @@ class Census:
         duration_s: Wall time the census took.
         top_k: Rows of the markdown table.
         notes: What could not be counted (reported once on the ``tbmem`` logger too).
+        heap_scan: ``"full"`` (the whole heap was traversed) or ``"incremental"`` (the
+            survivors of the last census plus the objects created since; same result).
 
     Example:
         >>> import torch
@@ -89,11 +91,12 @@ class Census:
     duration_s: float = 0.0
     top_k: int = 10
     notes: list[str] = field(default_factory=list)
+    heap_scan: str = "full"
 
     @classmethod
     def from_records(cls, records: list[TensorRecord], *, large_tensor_bytes: int, top_k: int,
                      duration_s: float = 0.0, unattributed_bytes: int | None = None,
-                     notes: list[str] | None = None) -> "Census":
+                     notes: list[str] | None = None, heap_scan: str = "full") -> "Census":
         """Aggregate storage records into a census."""
         ordered = sorted(records, key=lambda r: r.bytes, reverse=True)
         by_category = dict.fromkeys(CATEGORIES, 0)
@@ -110,7 +113,7 @@ class Census:
                    by_dtype=by_dtype, by_device=by_device, by_module=by_module,
                    large_tensors=[r for r in ordered if r.bytes >= large_tensor_bytes],
                    large_tensor_bytes=large_tensor_bytes, unattributed_bytes=unattributed_bytes,
-                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()))
+                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()), heap_scan=heap_scan)
 
     @property
     def large_count(self) -> int:
@@ -144,7 +147,7 @@ class Census:
         mb = 2.0**20
         lines = [
             f"**Tensor census**: {self.total_bytes / mb:.2f} MB in {len(self.records)} storages "
-            f"({self.duration_s * 1e3:.1f} ms); {self.large_count} at or above "
+            f"({self.duration_s * 1e3:.1f} ms, {self.heap_scan} heap scan); {self.large_count} at or above "
             f"{self.large_tensor_bytes / mb:g} MB ({self.large_total_bytes / mb:.2f} MB).",
             "",
             "| # | name | category | shape | dtype | device | MB |",

@@ -1,23 +1,14 @@
-"""Finding live tensors and arrays: the gc scan, the autograd-graph walk, the frame walk.
+"""Turning what the heap scan found into storages; the autograd-graph walk; the array walks.
 
-Nothing here categorises; it only finds objects and turns a tensor into the
-storages it occupies. Two rules keep the scan cheap and safe on any heap:
-
-* Only ``type(obj)`` is looked at for objects the scan did not ask for: no
-  ``isinstance`` (it reads ``__class__``, which runs user code, raises on dead
-  weakref proxies and emits deprecation warnings for lazy modules).
-* The heap is traversed once, in C: ``gc.get_referrers(*tensor_types)`` returns
-  every gc-tracked object that points at one of those types, which includes
-  every instance of them (instances of Python classes reference their class).
-  A sentinel tensor checks that this still holds; otherwise, and when there
-  are many types to look for, ``gc.get_objects()`` is filtered by type instead.
+Nothing here categorises. The heap scan itself is :mod:`tbmem.census.heap`. As
+there, foreign objects are looked at only through ``type(obj)``.
 
 Example:
     >>> import torch
     >>> from tbmem.census import scan
-    >>> keep = torch.zeros(256)
-    >>> any(t is keep for t in scan.find_instances().objects)
-    True
+    >>> base = torch.zeros(64, 64)
+    >>> [s.nbytes for s in scan.tensor_storages(base[:2].t())]  # a view occupies its whole base
+    [16384]
 """
 
 from __future__ import annotations
@@ -25,7 +16,9 @@ from __future__ import annotations
 import gc
 import itertools
 import sys
-import weakref
+import threading
+from inspect import CO_OPTIMIZED
+from types import FrameType
 from typing import Any, Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -34,15 +27,10 @@ import torch
 from tbmem import _torch_private as tp
 
 __all__ = [
-    "Storage", "Found", "NoStorageError", "tensor_types", "array_types", "holder_types", "find_instances",
-    "tensor_storages", "array_storage", "walk_autograd", "frame_arrays", "holder_arrays", "all_arrays",
+    "Storage", "NoStorageError", "tensor_storages", "array_storage", "walk_autograd", "read_locals",
+    "frame_arrays", "holder_arrays", "all_arrays",
 ]
 
-# Subclasses whose instances never own memory of their own outside tracing/tests:
-# fake tensors live on the meta device, functional tensors wrap a tensor found anyway.
-_SKIPPED_MODULE_PREFIXES = ("torch._subclasses.", "torch.testing.")
-# Above this many types, one C-level pass per type costs more than filtering gc.get_objects().
-_MAX_REFERRER_TYPES = 12
 _NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
 
 
@@ -57,83 +45,6 @@ class Storage(NamedTuple):
 
 class NoStorageError(Exception):
     """The tensor has no storage the census can measure (reported, not counted)."""
-
-
-def _subclasses(root: type) -> set[type]:
-    out, stack = {root}, [root]
-    while stack:
-        for sub in type.__subclasses__(stack.pop()):
-            if sub not in out:
-                out.add(sub)
-                stack.append(sub)
-    return out
-
-
-def tensor_types() -> set[type]:
-    """``torch.Tensor`` and every subclass defined now (nn.Parameter, user subclasses)."""
-    return {t for t in _subclasses(torch.Tensor) if not t.__module__.startswith(_SKIPPED_MODULE_PREFIXES)}
-
-
-def array_types() -> set[type]:
-    """``numpy.ndarray`` and its subclasses."""
-    return _subclasses(np.ndarray)
-
-
-def holder_types() -> set[type]:
-    """Types of objects known to wrap arrays: PhiML's dense tensors, when PhiML is imported."""
-    mod = sys.modules.get("phiml.math._tensors")
-    dense = getattr(mod, "Dense", None) if mod is not None else None
-    return set(_subclasses(dense)) if isinstance(dense, type) else set()
-
-
-# type -> its refcount at a census that found no instance of it. Every instance of a Python
-# class holds a reference to it, so an unchanged refcount means "still no instances" and
-# the type need not be a target of the heap pass (each target adds to its cost).
-_EMPTY_AT: "weakref.WeakKeyDictionary[type, int]" = weakref.WeakKeyDictionary()
-_ALWAYS = frozenset({torch.Tensor, torch.nn.Parameter})
-
-
-class Found(NamedTuple):
-    """What one heap pass found."""
-
-    objects: list[Any]  # instances of tensor or holder types
-    tensor_types: set[type]
-    holder_types: set[type]
-    method: str  # "referrers" or "objects"
-
-
-def find_instances(holders: bool = True) -> Found:
-    """Every gc-tracked tensor (and, with ``holders``, array holder) instance.
-
-    Rarely used subclasses (DTensor, NestedTensor, ...) are searched for only when
-    their refcount grew since a census that found none of them. The type sets are
-    built here, so the references this function holds to each type are the same on
-    every call and the refcount comparison is meaningful.
-    """
-    ttypes = tensor_types()
-    htypes = holder_types() if holders else set()
-    types = ttypes | htypes
-    counts = {t: sys.getrefcount(t) for t in types}
-    sentinel = torch.empty(0)
-    targets = {t for t in types if t in _ALWAYS or counts[t] > _EMPTY_AT.get(t, -1)}
-    found: list[Any] | None = None
-    method = "referrers"
-    if len(targets) <= _MAX_REFERRER_TYPES:
-        found = [o for o in gc.get_referrers(*targets) if type(o) in targets]
-        if not any(o is sentinel for o in found):
-            found = None
-    if found is None:
-        targets, method = set(types), "objects"
-        objs = gc.get_objects()
-        found = list(itertools.compress(objs, map(targets.__contains__, map(type, objs))))
-        del objs
-    present = set(map(type, found))
-    for t in targets:
-        if t not in present and t not in _ALWAYS:
-            before = sys.getrefcount(t)
-            _EMPTY_AT[t] = 0  # the first insertion may itself reference t: measure that too
-            _EMPTY_AT[t] = counts[t] + sys.getrefcount(t) - before
-    return Found([o for o in found if o is not sentinel], ttypes, htypes, method)
 
 
 _DTYPE_NAMES: dict[Any, str] = {}
@@ -263,23 +174,63 @@ def _tracked_kind(kind: type) -> bool:
 _ATOMIC = frozenset({str, bytes, int, float, bool, complex, type(None), range, slice})
 
 
+# Before Python 3.13, reading ``f_locals`` of a function frame copies its locals into a dict
+# kept on the frame; the copy holds them until the frame exits or f_locals is read again, so a
+# census would keep the previous step's batch and loss alive. The copy is emptied after reading
+# when nothing else can need it: the frame is on this thread's stack (not mid-way through
+# another thread's tracer, which writes the copy back into the frame), no Python-level tracer
+# or profiler is installed, and no one else holds the dict (``locals()`` returns this very dict).
+_LOCALS_ARE_COPIED = sys.version_info < (3, 13)
+_UNSHARED_REFS = 3  # the frame's, ours, and getrefcount's argument
+
+
+def _tracing() -> bool:
+    return any(hook() is not None for hook in (sys.gettrace, sys.getprofile, threading.gettrace,
+                                               threading.getprofile))
+
+
+def read_locals(frame: FrameType, *, release: bool) -> list[tuple[str, Any]]:
+    """``(name, value)`` of a running frame's local variables.
+
+    Args:
+        frame: A frame of the calling thread (``release=True``) or of any thread.
+        release: Empty the copy of the locals that reading them left on the frame (a no-op
+            where that is unsafe or unnecessary, see above).
+    """
+    local_dict = frame.f_locals
+    items = list(local_dict.items())
+    if (release and _LOCALS_ARE_COPIED and type(local_dict) is dict and frame.f_code.co_flags & CO_OPTIMIZED
+            and sys.getrefcount(local_dict) <= _UNSHARED_REFS):
+        local_dict.clear()
+    return items
+
+
 def frame_arrays(atypes: set[type], *, depth: int = 2, budget: int = 20_000,
                  skip_module: str = "tbmem.census") -> Iterator[tuple[np.ndarray, str]]:
     """Arrays held by the local variables of every thread's running frames.
 
     Running frames are not gc-tracked: this is how SciPy's L-BFGS-B state (locals
-    of ``_minimize_lbfgsb``, in PhiML's worker thread) is found.
+    of ``_minimize_lbfgsb``, in PhiML's worker thread) is found. The calling thread's
+    frames are left holding nothing extra (see :func:`read_locals`); on Python < 3.13,
+    other threads' frames keep their copy until the next census or until they exit.
     """
     left = [budget]
-    for top in list(sys._current_frames().values()):
-        frame = top
-        while frame is not None:
-            if not str(frame.f_globals.get("__name__", "")).startswith(skip_module):
-                where = frame.f_code.co_name
-                for var, value in list(frame.f_locals.items()):
-                    for arr in _arrays_below(value, atypes, depth, left):
-                        yield arr, f"numpy {where}:{var}"
-            frame = frame.f_back
+    release_mine = not _tracing()
+    me = threading.get_ident()
+    stacks = list(sys._current_frames().items())
+    try:
+        for thread, frame in stacks:
+            while frame is not None:
+                if not str(frame.f_globals.get("__name__", "")).startswith(skip_module):
+                    where = frame.f_code.co_name
+                    for var, value in read_locals(frame, release=release_mine and thread == me):
+                        for arr in _arrays_below(value, atypes, depth, left):
+                            yield arr, f"numpy {where}:{var}"
+                frame = frame.f_back
+    finally:
+        # This generator's own frame is on the stack it walks: a reference to it from its own
+        # locals would be a cycle keeping the last array seen alive until the next collection.
+        stacks = frame = value = arr = None  # type: ignore[assignment]
 
 
 def holder_arrays(holders: Iterable[Any], atypes: set[type]) -> Iterator[tuple[np.ndarray, str]]:

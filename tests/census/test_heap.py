@@ -1,0 +1,171 @@
+"""The heap scan: full and incremental scans find the same instances; doubt means a full scan."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Iterator
+
+import pytest
+import torch
+
+from tbmem.census import heap, take_census
+
+pytestmark = pytest.mark.skipif(not heap.INCREMENTAL_SUPPORTED, reason="needs CPython's generational gc")
+
+
+@pytest.fixture
+def no_automatic_gc() -> Iterator[None]:
+    """Collections only where a test asks for one, so the scan method is deterministic."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+class Late(torch.Tensor):
+    pass
+
+
+FULL = ("referrers", "objects")  # the two full-scan methods (the second above 12 target types)
+
+
+def _ids(found: heap.Found) -> set[int]:
+    return set(map(id, found.objects))
+
+
+def test_incremental_scan_finds_exactly_what_a_full_scan_finds(no_automatic_gc) -> None:
+    old = [torch.zeros(3), torch.zeros(4), torch.nn.Parameter(torch.zeros(5))]
+    heap.find_instances()
+    new = [torch.ones(6), torch.nn.Parameter(torch.ones(7)), torch.zeros(8).as_subclass(Late)]
+    gone = weakref.ref(old.pop(0))
+    assert gone() is None
+    incremental = heap.find_instances()
+    full = heap.find_instances(incremental=False)
+    assert incremental.method == "young" and full.method in FULL
+    assert _ids(incremental) == _ids(full)
+    assert {id(t) for t in old + new} <= _ids(incremental)
+
+
+def test_a_collection_that_promotes_young_objects_forces_a_full_scan(no_automatic_gc) -> None:
+    heap.find_instances()
+    promoted = torch.zeros(9)
+    gc.collect(1)  # generation 1 -> 2: the young generations no longer hold every new object
+    assert any(o is promoted for o in gc.get_objects(generation=2))
+    again = heap.find_instances()
+    assert again.method in FULL
+    assert any(o is promoted for o in again.objects)
+
+
+def test_the_index_of_survivors_keeps_nothing_alive(no_automatic_gc) -> None:
+    doomed = torch.zeros(10)
+    ref = weakref.ref(doomed)
+    heap.find_instances()
+    del doomed
+    assert ref() is None
+    assert not any(o is None for o in heap.find_instances().objects)
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_subclass_seen_without_instances_is_found_once_it_has_one(no_automatic_gc, incremental) -> None:
+    class Later(torch.Tensor):
+        pass
+
+    first = heap.find_instances()
+    assert not [o for o in first.objects if type(o) is Later]
+    del first
+    later = torch.zeros(321).as_subclass(Later)
+    again = heap.find_instances(incremental=incremental)
+    assert again.method == "young" if incremental else again.method in FULL
+    assert any(o is later for o in again.objects)
+
+
+def test_consecutive_censuses_agree_with_a_full_one(no_automatic_gc) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters())
+    take_census(models=[model], optimizers=[opt])
+    for _ in range(2):
+        batch, scratch = torch.randn(64, 16), torch.zeros(777)
+        loss = model(batch).square().mean()
+        incremental = take_census(models=[model], optimizers=[opt], roots=[loss])
+        full = take_census(models=[model], optimizers=[opt], roots=[loss], full_scan=True)
+        assert (incremental.heap_scan, full.heap_scan) == ("incremental", "full")
+        assert incremental.by_category == full.by_category
+        assert [r.category for r in incremental.records if r.bytes == scratch.numel() * 4] == ["other"]
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert "incremental heap scan" in incremental.to_markdown()
+
+
+def test_objects_frozen_by_gc_freeze_are_reported_as_unseen() -> None:
+    hidden = torch.zeros(4321)
+    gc.freeze()
+    try:
+        census = take_census()
+    finally:
+        gc.unfreeze()
+    assert not [r for r in census.records if r.bytes == hidden.numel() * 4]
+    assert any("gc.freeze()" in note for note in census.notes)
+    assert [r for r in take_census().records if r.bytes == hidden.numel() * 4]
+
+
+@pytest.fixture
+def capture() -> Iterator[None]:
+    heap.start_capture()
+    try:
+        yield
+    finally:
+        heap.stop_capture()
+
+
+@pytest.mark.parametrize("generation", [1, 2])
+def test_with_capture_promoted_instances_are_still_found_incrementally(no_automatic_gc, capture, generation) -> None:
+    heap.find_instances()
+    promoted = [torch.zeros(9), torch.nn.Parameter(torch.zeros(2))]
+    gc.collect(generation)
+    assert all(any(o is t for o in gc.get_objects(generation=2)) for t in promoted)
+    again = heap.find_instances()
+    full = heap.find_instances(incremental=False)
+    assert again.method == "young" and full.method in FULL
+    assert _ids(again) == _ids(full)
+    assert {id(t) for t in promoted} <= _ids(again)
+
+
+def test_a_tensor_type_defined_after_the_scan_forces_a_full_scan_after_a_promotion(no_automatic_gc,
+                                                                                    capture) -> None:
+    heap.find_instances()
+
+    class Newer(torch.Tensor):
+        pass
+
+    newer = torch.zeros(5).as_subclass(Newer)
+    gc.collect(1)  # the callback looked only for the types the last scan knew
+    again = heap.find_instances()
+    assert again.method in FULL
+    assert any(o is newer for o in again.objects)
+
+
+def test_a_collection_the_callback_did_not_see_forces_a_full_scan(no_automatic_gc) -> None:
+    heap.start_capture()
+    heap.find_instances()
+    heap.stop_capture()
+    gc.collect(1)
+    heap.start_capture()
+    try:
+        assert heap.find_instances().method in FULL
+    finally:
+        heap.stop_capture()
+
+
+def test_capture_is_counted_and_removed_with_its_last_user(tmp_path) -> None:
+    from tbmem import MemoryWriter
+
+    assert heap._on_collection not in gc.callbacks
+    with MemoryWriter(tmp_path / "a", census_every=5), MemoryWriter(tmp_path / "b", census_every=5):
+        assert gc.callbacks.count(heap._on_collection) == 1
+    assert heap._on_collection not in gc.callbacks
+    MemoryWriter(tmp_path / "c", census_every=0).close()
+    assert heap._on_collection not in gc.callbacks
