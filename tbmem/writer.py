@@ -91,6 +91,7 @@ class MemoryWriter:
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
         self._probes: list[Probe] = []
         self._census_on = False
+        self._stop_capture: Any = None
         self._snapshots: Any = None
         self._last_record: tuple[float, int] | None = None
         self._active = self.config.enabled
@@ -110,6 +111,13 @@ class MemoryWriter:
         for probe in list(self._probes):
             self._guard(probe, probe.start)
         self._census_on = cfg.census_every > 0
+        if self._census_on:
+            from tbmem.census import heap
+
+            # Lets censuses after the first scan only what is new (see tbmem.census.heap); undone on
+            # close, when the census is switched off, or when the writer is collected unclosed.
+            heap.start_capture()
+            self._stop_capture = weakref.finalize(self, heap.stop_capture)
         if cfg.custom_layout:
             self._writer.add_custom_scalars(custom_scalars_layout())
         if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
@@ -225,6 +233,7 @@ class MemoryWriter:
 
         if not self._guard_call("census", run):
             self._census_on = False
+            self._stop_capture()
 
     def _guard(self, probe: Probe, fn: Any) -> Any:
         """Run a probe call; on failure report once and switch the probe off."""
@@ -298,6 +307,8 @@ class MemoryWriter:
             self._call_snapshots("close")
         for probe in self._probes:
             self._guard(probe, probe.stop)
+        if self._stop_capture is not None:
+            self._stop_capture()
         self._writer.flush()
         self._writer.close()
         self.closed = True
