@@ -158,13 +158,26 @@ def _arrays_below(obj: Any, atypes: set[type], depth: int, budget: list[int]) ->
         if budget[0] <= 0 or not level:
             return
         level = [o for o in level if not issubclass(type(o), _NO_DESCEND) and gc.is_tracked(o)]
-        refs = gc.get_referents(*level)
-        if len(refs) > budget[0]:
-            del refs[budget[0]:]
+        refs = _bounded_referents(level, budget[0])
         budget[0] -= len(refs)
         kinds = list(map(type, refs))
         yield from itertools.compress(refs, map(atypes.__contains__, kinds))
         level = list(itertools.compress(refs, map(_tracked_kind, kinds)))
+
+
+_CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
+
+
+def _bounded_referents(level: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` referents of ``level``, without listing all items of a huge container first."""
+    big = [o for o in level if type(o) in _CONTAINERS and len(o) > limit]
+    refs = gc.get_referents(*(o for o in level if not any(o is b for b in big))) if big else gc.get_referents(*level)
+    for container in big:
+        items = container.values() if type(container) is dict else container
+        refs.extend(itertools.islice(items, max(limit - len(refs), 0)))
+    if len(refs) > limit:
+        del refs[limit:]
+    return refs
 
 
 def _tracked_kind(kind: type) -> bool:
