@@ -43,3 +43,12 @@ def test_the_copy_of_the_locals_is_kept_while_a_python_tracer_is_installed() -> 
     finally:
         sys.settrace(old)
     assert tracing
+
+
+def test_the_walk_below_a_huge_local_takes_only_its_budget_of_items() -> None:
+    huge = [np.zeros(1) for _ in range(50)] + [[] for _ in range(100_000)]
+    small = {"a": np.ones(2)}
+    refs = scan._bounded_referents([small, huge, {i: i for i in range(30_000)}], 60)
+    assert len(refs) == 60
+    assert any(r is small["a"] for r in refs)  # a small container is listed whole
+    assert sum(type(r) is np.ndarray for r in refs) == 51  # the first items of the huge list, in order
