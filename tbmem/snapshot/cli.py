@@ -1,8 +1,8 @@
 """``tbmem snapshot html FILE -o OUT [--torch]`` and ``tbmem snapshot stats FILE``.
 
-FILE is a tbmem ``.json.gz`` snapshot or, only because you name it here, a
-PyTorch pickle (``.pickle``): never pass a pickle you do not trust, loading
-it can run arbitrary code.
+FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read
+as plain data: a pickle that names any Python object is refused, so no code
+from the file runs.
 
 Example:
     >>> import argparse
@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 
 __all__ = ["add_parser", "html_command", "stats_command"]
 
-_PICKLE_WARNING = ("FILE may be a PyTorch .pickle snapshot: it is unpickled because you name it here. "
-                   "Never load a pickle you do not trust; unpickling can run arbitrary code.")
+_PICKLE_WARNING = ("FILE may be a PyTorch .pickle snapshot: it is read as plain data, and a pickle that names "
+                   "any Python object is refused, so no code from the file runs.")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     sub = parser.add_subparsers(dest="snapshot_command", required=True, metavar="SUBCOMMAND")
     html = sub.add_parser("html", help="write the offline timeline viewer for a snapshot",
                           description="Write one self-contained HTML file (no network access). " + _PICKLE_WARNING)
-    html.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a trusted torch .pickle)")
+    html.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
     html.add_argument("-o", "--output", required=True, metavar="OUT", help="HTML file to write")
     html.add_argument("--torch", action="store_true",
                       help="write PyTorch's own trace_plot instead (needs a torch .pickle; that page "
@@ -39,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     html.set_defaults(func=html_command)
     stats = sub.add_parser("stats", help="top allocations by size, stack frame and category",
                            description="Print a summary of a snapshot. " + _PICKLE_WARNING)
-    stats.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a trusted torch .pickle)")
+    stats.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
     stats.add_argument("--top", type=int, default=10, help="rows per table (default 10)")
     stats.set_defaults(func=stats_command)
     return parser
@@ -64,8 +65,8 @@ def html_command(args: argparse.Namespace) -> int:
             if page is None:
                 return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
         else:
-            page = render_html(load_snapshot(args.file, allow_pickle=True))
-    except (OSError, ValueError, EOFError) as exc:
+            page = render_html(load_snapshot(args.file))
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         return _fail(f"cannot read {args.file}: {exc}")
     out = os.fspath(args.output)
     with open(out, "w", encoding="utf-8") as fh:
@@ -79,8 +80,8 @@ def stats_command(args: argparse.Namespace) -> int:
     from tbmem.snapshot.readers import load_snapshot, snapshot_stats
 
     try:
-        snap = load_snapshot(args.file, allow_pickle=True)
-    except (OSError, ValueError, EOFError) as exc:
+        snap = load_snapshot(args.file)
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         return _fail(f"cannot read {args.file}: {exc}")
     print(snapshot_stats(snap, top=max(1, args.top)))
     return 0

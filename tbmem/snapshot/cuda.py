@@ -1,8 +1,6 @@
-"""CUDA capture through PyTorch's allocator history, converted to tbmem's snapshot format.
+"""PyTorch's allocator snapshots converted to tbmem's snapshot format (no torch import).
 
-:class:`CudaRecorder` drives ``torch.cuda.memory._record_memory_history`` and
-``_snapshot`` through :mod:`tbmem._torch_private`; :func:`convert_torch_snapshot`
-turns torch's snapshot dict (``segments`` + ``device_traces``) into a
+:func:`convert_torch_snapshot` turns torch's snapshot dict (``segments`` + ``device_traces``) into a
 :class:`~tbmem.snapshot.schema.Snapshot`. An allocation starts at its ``alloc``
 event and ends at its ``free_completed`` event (``free_requested`` when the
 completion is not in the trace); frees without an ``alloc`` in the trace and
@@ -27,10 +25,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from tbmem import _torch_private as tp
 from tbmem.snapshot.schema import Frame, Snapshot, SnapshotBuilder
 
-__all__ = ["CudaRecorder", "convert_torch_snapshot", "guess_category"]
+__all__ = ["convert_torch_snapshot", "guess_category"]
 
 _ACTIVE_STATES = ("active_allocated", "active_pending_free")
 
@@ -145,41 +142,3 @@ def convert_torch_snapshot(data: Mapping[str, Any], *, kind: str, step: int, ran
     if oom:
         b.meta["oom_events"] = oom
     return b.build(kind=kind, step=step, rank=rank)
-
-
-class CudaRecorder:
-    """Records CUDA allocator history and converts it.
-
-    Args:
-        max_entries: Trace entries torch keeps (its ring buffer).
-        stacks: ``"python"`` or ``"all"`` (adds C++ frames; slower), ``"none"``.
-    """
-
-    def __init__(self, *, max_entries: int = 100_000, stacks: str = "python") -> None:
-        self.max_entries = max_entries
-        self.stacks = stacks
-        self.active = False
-
-    def start(self) -> bool:
-        """Start recording; False when CUDA is not initialised or history is unsupported."""
-        if self.active:
-            return True
-        stacks = "python" if self.stacks == "none" else self.stacks
-        self.active = tp.record_memory_history(stacks=stacks, max_entries=self.max_entries)
-        return self.active
-
-    def stop(self) -> None:
-        """Stop recording (the history is discarded by torch)."""
-        if self.active:
-            tp.stop_memory_history()
-            self.active = False
-
-    def raw_snapshot(self) -> dict[str, Any] | None:
-        """torch's snapshot dict (works without recording too: segments only)."""
-        return tp.cuda_snapshot()
-
-    def snapshot(self, raw: Mapping[str, Any], *, kind: str, step: int, rank: int = 0) -> Snapshot:
-        """Convert a raw dict for the current device."""
-        snap = convert_torch_snapshot(raw, kind=kind, step=step, rank=rank, device=tp.cuda_current_device())
-        snap.meta["recorder"] = "cuda._record_memory_history"
-        return snap

@@ -26,7 +26,7 @@ from typing import Any
 from tbmem import _torch_private as tp
 from tbmem._log import logger, report_once
 from tbmem.snapshot.config import SnapshotConfig
-from tbmem.snapshot.cuda import CudaRecorder
+from tbmem.snapshot.cuda_capture import CudaRecorder
 from tbmem.snapshot.recorder import DispatchRecorder
 from tbmem.snapshot.schema import Snapshot, encode_json_gz
 from tbmem.snapshot.store import SnapshotStore

@@ -1,8 +1,9 @@
 """Reading snapshot files and summarising them (``tbmem snapshot stats``).
 
-tbmem reads its own gzip JSON format. A PyTorch pickle is only loaded by
-:func:`load_torch_pickle`, which callers use only for a file the user named
-explicitly: unpickling runs arbitrary code from the file.
+tbmem reads its own gzip JSON format and PyTorch's pickles
+(``torch.cuda.memory._dump_snapshot``, Composer's and torchtitan's). Pickles are
+read by :mod:`tbmem.snapshot.safe_pickle`, which refuses every Python object a
+file names, so no code from a pickle ever runs. Nothing here imports torch.
 
 Example:
     >>> from tbmem.snapshot.schema import SnapshotBuilder
@@ -16,12 +17,12 @@ Example:
 from __future__ import annotations
 
 import os
-import pickle
 from typing import Any
 
 import numpy as np
 
 from tbmem.snapshot.cuda import convert_torch_snapshot
+from tbmem.snapshot.safe_pickle import load_plain
 from tbmem.snapshot.schema import Snapshot, read_json_gz, user_frame_index
 
 __all__ = ["load_snapshot", "load_torch_pickle", "snapshot_stats", "format_bytes", "is_pickle_path"]
@@ -34,25 +35,35 @@ def is_pickle_path(path: str) -> bool:
     return str(path).lower().endswith(_PICKLE_EXTS)
 
 
-def load_torch_pickle(path: str) -> dict[str, Any]:
-    """Unpickle a PyTorch memory snapshot. Only for files you trust: pickles can run code."""
-    with open(path, "rb") as fh:
-        data = pickle.load(fh)  # noqa: S301 - only ever called on a file the user named explicitly
+def load_torch_pickle(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a PyTorch memory snapshot pickle as plain data; nothing in the file can run.
+
+    Raises:
+        tbmem.snapshot.safe_pickle.UnsafePickleError: the file names a Python object.
+        ValueError: the file is plain data but not a snapshot.
+    """
+    path = os.fspath(path)
+    data = load_plain(path)
     if not isinstance(data, dict) or "segments" not in data:
         raise ValueError(f"{path} is not a torch.cuda.memory._snapshot() pickle")
     return data
 
 
-def load_snapshot(path: str | os.PathLike[str], *, allow_pickle: bool = False) -> Snapshot:
-    """Load a tbmem ``.json.gz`` snapshot, or a torch pickle when ``allow_pickle`` is True.
+def load_snapshot(path: str | os.PathLike[str], *, allow_pickle: bool = True) -> Snapshot:
+    """Load a tbmem ``.json.gz`` snapshot or a PyTorch pickle (read as plain data, never run).
+
+    Args:
+        path: The file.
+        allow_pickle: False refuses pickles (for callers that want tbmem's own files only).
 
     Raises:
         ValueError: the file is not a valid snapshot, or is a pickle and ``allow_pickle`` is False.
+        tbmem.snapshot.safe_pickle.UnsafePickleError: a pickle names a Python object.
     """
     path = os.fspath(path)
     if is_pickle_path(path):
         if not allow_pickle:
-            raise ValueError(f"refusing to unpickle {path}: pass allow_pickle=True only for files you trust")
+            raise ValueError(f"not reading {path}: pickles were not allowed by the caller")
         return convert_torch_snapshot(load_torch_pickle(path), kind="snapshot", step=0)
     return read_json_gz(path)
 

@@ -31,12 +31,11 @@ def test_html_and_stats_from_json(tmp_path, capsys):
     assert "By category" in text and "parameter" in text
 
 
-def test_pickle_only_when_named_explicitly(tmp_path, capsys):
+def test_torch_pickle_read_as_plain_data(tmp_path, capsys):
     src = tmp_path / "snap.pickle"
     with open(src, "wb") as fh:
         pickle.dump(_torch_dict(), fh, protocol=4)
-    with pytest.raises(ValueError, match="refusing to unpickle"):
-        load_snapshot(src)
+    assert load_snapshot(src).n_events == 5
     assert main(["snapshot", "stats", str(src)]) == 0
     assert "cuda on cuda:0, 5 events, 5 allocations" in capsys.readouterr().out
     out = tmp_path / "torch.html"
@@ -44,10 +43,10 @@ def test_pickle_only_when_named_explicitly(tmp_path, capsys):
     assert "add_local_files" in out.read_text()  # PyTorch's own trace_plot page
 
 
-def test_help_warns_about_pickles(capsys):
+def test_help_says_pickles_are_read_as_plain_data(capsys):
     with pytest.raises(SystemExit):
         main(["snapshot", "html", "--help"])
-    assert "Never load a pickle you do not trust" in " ".join(capsys.readouterr().out.split())
+    assert "no code from the file runs" in " ".join(capsys.readouterr().out.split())
 
 
 def test_bad_file_is_an_error_not_a_traceback(tmp_path, capsys):
