@@ -42,15 +42,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="Hydra overrides, as for run.py (data=burgers_1d trainer_params.batch_size=64 ...)")
     p.add_argument("--config-dir", default="conf", help="the Hydra config folder (default: %(default)s)")
     p.add_argument("--config-name", default="burgers_experiment", help="the config (default: %(default)s)")
-    p.add_argument("--sizes", type=int, nargs="+", metavar="N",
-                   help="batch sizes to probe (default: trainer_params.auto_batch_sizes)")
-    p.add_argument("--at", type=int, nargs="+", default=[], metavar="N", help="also forecast these batch sizes")
+    p.add_argument("--sizes", type=_sizes, metavar="N,N,...",
+                   help="batch sizes to probe, comma-separated (default: trainer_params.auto_batch_sizes)")
+    p.add_argument("--at", type=_sizes, default=[], metavar="N,N,...",
+                   help="also forecast these batch sizes, comma-separated")
     p.add_argument("--budget-gb", type=float, metavar="GB",
                    help="memory budget (default: auto_batch_budget_gb, else free device memory / available RAM "
                         "minus margins)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.set_defaults(func=forecast_command)
     return p
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected batch sizes like 16,32,64, got {text!r}") from None
+    if not sizes or any(n < 1 for n in sizes):
+        raise argparse.ArgumentTypeError(f"batch sizes must be integers >= 1, got {text!r}")
+    return sizes
 
 
 def _fail(message: str) -> int:
@@ -90,9 +101,6 @@ def _compose(config_dir: str, name: str, overrides: list[str]) -> Any:
 def _forecast(args: argparse.Namespace) -> int:
     if args.budget_gb is not None and not args.budget_gb > 0:
         raise ValueError(f"--budget-gb must be > 0, got {args.budget_gb}")
-    for n in list(args.sizes or []) + list(args.at):
-        if n < 1:
-            raise ValueError(f"batch sizes must be >= 1, got {n}")
     cfg = _compose(args.config_dir, args.config_name, list(args.overrides))
     import dataclasses
 
