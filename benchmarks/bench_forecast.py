@@ -85,7 +85,7 @@ def _unet(cache: str) -> tuple[Callable[[], Any], Callable[[Any], None], Callabl
     values = copy.deepcopy(_UNET_OVERRIDES)
     values["data"]["cache_dir"] = cache
     cfg = validate({"experiment": "bench_forecast", **values})
-    mon = TrainerMonitoring.create(tempfile.mkdtemp(prefix="bench-forecast-"), enabled=False, verbose_batches=0,
+    mon = TrainerMonitoring.create(tempfile.mkdtemp(prefix="run-", dir=cache), enabled=False, verbose_batches=0,
                                    tbmem_config=cfg.tbmem)
     trainer = SyntheticTrainer(cfg, monitoring=mon)
     return (lambda: forecast_trainer(trainer, SIZES)), training_step(trainer), batch_maker(trainer)

@@ -93,10 +93,12 @@ def test_default_budget_is_available_ram_plus_resident_minus_margin(mlp):
     import psutil
 
     forecast, *_ = mlp
+    first = psutil.virtual_memory().available
     budget = forecast.budget()
-    available = psutil.virtual_memory().available
-    expected = available + forecast.resident_bytes - 0.1 * available
-    assert budget.bytes == pytest.approx(expected, rel=0.05)
+    second = psutil.virtual_memory().available
+    low, high = sorted((first, second))  # other processes may change it meanwhile
+    assert 0.9 * low + forecast.resident_bytes - 1 <= budget.bytes <= 0.9 * high + forecast.resident_bytes + 1
+    assert forecast.resident_bytes >= 4 * sum(p.numel() for p in mlp[3].parameters())  # parameters, moments
     assert "available RAM" in budget.explanation
     n = forecast.max_batch_size()
     assert n is not None and forecast.peak_bytes(n) <= budget.bytes * 1.05
