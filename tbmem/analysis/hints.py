@@ -6,7 +6,8 @@ tbmem writes: the census's largest tensors, a forecast, the trainers' config):
 * ``activation_checkpointing``: activations hold at least half the census at its peak;
   checkpointing in ``s`` segments keeps about ``2/s`` of them (estimate for ``s = 4``);
 * ``optimizer_precision``: the bytes of optimizer state that are certainly float32 (the
-  state minus every byte of another dtype), and what bfloat16 or 8-bit states save;
+  state minus every byte of another dtype), and what bfloat16 or 8-bit states save
+  (these two only when they save at least ``min_saving_mb``, 10 MB);
 * ``expandable_segments``: high fragmentation while the allocator retried allocations:
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` and the reserved bytes not in use;
 * ``growing_other``: the census's ``other`` category grows steadily (a leak finding);
@@ -23,11 +24,11 @@ Example:
     >>> from tbmem.analysis.hints import find_hints
     >>> logdir = tempfile.mkdtemp()
     >>> with MemoryWriter(logdir, custom_layout=False) as w:
-    ...     w.write_scalars({"Memory/Tensor_Category/parameters_MB": 10.0,
-    ...                      "Memory/Tensor_Category/activations_MB": 90.0,
-    ...                      "Memory/Tensor_Census/total_MB": 100.0}, step=5)
+    ...     w.write_scalars({"Memory/Tensor_Category/parameters_MB": 100.0,
+    ...                      "Memory/Tensor_Category/activations_MB": 900.0,
+    ...                      "Memory/Tensor_Census/total_MB": 1000.0}, step=5)
     >>> [(h.kind, h.saving_mb) for h in find_hints(logdir)]
-    [('activation_checkpointing', 45.0)]
+    [('activation_checkpointing', 450.0)]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.analysis.summary import RunSummary, summarize
+from tbmem.forecast.report import format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -100,12 +102,12 @@ def _at(df: "pd.DataFrame", tag: str, step: int) -> float | None:
     return None if g.empty else float(g["value"].iloc[0])
 
 
-def _activations(s: RunSummary) -> Hint | None:
+def _activations(s: RunSummary, min_saving_mb: float) -> Hint | None:
     mix, total = s.category_mb_at_peak, s.census_peak_total_mb
     acts = mix.get("activations", 0.0)
-    if not total or acts < 0.5 * total:
-        return None
     saving = acts * (1 - 2 / _SEGMENTS)
+    if not total or acts < 0.5 * total or saving < min_saving_mb:
+        return None
     return Hint(
         run=s.run, kind="activation_checkpointing", step=s.census_peak_step, saving_mb=saving,
         title=f"activations are {acts / total:.0%} of tensor memory",
@@ -117,7 +119,7 @@ def _activations(s: RunSummary) -> Hint | None:
         data={"activations_mb": acts, "census_total_mb": total, "segments": _SEGMENTS})
 
 
-def _optimizer(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
+def _optimizer(s: RunSummary, df: "pd.DataFrame", min_saving_mb: float) -> Hint | None:
     step, total = s.census_peak_step, s.census_peak_total_mb
     state = s.category_mb_at_peak.get("optimizer_state", 0.0)
     if step is None or not total or state < 0.1 * total:
@@ -128,7 +130,7 @@ def _optimizer(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
         return None
     other_dtypes = sum(v for k, v in dtypes.items() if k != "float32")
     fp32_state = min(state - other_dtypes, dtypes["float32"])  # every byte of another dtype could be state
-    if fp32_state <= 0.05 * state:
+    if fp32_state <= 0.05 * state or fp32_state / 2 < min_saving_mb:
         return None
     return Hint(
         run=s.run, kind="optimizer_precision", step=step, saving_mb=fp32_state / 2,
@@ -310,25 +312,25 @@ def _headroom(s: RunSummary, df: "pd.DataFrame", texts: "pd.DataFrame | None", b
     if fits is None:
         advice = "The peak does not grow with the batch size: any batch size fits."
     elif in_use is None:
-        advice = f"The largest batch size that fits is {fits} (peak {peak_at(fits) / _GB:.2f} GB)."
+        advice = f"The largest batch size that fits is {fits} (peak {format_bytes(peak_at(fits))})."
     elif fits < in_use:
         steps = -(-in_use // max(fits, 1))
-        advice = (f"Batch size {in_use} needs {peak_at(in_use) / _GB:.2f} GB, over the budget: {fits} fits; "
+        advice = (f"Batch size {in_use} needs {format_bytes(peak_at(in_use))}, over the budget: {fits} fits; "
                   f"keep the effective batch with gradient_accumulation_steps={steps} at batch size "
                   f"{-(-in_use // steps)}.")
     else:
-        advice = (f"Batch size {in_use} peaks at {peak_at(in_use) / _GB:.2f} GB; up to {fits} would still fit "
-                  f"(peak {peak_at(fits) / _GB:.2f} GB).")
+        advice = (f"Batch size {in_use} peaks at {format_bytes(peak_at(in_use))}; up to {fits} would still fit "
+                  f"(peak {format_bytes(peak_at(fits))}).")
     return Hint(
         run=s.run, kind="batch_headroom", step=budget_step, saving_mb=None,
         title=f"largest batch size that fits: {fits if fits is not None else 'any'}",
-        advice=advice, evidence=f"from {source}; budget at step {budget_step}: {explanation} = {limit / _GB:.2f} GB",
+        advice=advice, evidence=f"from {source}; budget at step {budget_step}: {explanation} = {format_bytes(limit)}",
         data={"max_batch_size": fits, "batch_size": in_use, "budget_bytes": limit, "lines": lines})
 
 
 def find_hints(data: "pd.DataFrame | str | os.PathLike[str]", *, texts: "pd.DataFrame | None" = None,
                summaries: Iterable[RunSummary] | None = None, runs: Iterable[str] | None = None,
-               batch_size: int | None = None, on_error: str = "raise") -> list[Hint]:
+               batch_size: int | None = None, min_saving_mb: float = 10.0, on_error: str = "raise") -> list[Hint]:
     """Advice for every run with tbmem memory tags.
 
     Args:
@@ -339,6 +341,8 @@ def find_hints(data: "pd.DataFrame | str | os.PathLike[str]", *, texts: "pd.Data
         runs: Only these runs.
         batch_size: The batch size in use (else read from a logged forecast or the
             trainers' ``config`` text), for the headroom hint.
+        min_saving_mb: Advice that would save less than this is not given (checkpointing
+            a few MB of activations is not worth a slower step).
         on_error: Passed to the loaders when ``data`` is a logdir.
 
     Returns:
@@ -358,7 +362,8 @@ def find_hints(data: "pd.DataFrame | str | os.PathLike[str]", *, texts: "pd.Data
         df = groups.get(s.run)
         if df is None:
             continue
-        found = [_activations(s), _optimizer(s, df), _fragmentation(s, df), _growing(s, texts),
+        found = [_activations(s, min_saving_mb), _optimizer(s, df, min_saving_mb), _fragmentation(s, df),
+                 _growing(s, texts),
                  _headroom(s, df, texts, batch_size)]
         out += [h for h in found if h is not None]
     return out
