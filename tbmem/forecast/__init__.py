@@ -25,7 +25,7 @@ _EXPORTS: dict[str, str] = {
     "fit": "tbmem.forecast.core",
     "Forecast": "tbmem.forecast.core",
     "FitQuality": "tbmem.forecast.core",
-    "ForecastError": "tbmem.forecast.core",
+    "ForecastError": "tbmem.forecast.probe",
     "StepMeasurement": "tbmem.forecast.measure",
     "measure_step": "tbmem.forecast.measure",
     "Budget": "tbmem.forecast.budget",
@@ -37,7 +37,8 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tbmem.forecast.budget import Budget, default_budget
-    from tbmem.forecast.core import FitQuality, Forecast, ForecastError, fit
+    from tbmem.forecast.core import FitQuality, Forecast, fit
+    from tbmem.forecast.probe import ForecastError
     from tbmem.forecast.measure import StepMeasurement, measure_step
     from tbmem.forecast.report import format_bytes
 

@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
-from tbmem import _torch_private as tp
 from tbmem._log import logger
 from tbmem.forecast.budget import Budget, default_budget
-from tbmem.forecast.measure import BEFORE_CATEGORIES, STEP_CATEGORIES, StepMeasurement, device_name, measure_step
-from tbmem.forecast.model import Envelope, aligned_points, fit_lines, phase_points
+from tbmem.forecast.measure import STEP_CATEGORIES, StepMeasurement, device_name
+from tbmem.forecast.parts import Parts, fit_parts
+from tbmem.forecast.probe import ForecastError, Runner, check_n, incremental_census
+from tbmem.forecast.probe import progress as probes
 from tbmem.forecast.report import format_table, to_markdown
 
 __all__ = ["fit", "Forecast", "FitQuality", "ForecastError", "DEFAULT_BATCH_SIZES", "DEFAULT_TOLERANCE"]
@@ -43,10 +43,6 @@ __all__ = ["fit", "Forecast", "FitQuality", "ForecastError", "DEFAULT_BATCH_SIZE
 DEFAULT_BATCH_SIZES = (16, 32, 64)
 #: Largest relative error at the probed sizes (and for the held-out largest one) of a good fit.
 DEFAULT_TOLERANCE = 0.02
-
-
-class ForecastError(RuntimeError):
-    """The forecast cannot be made (bad arguments, a probe that does not fit in memory)."""
 
 
 @dataclass(frozen=True)
@@ -76,68 +72,6 @@ class FitQuality:
                 and self.fit_error <= self.tolerance)
 
 
-@dataclass(frozen=True)
-class _Parts:
-    sizes: np.ndarray
-    before: dict[str, tuple[float, float]]  # category -> (a, b)
-    envelope: Envelope
-    step_a: np.ndarray  # (categories, envelope lines)
-    step_b: np.ndarray
-    overhead: tuple[float, float]
-    mode: str
-    nonlinearity: float
-
-    def predict(self, n: float) -> float:
-        a0 = sum(a for a, _ in self.before.values()) + self.overhead[0]
-        b0 = sum(b for _, b in self.before.values()) + self.overhead[1]
-        return a0 + b0 * n + self.envelope.at(n)
-
-    def lines(self) -> list[tuple[float, float]]:
-        """The prediction as ``max(a + b n)`` over these total lines."""
-        a0 = sum(a for a, _ in self.before.values()) + self.overhead[0]
-        b0 = sum(b for _, b in self.before.values()) + self.overhead[1]
-        return [(a0 + float(a), b0 + float(b)) for a, b in zip(self.envelope.a, self.envelope.b)]
-
-
-def _points(ms: Sequence[StepMeasurement]) -> tuple[np.ndarray, np.ndarray, str]:
-    """(k x J net bytes, k x C x J bytes by category, mode) at points aligned across probes."""
-    if aligned_points([m.signature for m in ms]):
-        nets = [m.net for m in ms]
-        cats = [m.by_category for m in ms]
-        mode = "aligned"
-    else:
-        idx = phase_points([m.phases for m in ms], [m.net for m in ms])
-        if idx is None:
-            idx = [np.array([int(np.argmax(m.net))] if m.net.size else [], dtype=np.int64) for m in ms]
-            mode = "peaks"
-        else:
-            mode = "phases"
-        nets = [m.net[i] for m, i in zip(ms, idx)]
-        cats = [m.by_category[:, i] for m, i in zip(ms, idx)]
-    # a zero point: before the step's first event, nothing is added yet
-    y = np.stack([np.concatenate([[0], n]) for n in nets]).astype(float)
-    c = np.stack([np.concatenate([np.zeros((len(STEP_CATEGORIES), 1)), x], axis=1) for x in cats]).astype(float)
-    return y, c, mode
-
-
-def _fit_parts(ms: Sequence[StepMeasurement]) -> _Parts:
-    sizes = np.array([m.batch_size for m in ms], dtype=float)
-    before = {}
-    for cat in BEFORE_CATEGORIES:
-        a, b, _ = fit_lines(sizes, np.array([[m.before.get(cat, 0)] for m in ms], dtype=float))
-        before[cat] = (float(a[0]), float(b[0]))
-    y, c, mode = _points(ms)
-    a, b, resid = fit_lines(sizes, y)
-    env = Envelope.from_lines(a, b)
-    ca, cb, _ = fit_lines(sizes, c[:, :, env.index].reshape(len(ms), -1))
-    shape = (len(STEP_CATEGORIES), len(env.index))
-    oa, ob, _ = fit_lines(sizes, np.array([[m.allocator_overhead_bytes] for m in ms], dtype=float))
-    scale = max(max(m.peak_bytes for m in ms), 1)
-    return _Parts(sizes=sizes, before=before, envelope=env, step_a=ca.reshape(shape), step_b=cb.reshape(shape),
-                  overhead=(float(oa[0]), float(ob[0])), mode=mode,
-                  nonlinearity=float(resid.max()) / scale if resid.size else 0.0)
-
-
 class Forecast:
     """Peak memory of a training step as a function of the batch size, fitted on measured steps.
 
@@ -165,8 +99,8 @@ class Forecast:
         128
     """
 
-    def __init__(self, *, device: str, measurements: list[StepMeasurement], parts: _Parts, quality: FitQuality,
-                 notes: list[str], fit_seconds: float, runner: "_Runner") -> None:
+    def __init__(self, *, device: str, measurements: list[StepMeasurement], parts: Parts, quality: FitQuality,
+                 notes: list[str], fit_seconds: float, runner: "Runner") -> None:
         self.device = device
         self.measurements = measurements
         self.batch_sizes = tuple(m.batch_size for m in measurements)
@@ -179,7 +113,7 @@ class Forecast:
     # --- prediction -------------------------------------------------------------------------
     def peak_bytes(self, n: int) -> int:
         """Forecast live tensor bytes at the peak of a step with batch size ``n``."""
-        return int(math.ceil(self._parts.predict(_check_n(n)) - 1e-6))
+        return int(math.ceil(self._parts.predict(check_n(n)) - 1e-6))
 
     @property
     def bytes_per_sample(self) -> float:
@@ -202,7 +136,7 @@ class Forecast:
         ``step:optimizer_state`` created or freed by the step, negative when freed), and on
         CUDA ``allocator_overhead``. Categories that are zero are left out.
         """
-        n = _check_n(n)
+        n = check_n(n)
         p = self._parts
         out: dict[str, float] = {}
         for cat, (a, b) in p.before.items():
@@ -227,8 +161,10 @@ class Forecast:
         """
         budget = self.budget().bytes if budget_bytes is None else int(budget_bytes)
         lines = self._parts.lines()
+        if self.peak_bytes(1) > budget:
+            return 0
         if all(b <= 0 for _, b in lines):
-            return None if self.peak_bytes(1) <= budget else 0
+            return None
         bound = min((budget - a) / b for a, b in lines if b > 0)
         n = max(int(math.floor(bound)), 0)
         # the float bound is within a step of the integer answer: settle it with peak_bytes itself
@@ -253,8 +189,8 @@ class Forecast:
     def measure(self, n: int) -> StepMeasurement:
         """Run one real step at batch size ``n``, measured the way the fit measured its probes;
         :attr:`StepMeasurement.predicted_bytes` holds this forecast's prediction."""
-        with _incremental_census():
-            m = self._runner.measure(_check_n(n))
+        with incremental_census():
+            m = self._runner.measure(check_n(n))
         m.predicted_bytes = self.peak_bytes(n)
         m.drop_events()
         return m
@@ -301,51 +237,6 @@ class Forecast:
                 f"mode={self.quality.mode!r}, good={self.quality.good})")
 
 
-def _check_n(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"batch size must be an integer >= 1, got {n!r}")
-    return int(n)
-
-
-class _Runner:
-    """Runs and measures the user's step at one batch size."""
-
-    def __init__(self, step: Callable[[Any], Any], make_batch: Callable[[int], Any], device: torch.device,
-                 models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer]) -> None:
-        self.step, self.make_batch, self.device = step, make_batch, device
-        self.models, self.optimizers = models, optimizers
-
-    def run(self, n: int) -> None:
-        batch = self.make_batch(n)
-        try:
-            self.step(batch)
-        except tp.OutOfMemoryError as exc:
-            raise ForecastError(f"a step at batch size {n} ran out of memory; probe smaller sizes") from exc
-
-    def measure(self, n: int) -> StepMeasurement:
-        if self.device.type == "cuda":
-            # the first step at a new shape may autotune kernels with extra workspaces: not the steady state
-            self.run(n)
-        batch = self.make_batch(n)
-        try:
-            return measure_step(self.step, batch, device=self.device, models=self.models,
-                                optimizers=self.optimizers, batch_size=n)
-        except tp.OutOfMemoryError as exc:
-            raise ForecastError(f"a step at batch size {n} ran out of memory; probe smaller sizes") from exc
-
-
-@contextmanager
-def _incremental_census() -> Iterator[None]:
-    """Let the census before each probe scan only what is new since the previous one."""
-    from tbmem.census import heap
-
-    heap.start_capture()
-    try:
-        yield
-    finally:
-        heap.stop_capture()
-
-
 def _as_list(obj: Any, kind: type) -> list[Any]:
     if obj is None:
         return []
@@ -372,7 +263,7 @@ def _resolve_device(device: Any, models: list[torch.nn.Module], make_batch: Call
 
 
 def _check_sizes(batch_sizes: Iterable[int]) -> list[int]:
-    sizes = sorted(set(_check_n(n) for n in batch_sizes))
+    sizes = sorted(set(check_n(n) for n in batch_sizes))
     if len(sizes) < 2:
         raise ValueError(f"fit needs at least two different batch sizes, got {list(batch_sizes)!r}")
     return sizes
@@ -423,16 +314,16 @@ def fit(step: Callable[[Any], Any], make_batch: Callable[[int], Any],
     optimizers = _as_list(optimizer, torch.optim.Optimizer)
     start = time.perf_counter()
     dev = _resolve_device(device, models, make_batch, sizes[0])
-    runner = _Runner(step, make_batch, dev, models, optimizers)
+    runner = Runner(step, make_batch, dev, models, optimizers)
     for _ in range(warmup):
         runner.run(sizes[0])
-    with _incremental_census():
-        measurements = [runner.measure(n) for n in _progress(sizes, progress)]
-    parts = _fit_parts(measurements)
+    with incremental_census():
+        measurements = [runner.measure(n) for n in probes(sizes, progress)]
+    parts = fit_parts(measurements)
     fit_err = max(abs(_relative(parts.predict(m.batch_size), m.peak_bytes)) for m in measurements)
     holdout = None
     if len(measurements) >= 3:
-        held = _fit_parts(measurements[:-1])
+        held = fit_parts(measurements[:-1])
         holdout = _relative(held.predict(sizes[-1]), measurements[-1].peak_bytes)
     quality = FitQuality(mode=parts.mode, fit_error=fit_err, holdout_error=holdout,
                          nonlinearity=parts.nonlinearity, tolerance=tolerance)
@@ -470,15 +361,3 @@ def _notes(q: FitQuality, ms: list[StepMeasurement], models: list[Any], optimize
         notes.append("no optimizer given: its state counts as 'other' and gradients it frees are not seen; "
                      "pass optimizer=")
     return notes
-
-
-def _progress(sizes: list[int], enabled: bool) -> Iterable[int]:
-    if not enabled:
-        return sizes
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return sizes
-    import sys
-
-    return tqdm(sizes, desc="forecast: probing batch sizes", unit="size", file=sys.stderr)
