@@ -44,6 +44,8 @@ class MemoryWriterConfig:
             TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes).
         snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`
             or a mapping of its fields); None disables snapshots.
+        alerts: Memory alerts (:class:`tbmem.alerts.AlertConfig`, a mapping of its fields, or
+            True for its defaults); None disables them. See docs/forecast.md.
     """
 
     enabled: bool = True
@@ -59,6 +61,7 @@ class MemoryWriterConfig:
     custom_layout: bool = True
     fast_crc: bool = True
     snapshot: Any = field(default=None)
+    alerts: Any = field(default=None)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -79,6 +82,10 @@ class MemoryWriterConfig:
             from tbmem.snapshot import SnapshotConfig
 
             object.__setattr__(self, "snapshot", SnapshotConfig.from_mapping(self.snapshot))
+        if self.alerts is not None:
+            from tbmem.alerts import AlertConfig
+
+            object.__setattr__(self, "alerts", AlertConfig.coerce(self.alerts))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "MemoryWriterConfig":

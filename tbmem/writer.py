@@ -93,6 +93,7 @@ class MemoryWriter:
         self._census_on = False
         self._stop_capture: Any = None
         self._snapshots: Any = None
+        self._alerts: Any = None
         self._last_record: tuple[float, int] | None = None
         self._active = self.config.enabled
         if self._active:
@@ -124,6 +125,19 @@ class MemoryWriter:
             from tbmem.snapshot import SnapshotManager
 
             self._snapshots = SnapshotManager(cfg.snapshot, log_dir=self.log_dir, writer=self)
+        if cfg.alerts is not None:
+            self._setup_alerts(cfg.alerts)
+
+    def _setup_alerts(self, alerts: Any) -> None:
+        from tbmem.alerts import AlertMonitor
+
+        if alerts.snapshot and self._snapshots is None:
+            from tbmem.snapshot import SnapshotConfig, SnapshotManager
+
+            # no schedule: only the snapshots alerts (and an out-of-memory error) ask for
+            self._snapshots = SnapshotManager(SnapshotConfig(recorder="off"), log_dir=self.log_dir, writer=self)
+        self._alerts = AlertMonitor(alerts, writer=self, snapshot=lambda step: (
+            self._snapshots.snapshot_now(step) if self._snapshots is not None else []))
 
     # --- SummaryWriter compatibility -----------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -199,7 +213,10 @@ class MemoryWriter:
         if not (due or census_due):
             return False
         if due:
-            self.write_readings(self._read(step), step)
+            readings = self._read(step)
+            self.write_readings(readings, step)
+            if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
+                self._alerts = None
         if census_due:
             self._take_census(step, roots)
         if cfg.flush_each_record:

@@ -97,6 +97,14 @@ class SyntheticTrainer:
             if self.params.use_amp else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.mon.writer.watch(self.model, self.optimizer)
+        self.batch_size = self._batch_size()
+
+    def _batch_size(self) -> int:
+        if self.params.batch_size != "auto":
+            return int(self.params.batch_size)
+        from trainers.autobatch import choose_batch_size
+
+        return choose_batch_size(self).batch_size
 
     def _optimizer(self) -> torch.optim.Optimizer:
         p = self.params
@@ -116,7 +124,7 @@ class SyntheticTrainer:
 
     def _loader(self, dataset: HybridDataset, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        return DataLoader(dataset, batch_size=self.params.batch_size, shuffle=shuffle, generator=generator,
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
                           num_workers=self.params.num_workers,
                           pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda")
 

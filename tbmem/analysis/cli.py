@@ -1,4 +1,4 @@
-"""``tbmem report LOGDIR``: the per-run summary, leak findings, a figure, a CI gate.
+"""``tbmem report LOGDIR``: the per-run summary, leak findings, hints, a figure, a CI gate.
 
 Exit status: 0 fine; 1 a leak was found and ``--fail-on-leak`` was given;
 2 the logdir cannot be analysed (missing, no event files, no tbmem tags,
@@ -51,6 +51,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="warm-up to ignore, as a fraction of the step range (default %(default)s)")
     p.add_argument("--allow-truncated", action="store_true",
                    help="analyse the readable part of truncated or corrupt event files instead of stopping")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="the batch size the runs used, for the headroom hint (default: from a logged forecast "
+                        "or the trainers' config)")
     p.set_defaults(func=report_command)
     return p
 
@@ -86,15 +89,22 @@ def _finite(obj: Any) -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from tbmem.analysis.load import load_scalars
+    import dataclasses
+
+    from tbmem.analysis.hints import find_hints, format_hints
+    from tbmem.analysis.load import load_scalars, load_texts
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
 
     runs = list(args.compare) if args.compare else None
-    df = load_scalars(args.logdir, runs=runs, on_error="warn" if args.allow_truncated else "raise")
+    on_error = "warn" if args.allow_truncated else "raise"
+    df = load_scalars(args.logdir, runs=runs, on_error=on_error)
     summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
+    hints = find_hints(df, texts=load_texts(args.logdir, runs=runs, on_error=on_error), summaries=summaries,
+                       batch_size=getattr(args, "batch_size", None))
+    summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
     if args.png:
         from tbmem.analysis.plot import plot_timeline
 
@@ -106,6 +116,8 @@ def _report(args: argparse.Namespace) -> int:
         print(format_table(summaries, compare=bool(args.compare)))
         print()
         print(format_leaks(summaries))
+        print()
+        print(format_hints(hints))
         if args.png:
             print(f"\nfigure written to {args.png}")
     leaked = any(s.has_leak for s in summaries)

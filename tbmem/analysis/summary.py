@@ -58,6 +58,8 @@ class RunSummary:
         step_time_ms: ``mean``, ``median``, ``p95``, ``max`` of ``Perf/step_time_ms``.
         last_loss: Last value of each ``Loss/*`` tag.
         leaks: Flagged :class:`LeakFinding`\\ s, steepest first.
+        hints: Advice with numbers (:class:`tbmem.analysis.hints.Hint`); filled by
+            ``tbmem report`` and :func:`tbmem.analysis.hints.find_hints`, empty from :func:`summarize`.
 
     Example:
         >>> RunSummary(run="r", first_step=0, last_step=0, records=1).peak_rss_gb is None
@@ -80,6 +82,7 @@ class RunSummary:
     step_time_ms: dict[str, float] | None = None
     last_loss: dict[str, float] = field(default_factory=dict)
     leaks: list[LeakFinding] = field(default_factory=list)
+    hints: list[Any] = field(default_factory=list)
 
     @property
     def has_leak(self) -> bool:
@@ -88,8 +91,9 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "leaks"}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("leaks", "hints")}
         out["leaks"] = [f.to_dict() for f in self.leaks]
+        out["hints"] = [h.to_dict() for h in self.hints]
         return out
 
 

@@ -215,6 +215,16 @@ class SnapshotManager:
                 report_once("snapshot:oom-stop", "tbmem: could not stop the snapshot recorder", exc=err)
             self._window_end = None
 
+    def snapshot_now(self, step: int, kind: str = "alert") -> list[str]:
+        """Write a snapshot now, off schedule (an alert's); never raises. Returns the paths."""
+        if self._off:
+            return []
+        try:
+            return self._dump(step, kind)
+        except Exception as err:  # noqa: BLE001 - monitoring must never break training
+            report_once("snapshot:now", "tbmem: could not write the requested snapshot", exc=err)
+            return []
+
     def _fail(self, key: str, message: str, exc: BaseException) -> None:
         report_once(key, message, exc=exc)
         self._disabled = True
