@@ -49,6 +49,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="MB", help="leak threshold for RSS/USS/reserved/NVML memory (default %(default)s)")
     p.add_argument("--skip-fraction", type=float, default=0.25, metavar="F",
                    help="warm-up to ignore, as a fraction of the step range (default %(default)s)")
+    p.add_argument("--all-ranks", action="store_true",
+                   help="list every rank of a multi-rank job (default: all up to 20, else the extremes)")
     p.add_argument("--allow-truncated", action="store_true",
                    help="analyse the readable part of truncated or corrupt event files instead of stopping")
     p.set_defaults(func=report_command)
@@ -87,6 +89,7 @@ def _finite(obj: Any) -> Any:
 
 def _report(args: argparse.Namespace) -> int:
     from tbmem.analysis.load import load_scalars
+    from tbmem.analysis.ranks import format_rank_jobs, rank_jobs
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
 
@@ -99,12 +102,21 @@ def _report(args: argparse.Namespace) -> int:
         from tbmem.analysis.plot import plot_timeline
 
         plot_timeline(df, runs=[s.run for s in summaries], path=args.png)
+    jobs = [] if args.compare else rank_jobs(summaries)
     if args.json:
-        doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries]}
+        doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
+               "jobs": [j.to_dict() for j in jobs]}
         print(json.dumps(_finite(doc), indent=2, allow_nan=False))
     else:
-        print(format_table(summaries, compare=bool(args.compare)))
-        print()
+        # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
+        in_jobs = {run for j in jobs for run in j.runs.values()}
+        others = [s for s in summaries if s.run not in in_jobs]
+        if others:
+            print(format_table(others, compare=bool(args.compare)))
+            print()
+        if jobs:
+            print(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks))
+            print()
         print(format_leaks(summaries))
         if args.png:
             print(f"\nfigure written to {args.png}")

@@ -7,10 +7,10 @@ No collective is involved: the other ranks may be stuck in a collective that the
 rank will never join.
 
 Each rank runs one daemon thread blocked in ``wait`` on its own wake key, on a store
-connection of its own (a client serialises its operations). Woken, it hands the event to its writer: the training thread writes
-this rank's snapshot at its next ``log_memory`` call if it comes within a second; if it
-does not (the thread is blocked in a collective with the failed rank), the watcher
-writes it itself. Then it marks ``pic/<n>/<rank>``. The failed rank waits up to
+connection of its own (a client serialises its operations). Woken, it hands the event to
+its writer: the training thread writes this rank's snapshot at its next ``log_memory``
+call if it comes within a second; if it does not (the thread is blocked in a collective
+with the failed rank), the watcher writes it itself. Then it marks ``pic/<n>/<rank>``. The failed rank waits up to
 ``oom_wait_s`` for every rank's mark before its error goes on to the user, because once
 its process exits, torchrun stops the others within a tenth of a second.
 
