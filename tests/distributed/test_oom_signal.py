@@ -1,0 +1,98 @@
+"""The out-of-memory signal through a real TCPStore (two ranks' signals in one process)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+
+from tbmem.config import MemoryWriterConfig
+from tbmem.ranks.context import RankInfo
+from tbmem.ranks.oom import OomSignal
+from tbmem.ranks.store import JobStore
+from tbmem.ranks.support import RankSupport
+
+
+@pytest.fixture
+def job_env():
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "TORCHELASTIC_RUN_ID": "t",
+           "TORCHELASTIC_RESTART_COUNT": "0"}
+    yield env
+    del server
+
+
+def test_the_failed_rank_waits_for_the_others_pictures(job_env):
+    seen: list[tuple[int, int, bool, str]] = []
+    done = threading.Event()
+
+    def picture(oom_rank: int, oom_step: int, from_watcher: bool) -> None:
+        time.sleep(0.3)  # writing a snapshot takes a while: the failed rank must wait for it
+        seen.append((oom_rank, oom_step, from_watcher, threading.current_thread().name))
+        done.set()
+
+    rank0 = OomSignal(JobStore.connect(environ=job_env), rank=0, world_size=2, on_peer_oom=picture, wait_s=30)
+    rank1 = OomSignal(JobStore.connect(environ=job_env), rank=1, world_size=2,
+                      on_peer_oom=lambda *a: pytest.fail("rank 1 must not picture its own OOM"), wait_s=30)
+    try:
+        rank1.signal(step=7)  # returns once rank 0 confirmed
+        assert seen == [(1, 7, True, "tbmem-oom-watch-rank0")]
+        assert rank1.store.check(["pic/1/0", "pic/1/1"])
+    finally:
+        rank0.close()
+        rank1.close()
+    assert not rank0._thread.is_alive() and not rank1._thread.is_alive()
+
+
+def test_a_rank_that_never_confirms_costs_at_most_oom_wait_s(job_env, tbmem_log):
+    rank1 = OomSignal(JobStore.connect(environ=job_env), rank=1, world_size=3, on_peer_oom=lambda *a: None,
+                      wait_s=1.0)
+    rank2 = OomSignal(JobStore.connect(environ=job_env), rank=2, world_size=3, on_peer_oom=lambda *a: None,
+                      wait_s=1.0)
+    try:
+        rank1.signal(step=2)  # rank 0 has no watcher (it died): rank 2 confirms, rank 0 never does
+    finally:
+        rank1.close()
+        rank2.close()
+    assert "ranks 0 did not confirm their snapshots within 1 s" in tbmem_log.text
+
+
+def test_store_operations_go_on_while_the_watcher_waits(job_env):
+    # Regression: the watcher blocked in wait() on the same connection held every other store call.
+    store = JobStore.connect(environ=job_env)
+    signal = OomSignal(store, rank=0, world_size=2, on_peer_oom=lambda *a: None, wait_s=0)
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(store.add("ranks/closed", 1)), daemon=True)
+    t.start()
+    t.join(timeout=20)
+    signal.close()
+    assert result == [1]
+
+
+def test_the_training_thread_writes_the_picture_when_it_comes_by(job_env, monkeypatch):
+    for key, value in job_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("tbmem.ranks.support.distributed_ready", lambda: True)
+    threads: list[str] = []
+
+    class Snapshots:
+        def on_oom(self, step, exc, *, stop_recording):  # noqa: ANN001
+            threads.append(threading.current_thread().name)
+            assert not stop_recording and step == 41 and "rank 1 ran out of memory at its step 9" in str(exc)
+
+    support = RankSupport(RankInfo(rank=0, world_size=2, source="dist"),
+                          MemoryWriterConfig(every=10, ranks={"aggregate": False}))
+    support.attach(write=lambda values, step: None, snapshots=Snapshots, flush=lambda: None)
+    support.last_step = 41
+    other = JobStore.connect(environ=job_env)
+    other.set("oom/1", "1:9")
+    other.first("wake/0/1", "1")
+    deadline = time.monotonic() + 20
+    while support._peer is None and time.monotonic() < deadline:  # the watcher hands it over ...
+        time.sleep(0.01)
+    support.on_log(41)  # ... and the training thread, passing by within the second, writes it
+    assert threads == ["MainThread"]
+    other.wait(["pic/1/0"], 20)
+    support.close()
