@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from datetime import timedelta
@@ -57,27 +58,41 @@ def aggregate_rows(rows: np.ndarray, keys: Sequence[str]) -> tuple[dict[str, flo
     Returns:
         ``({tag: value}, ranks that sent at least one value)``; a reading no rank has is left out.
     """
-    values: dict[str, float] = {}
     data = rows[:, 1:]
     present = ~np.isnan(data)
-    for j, key in enumerate(keys):
-        ok = present[:, j]
-        if not ok.any():
-            continue
-        tag = TAGS[key]
-        column = data[:, j] / tag.scale
-        best = int(np.flatnonzero(ok)[np.argmax(column[ok])])  # first maximal rank among those reporting
-        values[ranks_tag("max", tag.tag)] = float(column[best])
-        values[ranks_tag("min", tag.tag)] = float(column[ok].min())
-        values[ranks_tag("mean", tag.tag)] = float(column[ok].mean())
-        values[ranks_tag("argmax", tag.tag)] = float(best)
+    has = present.any(axis=0)
+    values: dict[str, float] = {}
+    if has.any():
+        scale = _scales(tuple(keys))
+        filled = np.where(present, data, -np.inf)
+        top = filled.argmax(axis=0)  # the first maximal rank: the lowest on a tie
+        count = np.maximum(present.sum(axis=0), 1)
+        mean = np.where(present, data, 0.0).sum(axis=0) / count
+        low = np.where(present, data, np.inf).min(axis=0)
+        for j in np.flatnonzero(has):
+            names = _stat_tags(keys[j])
+            values[names[0]] = float(filled[top[j], j] / scale[j])
+            values[names[1]] = float(low[j] / scale[j])
+            values[names[2]] = float(mean[j] / scale[j])
+            values[names[3]] = float(top[j])
     return values, int(present.any(axis=1).sum())
+
+
+@functools.lru_cache(maxsize=None)
+def _scales(keys: tuple[str, ...]) -> np.ndarray:
+    return np.array([TAGS[k].scale for k in keys])
+
+
+@functools.lru_cache(maxsize=None)
+def _stat_tags(key: str) -> tuple[str, str, str, str]:
+    tag = TAGS[key].tag
+    return ranks_tag("max", tag), ranks_tag("min", tag), ranks_tag("mean", tag), ranks_tag("argmax", tag)
 
 
 class _Open:
     """One launched gather and the buffers it owns until it completes."""
 
-    def __init__(self, step: int, send: Any, receive: list[Any] | None, work: Any) -> None:
+    def __init__(self, step: int, send: Any, receive: Any, work: Any) -> None:
         self.step, self.send, self.receive, self.work = step, send, receive, work
         self.started = time.monotonic()
 
@@ -106,6 +121,9 @@ class RankAggregator:
         self._group: Any = None
         self._open: _Open | None = None
         self._abandoned: list[_Open] = []  # gloo may still touch their buffers: keep them alive
+        self._send: Any = None
+        self._rows: Any = None
+        self._receive: list[Any] | None = None
 
     # --- the record ---------------------------------------------------------------------
     def record(self, step: int, readings: Mapping[str, float] | None) -> None:
@@ -115,18 +133,31 @@ class RankAggregator:
         self._finish(wait=True)
         if self.off or not self._ensure_group():
             return
-        import torch
         import torch.distributed as dist
 
-        vector = [float(step)] + [float(readings.get(k, math.nan)) if readings else math.nan for k in self.keys]
-        send = torch.tensor(vector, dtype=torch.float64)
-        receive = [torch.empty_like(send) for _ in range(self.world_size)] if self.rank == 0 else None
+        send, rows, receive = self._buffers()
+        vector = send.numpy()
+        vector[0] = step
+        for i, key in enumerate(self.keys, start=1):
+            vector[i] = readings.get(key, math.nan) if readings else math.nan
         try:
             work = dist.gather(send, receive, dst=0, group=self._group, async_op=True)
         except Exception as exc:  # noqa: BLE001 - monitoring must never break training
             self._switch_off("the cross-rank gather could not start", exc)
             return
-        self._open = _Open(step, send, receive, work)
+        self._open = _Open(step, send, rows, work)
+
+    def _buffers(self) -> tuple[Any, Any, list[Any] | None]:
+        """The send vector and rank 0's ``[world, 1 + K]`` receive rows, reused from record to record
+        (the previous gather has completed when the next one starts)."""
+        if self._send is None:
+            import torch
+
+            self._send = torch.empty(1 + len(self.keys), dtype=torch.float64)
+            if self.rank == 0:
+                self._rows = torch.empty(self.world_size, 1 + len(self.keys), dtype=torch.float64)
+                self._receive = list(self._rows.unbind(0))
+        return self._send, self._rows, self._receive
 
     def _ensure_group(self) -> bool:
         if self._group is not None:
@@ -198,9 +229,7 @@ class RankAggregator:
         return None
 
     def _write_aggregates(self, op: _Open) -> None:
-        import torch
-
-        rows = torch.stack(op.receive).numpy()  # type: ignore[arg-type]
+        rows = op.receive.numpy()
         steps = rows[:, 0]
         if not (steps == op.step).all():
             odd = {int(r): int(s) for r, s in enumerate(steps) if s != op.step}

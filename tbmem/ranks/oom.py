@@ -62,6 +62,7 @@ class OomSignal:
         self.on_peer_oom = on_peer_oom
         self.wait_s = wait_s
         self._watch_store = store.clone()  # blocks in wait: a connection of its own
+        self._watch_store.check(["oom/count"])  # connect now: a store out of reach fails here, not later
         self._next = 1  # the next event number the watcher waits for
         self._own: set[int] = set()
         self._stopped = threading.Event()

@@ -30,46 +30,44 @@ class StoreTimeout(Exception):
 class JobStore:
     """Namespaced access to the job's store through a connection of tbmem's own.
 
+    The connection opens on first use: a job whose ranks never need the store (no rank out of
+    step, no out-of-memory error) holds only the watchers' connections.
+
     Args:
-        store: A ``torch.distributed.Store`` (a TCPStore client).
+        endpoint: ``(host, port, timeout_s)`` of the store server.
         prefix: Key prefix of this job attempt.
     """
 
-    def __init__(self, store: Any, prefix: str) -> None:
-        self._store = store
+    def __init__(self, endpoint: tuple[str, int, float], prefix: str) -> None:
+        self.endpoint = endpoint
         self.prefix = prefix
-        self._endpoint: tuple[str, int, float] | None = None
+        self._client: Any = None
 
     @classmethod
     def connect(cls, *, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> "JobStore | None":
-        """A client of the store at ``MASTER_ADDR:MASTER_PORT``, or None when there is none to reach."""
+        """The store at ``MASTER_ADDR:MASTER_PORT`` (connected on first use), or None without one."""
         env = os.environ if environ is None else environ
         host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
         if not host or not port.isdigit():
             return None
-        import torch.distributed as dist
-
-        store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
-                              timeout=timedelta(seconds=timeout_s))
         run = env.get("TORCHELASTIC_RUN_ID", "job")
         restart = env.get("TORCHELASTIC_RESTART_COUNT", "0")
-        job = cls(store, f"tbmem/{run}/{restart}/")
-        job._endpoint = (host, int(port), timeout_s)
-        return job
+        return cls((host, int(port), timeout_s), f"tbmem/{run}/{restart}/")
 
     def clone(self) -> "JobStore":
         """Another connection to the same store and keys: a client serialises its operations, so
         a thread blocked in :meth:`wait` needs a connection of its own."""
-        if self._endpoint is None:
-            raise RuntimeError("this JobStore was not opened by JobStore.connect")
-        import torch.distributed as dist
+        return JobStore(self.endpoint, self.prefix)
 
-        host, port, timeout_s = self._endpoint
-        store = dist.TCPStore(host, port, is_master=False, wait_for_workers=False,
-                              timeout=timedelta(seconds=timeout_s))
-        job = JobStore(store, self.prefix)
-        job._endpoint = self._endpoint
-        return job
+    @property
+    def _store(self) -> Any:
+        if self._client is None:
+            import torch.distributed as dist
+
+            host, port, timeout_s = self.endpoint
+            self._client = dist.TCPStore(host, port, is_master=False, wait_for_workers=False,
+                                         timeout=timedelta(seconds=timeout_s))
+        return self._client
 
     def _k(self, key: str) -> str:
         return self.prefix + key

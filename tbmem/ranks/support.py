@@ -105,18 +105,19 @@ class RankSupport:
         from tbmem.ranks.oom import OomSignal
         from tbmem.ranks.store import JobStore
 
+        store = JobStore.connect()
+        if store is None:
+            report_once("ranks:store", "tbmem: no MASTER_ADDR/MASTER_PORT: other ranks will not write "
+                        "snapshots when one runs out of memory (see docs/distributed.md)")
+            return
         try:
-            self._store = JobStore.connect()
+            self._oom = OomSignal(store, rank=self.info.rank, world_size=self.info.world_size,
+                                  on_peer_oom=self._on_peer_oom, wait_s=self.config.oom_wait_s)
         except Exception as exc:  # noqa: BLE001 - no store: no out-of-memory signal, timeouts only
             report_once("ranks:store", "tbmem: cannot reach the job's store (MASTER_ADDR/MASTER_PORT); other "
                         "ranks will not write snapshots when one runs out of memory", exc=exc)
             return
-        if self._store is None:
-            report_once("ranks:store", "tbmem: no MASTER_ADDR/MASTER_PORT: other ranks will not write "
-                        "snapshots when one runs out of memory (see docs/distributed.md)")
-            return
-        self._oom = OomSignal(self._store, rank=self.info.rank, world_size=self.info.world_size,
-                              on_peer_oom=self._on_peer_oom, wait_s=self.config.oom_wait_s)
+        self._store = store
 
     # --- hooks ------------------------------------------------------------------------------
     def on_log(self, step: int) -> None:

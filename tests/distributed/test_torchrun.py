@@ -142,3 +142,57 @@ def test_ranks_out_of_step_degrade_instead_of_hanging(tmp_path, scenario, messag
     else:
         assert sorted(written) == list(range(STEPS - 1))  # every record both ranks joined
     assert all(math.isfinite(v) for v in written.values())
+
+
+def test_tensorboard_serves_the_margin_chart_of_a_job(aggregate_job, tmp_path):
+    import json
+    import re
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.parse
+    import urllib.request
+
+    world, log_dir = aggregate_job
+    if world != 2:
+        pytest.skip("one TensorBoard start is enough")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path: str):  # noqa: ANN202
+        with urllib.request.urlopen(base + path, timeout=5) as response:
+            return json.loads(response.read())
+
+    exe = Path(sys.executable).with_name("tensorboard")
+    log = tmp_path / "tensorboard.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([str(exe), "--logdir", str(log_dir), "--host", "127.0.0.1", "--port", str(port),
+                                 "--load_fast", "false"], stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if {"rank0", "rank1"} <= set(get("/data/plugin/scalars/tags")):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        layout = get("/data/plugin/custom_scalars/layout")
+        (ranks,) = [c for c in layout["category"] if c["title"] == "tbmem: ranks"]
+        chart = next(c for c in ranks["chart"] if c["title"].startswith("Process RSS across ranks"))
+        series = chart["margin"]["series"][0]
+        assert (series["value"], series["lower"], series["upper"]) == tuple(
+            ranks_tag(s, RSS) for s in ("mean", "min", "max"))
+        # what the margin chart asks for: each of its three tags, from rank 0's run
+        query = urllib.parse.urlencode({"run": "rank0", "tag": re.escape(series["upper"])})
+        points = get(f"/data/plugin/custom_scalars/scalars?{query}")["tag_to_events"][series["upper"]]
+        rss = [_series(log_dir / f"rank{r}", RSS) for r in range(world)]
+        assert [p[1] for p in points] == list(range(STEPS))
+        assert [p[2] for p in points] == pytest.approx([max(s[k] for s in rss) for k in range(STEPS)], rel=1e-6)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
