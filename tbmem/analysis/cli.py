@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("logdir", metavar="LOGDIR", help="TensorBoard logdir (a run or a folder of runs)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--png", metavar="FILE", help="write a figure: memory timeline, categories stacked, "
-                                                 "one panel per run")
+                                                 "one panel per run (per job for rank folders)")
     p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
                    help="only these two runs, side by side with their difference")
     p.add_argument("--fail-on-leak", action="store_true", help=f"exit {EXIT_LEAK} when a leak is found")
@@ -98,19 +98,19 @@ def _report(args: argparse.Namespace) -> int:
     summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
+    jobs = [] if args.compare else rank_jobs(summaries)
+    in_jobs = {run for j in jobs for run in j.runs.values()}
+    others = [s for s in summaries if s.run not in in_jobs]
     if args.png:
         from tbmem.analysis.plot import plot_timeline
 
-        plot_timeline(df, runs=[s.run for s in summaries], path=args.png)
-    jobs = [] if args.compare else rank_jobs(summaries)
+        plot_timeline(df, runs=[s.run for s in others], path=args.png, jobs=jobs)
     if args.json:
         doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
                "jobs": [j.to_dict() for j in jobs]}
         print(json.dumps(_finite(doc), indent=2, allow_nan=False))
     else:
         # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
-        in_jobs = {run for j in jobs for run in j.runs.values()}
-        others = [s for s in summaries if s.run not in in_jobs]
         if others:
             print(format_table(others, compare=bool(args.compare)))
             print()

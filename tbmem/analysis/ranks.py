@@ -9,6 +9,10 @@ value, the max and the rank holding it, the min and its rank, the mean and the s
 
 Example:
     >>> from tbmem.analysis.summary import RunSummary
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.axes import Axes
     >>> from tbmem.analysis.ranks import rank_jobs
     >>> runs = [RunSummary(run=f"exp/rank{r}", first_step=0, last_step=9, records=10, peak_rss_gb=gb)
     ...         for r, gb in enumerate([2.0, 3.0, 1.0])]
@@ -24,11 +28,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem.analysis.summary import RunSummary
 
-__all__ = ["RankMetric", "RankJob", "rank_jobs", "split_rank_run", "METRICS", "format_rank_jobs"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+__all__ = ["RankMetric", "RankJob", "rank_jobs", "split_rank_run", "METRICS", "format_rank_jobs", "plot_rank_job"]
 
 _RANK_RUN = re.compile(r"^(?:(?P<job>.+)/)?rank(?P<rank>\d+)$")
 
@@ -202,3 +210,33 @@ def _render(header: list[str], rows: list[list[str]]) -> str:
     for r in [header, ["-" * w for w in widths]] + rows:
         out.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
     return "\n".join(out)
+
+
+#: Tags drawn per job as a band over the ranks (label, tag).
+BAND_TAGS = (("VRAM allocated", "Memory/vram_allocated_GB"), ("RAM RSS", "Memory/RAM/process_rss_GB"),
+             ("process tree RSS", "Memory/RAM/process_tree_rss_GB"))
+
+
+def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes") -> "Axes":
+    """One panel for a job: per step, the min..max band over its ranks and the mean line, per tag;
+    the rank holding the highest point is named in the legend."""
+    sel = df[df["run"].isin(set(job.runs.values())) & df["tag"].isin([t for _, t in BAND_TAGS])]
+    rank_of = {run: r for r, run in job.runs.items()}
+    for label, tag in BAND_TAGS:
+        g = sel[sel["tag"] == tag]
+        if g.empty:
+            continue
+        by_step = g.pivot_table(index="step", columns="run", values="value", aggfunc="last").sort_index()
+        by_step = by_step[sorted(by_step.columns, key=rank_of.__getitem__)]  # a tie names the lowest rank
+        peak_run = by_step.max().idxmax()
+        line = ax.plot(by_step.index, by_step.mean(axis=1), linewidth=1.5,
+                       label=f"{label} (mean; max on rank {rank_of[peak_run]})")[0]
+        ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=line.get_color(),
+                        alpha=0.25, step=None)
+    ax.set_ylim(bottom=0)
+    if ax.get_lines():
+        ax.legend(loc="upper right", fontsize="small")
+    ax.set_title(f"job {job.job}: {len(job.ranks)} ranks (band: min..max over the ranks)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("GB")
+    return ax

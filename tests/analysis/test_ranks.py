@@ -83,3 +83,21 @@ def test_missing_ranks_are_named(tmp_path, capsys):
         write_run(tmp_path / "j" / f"rank{rank}", [0], lambda s: {RSS: 1.0})
     assert main(["report", str(tmp_path)]) == 0
     assert "job j: 2 ranks (no memory tags from rank(s) 1)" in capsys.readouterr().out
+
+
+def test_png_draws_one_panel_per_job_with_the_band(job, tmp_path):
+    from tbmem.analysis import load_scalars, plot_timeline
+
+    df = load_scalars(job)
+    jobs = rank_jobs(summarize(df))
+    fig = plot_timeline(df, runs=["single"], jobs=jobs)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["single", "job exp/run1: 3 ranks (band: min..max over the ranks)"]
+    band = fig.axes[1]
+    labels = [line.get_label() for line in band.get_lines()]
+    assert labels == ["RAM RSS (mean; max on rank 1)", "process tree RSS (mean; max on rank 2)"]
+    rss_mean = band.get_lines()[0].get_ydata()
+    assert list(rss_mean) == pytest.approx([1.5] * 10)
+    png = tmp_path / "report.png"
+    assert main(["report", str(job), "--png", str(png)]) == 0
+    assert png.stat().st_size > 10_000
