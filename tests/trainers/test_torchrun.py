@@ -25,7 +25,7 @@ def test_ddp_ranks_end_with_the_same_weights_and_one_checkpoint(tmp_path):
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     r0, r1 = json.loads(line[len("RESULT "):])
     assert r0["moved"] > 0  # it trained
-    assert r0["sum"] == r1["sum"]  # DDP kept the replicas identical, bit for bit
+    assert r0["sha256"] == r1["sha256"]  # DDP kept the replicas identical, bit for bit
     assert r0["steps"] == r1["steps"] > 0  # the sampler gave both ranks as many batches
     assert r0["val"] == r1["val"]  # validation split across ranks, then summed
     assert len(r0["checkpoints"]) == 1 and r1["checkpoints"] == []  # rank 0 alone saves
