@@ -120,8 +120,10 @@ def _run(run: RunConfig, device: torch.device, path: Path, dist: Any) -> Outcome
             from trainers.physical import PhysicalTrainer
 
             result = PhysicalTrainer(run, monitoring=mon).train()
-    finally:
-        mon.close()
+    except BaseException:
+        mon.close()  # inside the handler: tbmem does not wait for ranks that may never come
+        raise
+    mon.close()
     seconds = time.perf_counter() - start
     shown = path.parent
     with contextlib.suppress(ValueError):

@@ -46,6 +46,7 @@ __all__ = ["RankAggregator", "aggregate_rows"]
 
 _CLOSED_GRACE_S = 10.0  # after a rank closed its writer, how long an open gather may still complete
 _STORE_POLL_S = 0.5
+_REGISTER_WAIT_S = 10.0  # how long the first rank at the first record waits for the others' writers
 
 
 def aggregate_rows(rows: np.ndarray, keys: Sequence[str]) -> tuple[dict[str, float], int]:
@@ -106,12 +107,15 @@ class RankAggregator:
         write: ``write(values, step)`` writes scalars as one event (rank 0 only).
         store: The job's store, for giving up early when ranks are out of step (may be None).
         timeout_s: Longest wait for an open gather.
+        instance: This writer's number in its process (the same on every rank of an SPMD script).
     """
 
     def __init__(self, *, rank: int, world_size: int, keys: Sequence[str],
                  write: Callable[[Mapping[str, float], int], None], store: Callable[[], JobStore | None],
-                 timeout_s: float) -> None:
+                 timeout_s: float, instance: int = 1) -> None:
         self.rank, self.world_size = rank, world_size
+        self._ns = f"ranks/{instance}/"  # this writer's keys in the job store
+        self._registered = False
         self.keys = tuple(keys)
         self._write = write
         self._store = store
@@ -168,12 +172,43 @@ class RankAggregator:
             return False  # every rank sees the same: init_process_group is itself collective
         import torch.distributed as dist
 
+        store = self._store()
+        if store is not None:  # every rank of the default group must create the group, or it hangs
+            try:
+                ranks_with_writer = self._agree(store)
+            except Exception as exc:  # noqa: BLE001
+                self._switch_off("the job store did not answer before the first cross-rank record", exc)
+                return False
+            if ranks_with_writer < self.world_size:
+                self.off = True
+                report_once("ranks:writers", f"tbmem: only {ranks_with_writer} of the {self.world_size} ranks "
+                            "had a tbmem writer at the first record (a writer on rank 0 only?): cross-rank "
+                            "aggregates are off; each rank with a writer still writes its own run")
+                return False
         try:
             self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.timeout_s))
         except Exception as exc:  # noqa: BLE001
             self._switch_off("could not create tbmem's gloo group for the cross-rank aggregates", exc)
             return False
         return True
+
+    def register(self) -> None:
+        """Count this rank's writer in the job store (once): the first record needs all of them."""
+        store = self._store()
+        if store is not None and not self._registered:
+            store.add(self._ns + "registered", 1)
+            self._registered = True
+
+    def _agree(self, store: JobStore) -> int:
+        """How many ranks have this writer, as every rank will read it: the first rank to ask waits
+        up to ``_REGISTER_WAIT_S`` for all of them and stores what it saw (first writer wins)."""
+        self.register()
+        deadline = time.monotonic() + min(self.timeout_s, _REGISTER_WAIT_S)
+        count = store.add(self._ns + "registered", 0)
+        while count < self.world_size and time.monotonic() < deadline:
+            time.sleep(0.05)
+            count = store.add(self._ns + "registered", 0)
+        return int(store.first(self._ns + "writers", str(count)))
 
     def _finish(self, *, wait: bool, limit_s: float | None = None) -> None:
         """Collect the open gather; rank 0 writes its aggregates. Waits only if it is still open."""
@@ -215,9 +250,9 @@ class RankAggregator:
                 store = self._store()
                 if store is not None:
                     try:
-                        if store.check(["ranks/off"]):
+                        if store.check([self._ns + "off"]):
                             return "another rank switched the cross-rank aggregates off"
-                        if closed_since is None and store.add("ranks/closed", 0) > 0:
+                        if closed_since is None and store.add(self._ns + "closed", 0) > 0:
                             closed_since = now
                     except Exception as exc:  # noqa: BLE001 - the store is gone: rely on the timeout
                         logger.debug("tbmem: job store unreachable: %s", exc)
@@ -243,7 +278,7 @@ class RankAggregator:
     def _closed_hint(self) -> str:
         store = self._store()
         try:
-            closed = store.add("ranks/closed", 0) if store is not None else 0
+            closed = store.add(self._ns + "closed", 0) if store is not None else 0
         except Exception:  # noqa: BLE001 - only a hint
             closed = 0
         if closed:
@@ -258,18 +293,22 @@ class RankAggregator:
         store = self._store()
         if store is not None:
             try:
-                store.set("ranks/off", str(self.rank))
+                store.set(self._ns + "off", str(self.rank))
             except Exception as err:  # noqa: BLE001
                 logger.debug("tbmem: could not tell the other ranks: %s", err)
 
-    def close(self) -> None:
-        """Collect the last gather (bounded by ``timeout_s``) and tell the others this rank is done."""
+    def close(self, limit_s: float | None = None) -> None:
+        """Collect the last gather (waiting at most ``limit_s``, default ``timeout_s``) and tell the
+        others this rank is done."""
         if not self.off:
-            self._finish(wait=True)
+            if limit_s is not None and limit_s <= 0:
+                self._finish(wait=False)  # written if it completed; else left to gloo's timeout
+            else:
+                self._finish(wait=True, limit_s=limit_s)
         store = self._store()
         if store is not None:
             try:
-                store.add("ranks/closed", 1)
+                store.add(self._ns + "closed", 1)
             except Exception as exc:  # noqa: BLE001
                 logger.debug("tbmem: could not mark this rank closed: %s", exc)
 

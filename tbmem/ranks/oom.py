@@ -2,17 +2,18 @@
 
 The rank that runs out of memory writes its own snapshot first (nothing else happens
 before it), then :meth:`OomSignal.signal` numbers the event (``oom/count``), stores
-``"<rank>:<step>"`` under ``oom/<n>`` and wakes every rank's watcher (``wake/<r>/<n>``).
-No collective is involved: the other ranks may be stuck in a collective that the failed
-rank will never join.
+``"<rank>:<step>"`` under ``oom/<n>``, counts its own picture (``oom/<n>/pics``) and wakes
+every rank's watcher (``wake/<r>/<n>``). No collective is involved: the other ranks may be
+stuck in a collective that the failed rank will never join.
 
-Each rank runs one daemon thread blocked in ``wait`` on its own wake key, on a store
-connection of its own (a client serialises its operations). Woken, it hands the event to
-its writer: the training thread writes this rank's snapshot at its next ``log_memory``
-call if it comes within a second; if it does not (the thread is blocked in a collective
-with the failed rank), the watcher writes it itself. Then it marks ``pic/<n>/<rank>``. The failed rank waits up to
-``oom_wait_s`` for every rank's mark before its error goes on to the user, because once
-its process exits, torchrun stops the others within a tenth of a second.
+Each process with a tbmem writer runs one daemon thread blocked in ``wait`` on its own wake
+key, on a store connection of its own (a client serialises its operations); ``oom/watchers``
+counts them. Woken, it hands the event to its writers: the training thread writes this
+rank's snapshot at its next ``log_memory`` call if it comes within a second; if it does not
+(the thread is blocked in a collective with the failed rank), the watcher writes it itself.
+Then it adds one to ``oom/<n>/pics``. The failed rank waits up to ``oom_wait_s`` until every
+watcher counted its picture before its error goes on to the user, because once its process
+exits, torchrun stops the others within a tenth of a second.
 
 Example:
     >>> from tbmem.ranks.oom import PeerOutOfMemoryError
@@ -23,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 from tbmem._log import logger, report_once
@@ -62,7 +64,7 @@ class OomSignal:
         self.on_peer_oom = on_peer_oom
         self.wait_s = wait_s
         self._watch_store = store.clone()  # blocks in wait: a connection of its own
-        self._watch_store.check(["oom/count"])  # connect now: a store out of reach fails here, not later
+        self._watch_store.add("oom/watchers", 1)  # connects now: a store out of reach fails here
         self._next = 1  # the next event number the watcher waits for
         self._own: set[int] = set()
         self._stopped = threading.Event()
@@ -76,20 +78,21 @@ class OomSignal:
         n = store.add("oom/count", 1)
         self._own.add(n)
         store.set(f"oom/{n}", f"{self.rank}:{step}")
-        store.set(f"pic/{n}/{self.rank}", "own")
+        store.add(f"oom/{n}/pics", 1)  # this rank's own snapshot is written already
         for r in range(self.world_size):  # first writer wins: a watcher closed meanwhile stays closed
             store.first(f"wake/{r}/{n}", str(n))
-        logger.error("tbmem: rank %d told the other %d ranks through the job store; they write their "
-                     "snapshots now", self.rank, self.world_size - 1)
-        if self.wait_s <= 0:
-            return
-        others = [f"pic/{n}/{r}" for r in range(self.world_size) if r != self.rank]
-        try:
-            store.wait(others, self.wait_s)
-        except StoreTimeout:
-            missing = [r for r in range(self.world_size) if r != self.rank and not store.check([f"pic/{n}/{r}"])]
-            logger.error("tbmem: ranks %s did not confirm their snapshots within %.0f s (oom_wait_s); going "
-                         "on", _ranges(missing), self.wait_s)
+        logger.error("tbmem: rank %d told the other ranks through the job store; they write their "
+                     "snapshots now", self.rank)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            pics, watchers = store.add(f"oom/{n}/pics", 0), store.add("oom/watchers", 0)
+            if pics >= watchers:
+                return
+            if time.monotonic() >= deadline:
+                logger.error("tbmem: %d of the %d ranks with a tbmem writer confirmed their snapshots within "
+                             "%.0f s (oom_wait_s); going on", pics, watchers, self.wait_s)
+                return
+            time.sleep(0.02)
 
     # --- every rank ---------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -117,29 +120,19 @@ class OomSignal:
                 report_once("ranks:peer-oom", "tbmem: could not write this rank's snapshot after another "
                             "rank's out-of-memory error", exc=exc)
             try:
-                store.set(f"pic/{n}/{self.rank}", "peer")
+                store.add(f"oom/{n}/pics", 1)
             except Exception as exc:  # noqa: BLE001
                 logger.debug("tbmem: could not confirm the snapshot: %s", exc)
                 return
 
     def close(self) -> None:
-        """Stop the watcher (wakes it through its own key)."""
+        """Stop the watcher (wakes it through its own key) and stop counting it."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         try:
+            self.store.add("oom/watchers", -1)
             self.store.first(f"wake/{self.rank}/{self._next}", _CLOSE)
         except Exception as exc:  # noqa: BLE001 - the store is gone: so is the watcher's wait
             logger.debug("tbmem: could not wake the out-of-memory watcher: %s", exc)
         self._thread.join(timeout=5.0)
-
-
-def _ranges(ranks: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``: 1,000 ranks do not fit in a log line one by one."""
-    spans: list[list[int]] = []
-    for r in ranks:
-        if spans and spans[-1][1] == r - 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)

@@ -21,6 +21,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import sys
 import threading
 from typing import Any, Callable, Mapping
 
@@ -31,6 +33,8 @@ from tbmem.ranks.context import RankInfo, detect_rank, distributed_ready
 __all__ = ["RankSupport"]
 
 _HANDOFF_S = 1.0  # how long the watcher leaves a peer's picture to the training thread
+_CLOSE_WAIT_S = 60.0
+_INSTANCES = itertools.count(1)  # ranks in step complete the last gather within milliseconds of each other
 
 
 class RankSupport:
@@ -62,9 +66,11 @@ class RankSupport:
         if ranks.aggregate and self.enabled:
             from tbmem.ranks.aggregate import RankAggregator
 
+            # Writers are numbered in creation order, the same on every rank of an SPMD script: each
+            # writer's gather and store keys are its own (a script may open one writer after another).
             self.aggregator = RankAggregator(rank=info.rank, world_size=info.world_size, keys=ranks.tags,
                                              write=self._write_values, store=lambda: self._store,
-                                             timeout_s=ranks.timeout_s)
+                                             timeout_s=ranks.timeout_s, instance=next(_INSTANCES))
 
     @classmethod
     def create(cls, config: Any) -> "RankSupport | None":
@@ -102,7 +108,6 @@ class RankSupport:
         if self._store_tried or not self.enabled or not distributed_ready():
             return
         self._store_tried = True
-        from tbmem.ranks.oom import OomSignal
         from tbmem.ranks.store import JobStore
 
         store = JobStore.connect()
@@ -111,20 +116,25 @@ class RankSupport:
                         "snapshots when one runs out of memory (see docs/distributed.md)")
             return
         try:
-            self._oom = OomSignal(store, rank=self.info.rank, world_size=self.info.world_size,
-                                  on_peer_oom=self._on_peer_oom, wait_s=self.config.oom_wait_s)
+            self._oom = _subscribe(self, store)
         except Exception as exc:  # noqa: BLE001 - no store: no out-of-memory signal, timeouts only
             report_once("ranks:store", "tbmem: cannot reach the job's store (MASTER_ADDR/MASTER_PORT); other "
                         "ranks will not write snapshots when one runs out of memory", exc=exc)
             return
         self._store = store
+        if self.aggregator is not None:
+            self.aggregator.register()
 
     # --- hooks ------------------------------------------------------------------------------
     def on_log(self, step: int) -> None:
         """Every ``log_memory`` call (training thread): remember the step; write a peer's picture."""
         self.last_step = step
         if self._peer is not None:
-            self._write_peer_picture()
+            try:
+                self._write_peer_picture()
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                report_once("ranks:peer-oom", "tbmem: could not write this rank's snapshot after another "
+                            "rank's out-of-memory error", exc=exc)
 
     def on_record(self, step: int, readings: Mapping[str, float] | None) -> None:
         """Join the record's collective at steps divisible by ``every``; a no-op at other steps."""
@@ -181,15 +191,53 @@ class RankSupport:
             self._write(values, step)
 
     def close(self) -> None:
-        """Collect the last gather, stop the watcher. Call before the event files close."""
+        """Collect the last gather, stop the watcher. Call before the event files close.
+
+        Waits for an open gather at most ``min(timeout_s, 60 s)``; not at all while an exception
+        is being handled (a crashing rank's peers may never reach the record it waits for).
+        """
         if self._closed:
             return
         try:
             if self.aggregator is not None:
-                self.aggregator.close()
+                unwinding = sys.exc_info()[0] is not None
+                self.aggregator.close(limit_s=0.0 if unwinding else min(self.config.timeout_s, _CLOSE_WAIT_S))
             if self._oom is not None:
-                self._oom.close()
+                _unsubscribe(self)
         except Exception as exc:  # noqa: BLE001
             report_once("ranks:close", "tbmem: closing the cross-rank support failed", exc=exc)
         finally:
             self._closed = True
+
+
+# --- one out-of-memory watcher per process, shared by its writers -------------------------------
+_SUBSCRIBERS: list[RankSupport] = []
+_SHARED: list[Any] = []  # [OomSignal] while a writer of this process is connected
+_SUBSCRIBE_LOCK = threading.Lock()
+
+
+def _fan_out(oom_rank: int, oom_step: int, from_watcher: bool) -> None:
+    with _SUBSCRIBE_LOCK:
+        supports = list(_SUBSCRIBERS)
+    for support in supports:
+        support._on_peer_oom(oom_rank, oom_step, from_watcher)
+
+
+def _subscribe(support: RankSupport, store: Any) -> Any:
+    from tbmem.ranks.oom import OomSignal
+
+    with _SUBSCRIBE_LOCK:
+        if not _SHARED:
+            _SHARED.append(OomSignal(store, rank=support.info.rank, world_size=support.info.world_size,
+                                     on_peer_oom=_fan_out, wait_s=support.config.oom_wait_s))
+        _SUBSCRIBERS.append(support)
+        return _SHARED[0]
+
+
+def _unsubscribe(support: RankSupport) -> None:
+    with _SUBSCRIBE_LOCK:
+        if support in _SUBSCRIBERS:
+            _SUBSCRIBERS.remove(support)
+        signal = _SHARED.pop() if _SHARED and not _SUBSCRIBERS else None
+    if signal is not None:
+        signal.close()

@@ -9,6 +9,7 @@ Scenarios:
     skew           rank 1 logs one record fewer than the others and ends (ranks out of step)
     linger         rank 1 logs one record fewer, closes its writer and goes on "training" (no collective)
     shifted        rank 1 logs the same number of records at other steps (step + 1)
+    rank0_only     a DDP model; only rank 0 opens a MemoryWriter (the usual SummaryWriter pattern)
 """
 
 from __future__ import annotations
@@ -98,8 +99,20 @@ def shifted(log_dir: str, steps: int) -> None:
     dist.barrier()
 
 
+def rank0_only(log_dir: str, steps: int) -> None:
+    rank = dist.get_rank()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
+    writer = MemoryWriter(log_dir, every=1, census_every=0) if rank == 0 else None
+    for step in range(steps):
+        model(torch.randn(4, 16)).square().mean().backward()  # an all-reduce every step
+        if writer is not None:
+            writer.log_memory(step)
+    if writer is not None:
+        writer.close()
+
+
 SCENARIOS = {"aggregate": aggregate, "failing_probe": failing_probe, "oom": oom, "skew": skew, "linger": linger,
-             "shifted": shifted}
+             "shifted": shifted, "rank0_only": rank0_only}
 
 
 def main() -> None:

@@ -63,3 +63,44 @@ def test_ranks_tag_keeps_the_tag_whole():
     assert ranks_tag("argmax", "Memory/vram_peak_allocated_GB") == "Ranks/Memory/vram_peak_allocated_GB/argmax"
     with pytest.raises(ValueError, match="stat must be one of"):
         ranks_tag("median", RSS)
+
+
+class _NeverDone:
+    """A gather whose peers never come."""
+
+    def is_completed(self) -> bool:
+        return False
+
+    def wait(self) -> None:  # pragma: no cover - never reached
+        raise AssertionError("waited on a gather that cannot complete")
+
+
+def _support_with_open_gather():  # noqa: ANN202
+    from tbmem.config import MemoryWriterConfig
+    from tbmem.ranks.aggregate import _Open
+    from tbmem.ranks.context import RankInfo
+    from tbmem.ranks.support import RankSupport
+
+    support = RankSupport(RankInfo(rank=0, world_size=2, source="dist"), MemoryWriterConfig(ranks={"timeout_s": 1}))
+    support.aggregator._open = _Open(10, None, None, _NeverDone())
+    return support
+
+
+def test_closing_while_an_exception_unwinds_does_not_wait_for_the_peers(tbmem_log):
+    import time
+
+    support = _support_with_open_gather()
+    start = time.monotonic()
+    try:
+        raise RuntimeError("the training step failed")
+    except RuntimeError:
+        support.close()  # e.g. a with-block exiting on the error: the peers may never come
+    assert time.monotonic() - start < 0.5
+    assert "did not complete" not in tbmem_log.text
+
+
+def test_closing_normally_waits_at_most_the_timeout_then_goes_on(tbmem_log):
+    support = _support_with_open_gather()
+    support.close()  # timeout_s=1: gives up after a second, reports once
+    assert support.aggregator.off
+    assert "the cross-rank gather of step 10 did not complete: no answer within 1 s" in tbmem_log.text

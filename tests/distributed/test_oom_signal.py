@@ -39,7 +39,7 @@ def test_the_failed_rank_waits_for_the_others_pictures(job_env):
     try:
         rank1.signal(step=7)  # returns once rank 0 confirmed
         assert seen == [(1, 7, True, "tbmem-oom-watch-rank0")]
-        assert rank1.store.check(["pic/1/0", "pic/1/1"])
+        assert rank1.store.add("oom/1/pics", 0) == 2 == rank1.store.add("oom/watchers", 0)
     finally:
         rank0.close()
         rank1.close()
@@ -47,16 +47,20 @@ def test_the_failed_rank_waits_for_the_others_pictures(job_env):
 
 
 def test_a_rank_that_never_confirms_costs_at_most_oom_wait_s(job_env, tbmem_log):
+    stuck = threading.Event()
     rank1 = OomSignal(JobStore.connect(environ=job_env), rank=1, world_size=3, on_peer_oom=lambda *a: None,
                       wait_s=1.0)
-    rank2 = OomSignal(JobStore.connect(environ=job_env), rank=2, world_size=3, on_peer_oom=lambda *a: None,
-                      wait_s=1.0)
+    rank2 = OomSignal(JobStore.connect(environ=job_env), rank=2, world_size=3,
+                      on_peer_oom=lambda *a: stuck.wait(10), wait_s=1.0)  # its picture takes too long
     try:
-        rank1.signal(step=2)  # rank 0 has no watcher (it died): rank 2 confirms, rank 0 never does
+        start = time.monotonic()
+        rank1.signal(step=2)  # rank 0 has no tbmem writer (no watcher): nobody waits for it
+        assert time.monotonic() - start < 5
     finally:
+        stuck.set()
         rank1.close()
         rank2.close()
-    assert "ranks 0 did not confirm their snapshots within 1 s" in tbmem_log.text
+    assert "1 of the 2 ranks with a tbmem writer confirmed their snapshots within 1 s" in tbmem_log.text
 
 
 def test_store_operations_go_on_while_the_watcher_waits(job_env):
@@ -94,5 +98,34 @@ def test_the_training_thread_writes_the_picture_when_it_comes_by(job_env, monkey
         time.sleep(0.01)
     support.on_log(41)  # ... and the training thread, passing by within the second, writes it
     assert threads == ["MainThread"]
-    other.wait(["pic/1/0"], 20)
+    while other.add("oom/1/pics", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert other.add("oom/1/pics", 0) == 1
     support.close()
+    assert other.add("oom/watchers", 0) == 0  # closing the last writer stops the process's watcher
+
+
+def test_writers_of_one_process_share_one_watcher(job_env, monkeypatch):
+    for key, value in job_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("tbmem.ranks.support.distributed_ready", lambda: True)
+    config = MemoryWriterConfig(ranks={"aggregate": False})
+    calls: list[int] = []
+    supports = []
+    for i in range(2):
+        support = RankSupport(RankInfo(rank=0, world_size=2, source="dist"), config)
+        support._on_peer_oom = lambda r, s, w, i=i: calls.append(i)  # type: ignore[method-assign]
+        support.attach(write=lambda values, step: None, snapshots=lambda: None, flush=lambda: None)
+        supports.append(support)
+    other = JobStore.connect(environ=job_env)
+    assert other.add("oom/watchers", 0) == 1 and supports[0]._oom is supports[1]._oom
+    other.set("oom/1", "1:3")
+    other.first("wake/0/1", "1")
+    deadline = time.monotonic() + 20
+    while other.add("oom/1/pics", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(calls) == [0, 1]  # both writers got the event from the one watcher
+    supports[0].close()
+    assert other.add("oom/watchers", 0) == 1  # still one writer
+    supports[1].close()
+    assert other.add("oom/watchers", 0) == 0

@@ -196,3 +196,12 @@ def test_tensorboard_serves_the_margin_chart_of_a_job(aggregate_job, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_writer_on_rank_0_only_does_not_stall_the_job(tmp_path):
+    proc = torchrun(2, JOB, "rank0_only", str(tmp_path), str(STEPS), timeout=300)
+    _ok(proc)
+    assert "only 1 of the 2 ranks had a tbmem writer at the first record" in proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0"]
+    assert sorted(_series(tmp_path / "rank0", RSS)) == list(range(STEPS))
+    assert _series(tmp_path / "rank0", ranks_tag("max", RSS)) == {}
