@@ -129,3 +129,30 @@ def test_writers_of_one_process_share_one_watcher(job_env, monkeypatch):
     assert other.add("oom/watchers", 0) == 1  # still one writer
     supports[1].close()
     assert other.add("oom/watchers", 0) == 0
+
+
+def test_a_peer_picture_from_the_watcher_thread_keeps_the_recorder_running(tmp_path):
+    import torch
+
+    from tbmem.ranks.oom import PeerOutOfMemoryError
+    from tbmem.snapshot import SnapshotConfig, SnapshotManager
+    from tbmem.snapshot.readers import load_snapshot
+
+    mgr = SnapshotManager(SnapshotConfig(every=100, html=False, recorder="dispatch", rank=0), log_dir=str(tmp_path))
+    x = torch.ones(256) * 2  # recorded by the training thread's dispatch mode
+    paths: list[str] = []
+    exc = PeerOutOfMemoryError(oom_rank=1, oom_step=3, rank=0, step=3)
+    t = threading.Thread(target=lambda: paths.extend(mgr.on_oom(3, exc, stop_recording=False)))
+    t.start()
+    t.join(timeout=30)
+    assert mgr._recorder is not None and mgr._recorder.active  # a dispatch mode is left by its own thread
+    y = torch.ones(512) * 3  # still recorded
+    mgr.on_step(100)
+    snap = load_snapshot(paths[0])
+    assert (snap.kind, snap.rank) == ("oom", 0)
+    assert snap.meta["exception"].startswith("PeerOutOfMemoryError: rank 1 ran out of memory at its step 3")
+    assert 1024 in snap.allocs["size"].tolist()
+    later = load_snapshot(str(tmp_path / "plugins" / "tbmem" / "snapshot_rank0_step000000100.json.gz"))
+    assert 2048 in later.allocs["size"].tolist()
+    mgr.close()
+    del x, y
