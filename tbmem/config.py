@@ -46,6 +46,8 @@ class MemoryWriterConfig:
             or a mapping of its fields); None disables snapshots.
         alerts: Memory alerts (:class:`tbmem.alerts.AlertConfig`, a mapping of its fields, or
             True for its defaults); None disables them. See docs/forecast.md.
+        ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
+            mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
     """
 
     enabled: bool = True
@@ -62,6 +64,7 @@ class MemoryWriterConfig:
     fast_crc: bool = True
     snapshot: Any = field(default=None)
     alerts: Any = field(default=None)
+    ranks: Any = field(default=None)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -86,6 +89,13 @@ class MemoryWriterConfig:
             from tbmem.alerts import AlertConfig
 
             object.__setattr__(self, "alerts", AlertConfig.coerce(self.alerts))
+        if isinstance(self.ranks, Mapping):
+            from tbmem.ranks.config import RanksConfig
+
+            object.__setattr__(self, "ranks", RanksConfig.from_mapping(self.ranks))
+        elif self.ranks is not None and type(self.ranks).__name__ != "RanksConfig":
+            raise ValueError(f"{name}.ranks must be a RanksConfig, a mapping of its fields or None, "
+                             f"got {self.ranks!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "MemoryWriterConfig":

@@ -37,7 +37,8 @@ from tbmem._fastcrc import install as install_fast_crc
 from tbmem._log import logger, report_once
 from tbmem.config import MemoryWriterConfig
 from tbmem.layout import custom_scalars_layout
-from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe
+from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
+from tbmem.ranks.support import RankSupport
 from tbmem.tags import TAGS, to_unit
 
 __all__ = ["MemoryWriter"]
@@ -81,7 +82,11 @@ class MemoryWriter:
         self.config = config if config is not None else MemoryWriterConfig(**options)
         if self.config.fast_crc:
             install_fast_crc()
+        # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
+        self._ranks = RankSupport.create(self.config)
         if writer is None:
+            if self._ranks is not None:
+                log_dir = self._ranks.run_dir(os.fspath(log_dir) if log_dir is not None else _job_dir())
             if log_dir is not None:
                 _check_writable(os.fspath(log_dir))
             writer = SummaryWriter(None if log_dir is None else os.fspath(log_dir))
@@ -105,7 +110,7 @@ class MemoryWriter:
 
     def _setup(self) -> None:
         cfg = self.config
-        self._probes = [HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss),
+        self._probes = [HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss), ProcessTreeProbe(),
                         CudaProbe(device=cfg.device, peak_mode=cfg.peak_mode)]
         if cfg.nvml:
             self._probes.append(NvmlProbe(device=cfg.device or 0))
@@ -119,12 +124,17 @@ class MemoryWriter:
             # close, when the census is switched off, or when the writer is collected unclosed.
             heap.start_capture()
             self._stop_capture = weakref.finalize(self, heap.stop_capture)
+        ranks = self._ranks
         if cfg.custom_layout:
-            self._writer.add_custom_scalars(custom_scalars_layout())
+            self._writer.add_custom_scalars(custom_scalars_layout(
+                rank_tags=ranks.config.tags if ranks is not None and ranks.writes_aggregates else ()))
         if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
             from tbmem.snapshot import SnapshotManager
 
-            self._snapshots = SnapshotManager(cfg.snapshot, log_dir=self.log_dir, writer=self)
+            snapshot = ranks.snapshot_config(cfg.snapshot) if ranks is not None else cfg.snapshot
+            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
+        if ranks is not None:
+            ranks.attach(write=self.write_scalars, snapshots=lambda: self._snapshots, flush=self.flush)
         if cfg.alerts is not None:
             self._setup_alerts(cfg.alerts)
 
@@ -135,7 +145,9 @@ class MemoryWriter:
             from tbmem.snapshot import SnapshotConfig, SnapshotManager
 
             # no schedule: only the snapshots alerts (and an out-of-memory error) ask for
-            self._snapshots = SnapshotManager(SnapshotConfig(recorder="off"), log_dir=self.log_dir, writer=self)
+            base = SnapshotConfig(recorder="off")
+            snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
+            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
         self._alerts = AlertMonitor(alerts, writer=self, snapshot=lambda step: (
             self._snapshots.snapshot_now(step) if self._snapshots is not None else []))
 
@@ -203,7 +215,12 @@ class MemoryWriter:
                 census walks to count saved activations.
             force: Write a record even if ``step`` is not due.
         """
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.on_log(step)
         if not self._active:
+            if ranks is not None:  # every rank joins the record's collective, monitoring on or off
+                ranks.on_record(step, None)
             return False
         cfg = self.config
         if self._snapshots is not None:
@@ -214,6 +231,8 @@ class MemoryWriter:
             return False
         if due:
             readings = self._read(step)
+            if ranks is not None:
+                ranks.on_record(step, readings)
             self.write_readings(readings, step)
             if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
                 self._alerts = None
@@ -287,6 +306,8 @@ class MemoryWriter:
             log: False when the step calls ``log_memory(step, roots=...)`` itself (mid-step, so
                 the census sees the activations); the OOM handling stays.
         """
+        if self._ranks is not None:  # names the step in a snapshot written for another rank's OOM
+            self._ranks.last_step = step
         try:
             yield
         except tp.OutOfMemoryError as exc:
@@ -309,6 +330,8 @@ class MemoryWriter:
             except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self.flush()
+        if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
+            self._ranks.on_oom(step)
 
     # --- lifecycle ----------------------------------------------------------------------
     def flush(self) -> None:
@@ -320,6 +343,8 @@ class MemoryWriter:
         """Finish snapshots, stop the probes, flush and close the event files."""
         if self.closed:
             return
+        if self._ranks is not None:
+            self._ranks.close()
         if self._snapshots is not None:
             self._call_snapshots("close")
         for probe in self._probes:
@@ -336,6 +361,12 @@ class MemoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _job_dir() -> str:
+    """``runs/<job>``: one folder for every rank of a job started without a log_dir."""
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%b%d_%H-%M-%S")
+    return os.path.join("runs", f"job_{job}")
 
 
 def _check_writable(log_dir: str) -> None:

@@ -91,7 +91,8 @@ def training_step(trainer: "SyntheticTrainer") -> Callable[[Any], None]:
         x0 = x0.to(trainer.device, non_blocking=True)
         targets = targets.to(trainer.device, non_blocking=True)
         with trainer._autocast():
-            loss = rollout_loss(trainer.model, x0, targets)
+            # the unwrapped module: under DDP a probe must not start gradient all-reduces
+            loss = rollout_loss(trainer.net, x0, targets)
         trainer.scaler.scale(loss / accum).backward()
         trainer.scaler.step(trainer.optimizer)
         trainer.scaler.update()
@@ -123,28 +124,28 @@ def forecast_trainer(trainer: "SyntheticTrainer", sizes: Sequence[int] | None = 
     from tbmem.forecast import fit
 
     saved = io.BytesIO()
-    torch.save({"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+    torch.save({"model": trainer.net.state_dict(), "optimizer": trainer.optimizer.state_dict(),
                 "scaler": trainer.scaler.state_dict()}, saved)
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state(trainer.device) if trainer.device.type == "cuda" else None
-    was_training = trainer.model.training
-    trainer.model.train()
+    was_training = trainer.net.training
+    trainer.net.train()
     try:
         return fit(training_step(trainer), batch_maker(trainer),
                    batch_sizes=tuple(sizes or trainer.params.auto_batch_sizes), device=trainer.device,
-                   model=trainer.model, optimizer=trainer.optimizer, progress=progress)
+                   model=trainer.net, optimizer=trainer.optimizer, progress=progress)
     finally:
         saved.seek(0)
         # tensors back where they were: on the model's and optimizer's device
         state = torch.load(saved, map_location=trainer.device, weights_only=True)
-        trainer.model.load_state_dict(state["model"])
+        trainer.net.load_state_dict(state["model"])
         trainer.optimizer.load_state_dict(state["optimizer"])
         trainer.scaler.load_state_dict(state["scaler"])
         trainer.optimizer.zero_grad(set_to_none=True)
         torch.set_rng_state(rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng, trainer.device)
-        trainer.model.train(was_training)
+        trainer.net.train(was_training)
 
 
 def choose_batch_size(trainer: "SyntheticTrainer", *, budget_bytes: int | None = None,
