@@ -27,6 +27,10 @@ from typing import Callable
 __all__ = ["Backoff"]
 
 
+def _now() -> float:
+    return time.monotonic()
+
+
 class Backoff:
     """Consecutive failures of one component and when it may try again.
 
@@ -35,11 +39,12 @@ class Backoff:
         cap_s: Longest wait.
         max_failures: Failures in a row after which :attr:`exhausted` is True
             (0: never; the caller keeps retrying every ``cap_s`` at most).
-        clock: Monotonic seconds (injectable for tests).
+        clock: Monotonic seconds; None reads :func:`time.monotonic` (through ``_now``,
+            which tests replace).
     """
 
     def __init__(self, *, base_s: float = 1.0, cap_s: float = 60.0, max_failures: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         if base_s < 0 or cap_s < base_s:
             raise ValueError(f"Backoff needs 0 <= base_s <= cap_s, got base_s={base_s}, cap_s={cap_s}")
         self.base_s = base_s
@@ -50,9 +55,12 @@ class Backoff:
         self.total_failures = 0
         self._next = 0.0
 
+    def _time(self) -> float:
+        return self.clock() if self.clock is not None else _now()
+
     def ready(self) -> bool:
         """Whether the next attempt is due (always True before the first failure)."""
-        return self.failures == 0 or self.clock() >= self._next
+        return self.failures == 0 or self._time() >= self._next
 
     @property
     def exhausted(self) -> bool:
@@ -70,7 +78,7 @@ class Backoff:
         """Count a failure, schedule the next attempt; return the failures in a row."""
         self.failures += 1
         self.total_failures += 1
-        self._next = self.clock() + self.wait_s
+        self._next = self._time() + self.wait_s
         return self.failures
 
     def succeeded(self) -> None:

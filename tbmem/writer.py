@@ -420,7 +420,7 @@ class MemoryWriter:
         if paths:
             line += "; snapshot saved to " + ", ".join(paths)
             if snap_error:
-                line += f" (not all of its files: {snap_error})"
+                line += f" ({snap_error})"
         elif snap_error:
             line += f"; the snapshot could not be written ({snap_error})"
         logger.error("%s", line)
@@ -446,6 +446,7 @@ class MemoryWriter:
         Never raises an I/O error; what could not be written is reported in one line.
         """
         if self.closed:
+            _release_recorders()  # a second close() on the recording's own thread removes its mode
             return
         try:
             if self._snapshots is not None:
@@ -471,13 +472,18 @@ class MemoryWriter:
         if self.closed:
             return
         step = self._last_step
+        wrote = False
         if self._active and step is not None:
             try:
                 self.write_readings(self._read(step), step)
+                wrote = True
             except Exception as exc:  # noqa: BLE001
                 report_once("writer:final-record", "tbmem: could not write the final record", exc=exc)
         self.close()
-        logger.warning("tbmem: %s: final record at step %s written, %s closed", reason, step, self.log_dir)
+        if wrote:
+            logger.warning("tbmem: %s: final record at step %s written, %s closed", reason, step, self.log_dir)
+        else:
+            logger.warning("tbmem: %s: %s flushed and closed", reason, self.log_dir)
 
     def __enter__(self) -> "MemoryWriter":
         return self

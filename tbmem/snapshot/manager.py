@@ -194,7 +194,8 @@ class SnapshotManager:
         # Each file on its own: a .json.gz written before the disk filled up is kept and reported.
         paths, err = store.write_files(kind, step, files)
         if err is not None:
-            self.last_error = describe(err)
+            missing = [ext for ext, _ in files[len(paths):]]
+            self.last_error = f"{', '.join(missing)} not written: {describe(err)}" if paths else describe(err)
             self._disk_retry.failed()
             self.faults.failed(store.folder, err, snapshots=0 if paths else 1)
         else:
