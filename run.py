@@ -15,6 +15,7 @@ with status 1 (its traceback is saved to ``<run>/traceback.txt``).
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from pathlib import Path
@@ -32,6 +33,9 @@ def main(cfg: DictConfig) -> None:
     from trainers.config import ConfigError
     from trainers.experiment import RunProgress, run_experiment
 
+    # A full disk makes every log line to Hydra's run.log fail; logging would print a traceback
+    # for each one. The records tbmem could not write are counted and reported instead.
+    logging.raiseExceptions = False
     progress = RunProgress()
     try:
         run_experiment(cfg, log_dir=HydraConfig.get().runtime.output_dir, progress=progress)

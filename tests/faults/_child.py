@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["REPO", "child_env", "run_child", "start_child", "wait_for_line", "tbmem_lines", "event_records",
-           "steps_of"]
+__all__ = ["REPO", "child_env", "run_child", "start_child", "finish", "wait_for_line", "tbmem_lines",
+           "event_records", "steps_of"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,18 +38,48 @@ def start_child(code: str, *args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env=child_env(), cwd=str(REPO))
 
 
-def wait_for_line(proc: subprocess.Popen[str], predicate: Callable[[str], bool], *, limit: int = 10_000) -> list[str]:
-    """Read the child's stdout until a line satisfies ``predicate``; return the lines read."""
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """The child's (stdout, stderr) once it ends; a child still running after ``timeout`` s is killed
+    and the test fails (a run that never exits is the fault some of these tests look for)."""
+    rest = getattr(proc, "_rest", "")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return rest + out, err
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the child did not end within {timeout} s; stderr:\n{err[-3000:]}") from None
+
+
+def wait_for_line(proc: subprocess.Popen[str], predicate: Callable[[str], bool], *,
+                  timeout: float = 120) -> list[str]:
+    """Read the child's stdout until a line satisfies ``predicate``; return the lines read.
+
+    Reads the pipe's file descriptor with a deadline (a child that hangs silently fails the
+    test instead of blocking it); what is read past the line is kept for :func:`finish`.
+    """
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    buffer = getattr(proc, "_rest", "")
     lines: list[str] = []
-    for _ in range(limit):
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"the child ended before the expected line; stderr:\n{proc.stderr.read()}")
-        lines.append(line.rstrip("\n"))
-        if predicate(lines[-1]):
-            return lines
-    raise AssertionError("expected line not seen")
+    while True:
+        while "\n" in buffer:
+            line, buffer = buffer.split("\n", 1)
+            lines.append(line)
+            if predicate(line):
+                proc._rest = buffer  # type: ignore[attr-defined]
+                return lines
+        remaining = deadline - time.monotonic()
+        ready = select.select([fd], [], [], max(0.0, remaining))[0] if remaining > 0 else []
+        chunk = os.read(fd, 65536).decode() if ready else None
+        if not chunk:
+            proc.kill()
+            _, err = proc.communicate()
+            why = "ended" if chunk == "" else f"printed nothing for {timeout} s"
+            raise AssertionError(f"the child {why} before the expected line; last lines {lines[-5:]}; "
+                                 f"stderr:\n{err[-3000:]}")
+        buffer += chunk
 
 
 def tbmem_lines(stderr: str) -> list[str]:

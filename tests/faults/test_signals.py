@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from tests.faults._child import start_child, steps_of, tbmem_lines, wait_for_line
+from tests.faults._child import finish, start_child, steps_of, tbmem_lines, wait_for_line
 
 RSS = "Memory/RAM/process_rss_GB"
 
@@ -24,7 +24,7 @@ def test_sigterm_flushes_writes_a_final_record_closes_then_dies_by_sigterm(tmp_p
     proc = start_child(_LOOP, str(tmp_path))
     lines = wait_for_line(proc, lambda line: line == "step 12")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM  # the default behaviour went on: killed by the signal
     printed = [int(line.split()[1]) for line in lines + out.splitlines() if line.startswith("step ")]
     last = printed[-1]
@@ -47,7 +47,7 @@ def test_sigterm_leaves_a_handler_of_the_users_alone(tmp_path):
     """ + _LOOP.replace("\n    ", "\n        "), str(tmp_path))
     wait_for_line(proc, lambda line: line == "step 7")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == 3 and "the user's handler ran" in out
     assert tbmem_lines(err) == []
     # sys.exit ran the at-exit flush: every due record is on disk

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults._child import run_child, start_child, steps_of, wait_for_line
+from tests.faults._child import finish, run_child, start_child, steps_of, wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +61,14 @@ _SYNTHETIC = """
 """
 
 
-def _start(script: str, mode: str, tmp_path: Path):
-    return start_child(script, mode, str(tmp_path / "runs"), str(tmp_path / "cache"))
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One simulation cache for the module: each run generates its data only once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def _start(script: str, mode: str, tmp_path: Path, cache: Path):
+    return start_child(script, mode, str(tmp_path / "runs"), str(cache))
 
 
 def _run_dir(tmp_path: Path, experiment: str) -> Path:
@@ -75,11 +81,11 @@ def _stopped_line(err: str, prefix: str) -> tuple[list[str], int]:
     return lines, int(lines[0].split("at step ")[1].split(";")[0])
 
 
-def test_ctrl_c_during_lbfgsb_ends_with_one_line_and_status_130(tmp_path):
-    proc = _start(_PHYSICAL, "slow", tmp_path)
+def test_ctrl_c_during_lbfgsb_ends_with_one_line_and_status_130(tmp_path, cache):
+    proc = _start(_PHYSICAL, "slow", tmp_path, cache)
     wait_for_line(proc, lambda line: line == "evaluation 4")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)  # a blocked SciPy worker would hang here
+    out, err = finish(proc)  # a blocked SciPy worker would hang here
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     run = _run_dir(tmp_path, "burgers_physical_quick_test")
@@ -91,9 +97,9 @@ def test_ctrl_c_during_lbfgsb_ends_with_one_line_and_status_130(tmp_path):
     assert steps_of(run, "Memory/RAM/process_rss_GB") == list(range(step + 1))
 
 
-def test_an_error_in_the_loss_after_its_first_evaluation_ends_the_run(tmp_path):
-    proc = _start(_PHYSICAL, "raise", tmp_path)
-    out, err = proc.communicate(timeout=120)
+def test_an_error_in_the_loss_after_its_first_evaluation_ends_the_run(tmp_path, cache):
+    proc = _start(_PHYSICAL, "raise", tmp_path, cache)
+    out, err = finish(proc, 120)
     assert proc.returncode == 1, err
     assert "Traceback" not in err
     run = _run_dir(tmp_path, "burgers_physical_quick_test")
@@ -106,7 +112,7 @@ def test_an_error_in_the_loss_after_its_first_evaluation_ends_the_run(tmp_path):
     assert "in objective\nRuntimeError: the physics exploded" in (run / "traceback.txt").read_text()
 
 
-def test_the_original_exception_object_leaves_physical_trainer_train(tmp_path):
+def test_the_original_exception_object_leaves_physical_trainer_train(tmp_path, cache):
     proc = run_child("""
         import sys, tempfile
         import trainers.physical as physical
@@ -133,16 +139,16 @@ def test_the_original_exception_object_leaves_physical_trainer_train(tmp_path):
         except RuntimeError as exc:
             print("same object:", exc is raised, "calls:", calls[0], "evaluations logged:", trainer.evaluations)
         mon.close()
-    """, str(tmp_path / "cache"), timeout=120)
+    """, str(cache), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "same object: True calls: 3 evaluations logged: 1" in proc.stdout
 
 
-def test_sigterm_during_lbfgsb_flushes_and_dies_by_sigterm(tmp_path):
-    proc = _start(_PHYSICAL, "slow", tmp_path)
+def test_sigterm_during_lbfgsb_flushes_and_dies_by_sigterm(tmp_path, cache):
+    proc = _start(_PHYSICAL, "slow", tmp_path, cache)
     lines = wait_for_line(proc, lambda line: line == "evaluation 3")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
     run = _run_dir(tmp_path, "burgers_physical_quick_test")
     # Hydra's logging puts its prefix before tbmem's line, on stdout and in run.log
@@ -154,11 +160,11 @@ def test_sigterm_during_lbfgsb_flushes_and_dies_by_sigterm(tmp_path):
     assert steps_of(run, "Memory/RAM/process_rss_GB") == evaluations + evaluations[-1:]  # + the final record
 
 
-def test_ctrl_c_in_synthetic_training_ends_with_one_line_and_status_130(tmp_path):
-    proc = _start(_SYNTHETIC, "slow", tmp_path)
+def test_ctrl_c_in_synthetic_training_ends_with_one_line_and_status_130(tmp_path, cache):
+    proc = _start(_SYNTHETIC, "slow", tmp_path, cache)
     wait_for_line(proc, lambda line: line == "batch 6")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     run = _run_dir(tmp_path, "burgers_quick_test")
