@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from tbmem._log import logger, report_once
 from tbmem._retry import Backoff
 
-__all__ = ["FaultLedger", "SafeRecordWriter", "install", "cause_key", "describe"]
+__all__ = ["FaultLedger", "SafeRecordWriter", "install", "guard_forwarded", "cause_key", "describe"]
 
 def _device_of(path: str) -> int | None:
     """``st_dev`` of ``path`` or of its nearest existing ancestor."""
@@ -199,6 +199,25 @@ def _truncate(path: str, size: int) -> None:
     except OSError as exc:
         report_once(f"truncate:{path}", f"tbmem: could not cut a partly written record from {path} "
                     f"({describe(exc)}); TensorBoard reads the file up to that record")
+
+
+def guard_forwarded(writer: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A SummaryWriter write method forwarded by ``writer`` (a MemoryWriter).
+
+    After ``writer.close()`` the call is ignored (``writer._after_close`` warns once); an
+    OSError is counted in ``writer.faults`` instead of raised (where TensorBoard's writer
+    thread died before :func:`install` could guard it).
+    """
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if writer.closed:
+            writer._after_close(name)
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            writer.faults.failed(writer.log_dir, exc, events=1)
+            return None
+    return call
 
 
 def install(summary_writer: Any, ledger: FaultLedger) -> bool:

@@ -31,9 +31,10 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from tbmem._log import logger
+from tbmem._log import logger, report_once
 
-__all__ = ["register", "unregister", "finish_all", "deferred_interrupt", "InterruptFlag", "FINISH_TIMEOUT_S"]
+__all__ = ["register", "unregister", "finish_all", "finish_writer", "deferred_interrupt", "InterruptFlag",
+           "FINISH_TIMEOUT_S"]
 
 #: Longest time the writers get to finish on a signal before the process goes on without them.
 FINISH_TIMEOUT_S = 10.0
@@ -73,6 +74,25 @@ def unregister(writer: Any) -> None:
             if signal.getsignal(signal.SIGTERM) is _on_sigterm:
                 signal.signal(signal.SIGTERM, _previous)
             _installed = False
+
+
+def finish_writer(writer: Any, reason: str) -> None:
+    """Flush ``writer`` (a MemoryWriter), write a final record at the last step it saw, close it."""
+    if writer.closed:
+        return
+    step = writer.last_step
+    wrote = False
+    if writer.config.enabled and step is not None:
+        try:
+            writer.write_readings(writer._read(step), step)
+            wrote = True
+        except Exception as exc:  # noqa: BLE001
+            report_once("writer:final-record", "tbmem: could not write the final record", exc=exc)
+    writer.close()
+    if wrote:
+        logger.warning("tbmem: %s: final record at step %s written, %s closed", reason, step, writer.log_dir)
+    else:
+        logger.warning("tbmem: %s: %s flushed and closed", reason, writer.log_dir)
 
 
 def finish_all(reason: str, *, timeout: float = FINISH_TIMEOUT_S) -> bool:

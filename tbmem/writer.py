@@ -37,13 +37,13 @@ from tbmem import _signals
 from tbmem import _torch_private as tp
 from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
-from tbmem._log import logger, report_once
-from tbmem._retry import Backoff
-from tbmem._safe_io import FaultLedger, describe
+from tbmem._log import logger, oom_line, report_once
+from tbmem._safe_io import FaultLedger, describe, guard_forwarded
 from tbmem._safe_io import install as install_safe_io
 from tbmem.config import MemoryWriterConfig
 from tbmem.layout import custom_scalars_layout
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe
+from tbmem.probes.guard import ProbeGuard
 from tbmem.tags import TAGS, to_unit
 
 __all__ = ["MemoryWriter"]
@@ -75,15 +75,11 @@ class MemoryWriter:
 
     Faults (docs/reliability.md): a full or read-only disk never raises into training
     (events are dropped, counted, reported at close, and writing is retried); a probe
-    that fails is retried with backoff and switched off after :attr:`PROBE_MAX_FAILURES`
-    failures in a row; writes after :meth:`close` are ignored with one warning; on
-    SIGTERM the writer flushes, writes a final record and closes before the process ends.
+    that fails is retried with backoff and switched off after 5 failures in a row
+    (:class:`tbmem.probes.guard.ProbeGuard`); writes after :meth:`close` are ignored with
+    one warning; on SIGTERM the writer flushes, writes a final record and closes before
+    the process ends.
     """
-
-    #: Failures in a row after which a probe is switched off; retries wait 1 s doubling to 60 s.
-    PROBE_MAX_FAILURES = 5
-    PROBE_RETRY_BASE_S = 1.0
-    PROBE_RETRY_CAP_S = 60.0
 
     def __init__(
         self,
@@ -111,7 +107,7 @@ class MemoryWriter:
         # caught where they surface, counted here and reported once (tbmem._safe_io).
         self._faults = FaultLedger(str(writer.get_logdir()))
         install_safe_io(writer, self._faults)
-        self._probe_retry: dict[int, Backoff] = {}
+        self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
         self._probes: list[Probe] = []
@@ -168,21 +164,9 @@ class MemoryWriter:
             raise AttributeError(name)
         attr = getattr(inner, name)
         if name.startswith(_WRITE_PREFIX) and callable(attr):
-            return self._guarded(name, attr)
+            # ignored after close(); an I/O error counted instead of raised
+            return guard_forwarded(self, name, attr)
         return attr
-
-    def _guarded(self, name: str, fn: Any) -> Any:
-        """A forwarded write: ignored after close(), an I/O error counted instead of raised."""
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.closed:
-                self._after_close(name)
-                return None
-            try:
-                return fn(*args, **kwargs)
-            except OSError as exc:  # TensorBoard's writer thread died before tbmem could guard it
-                self._faults.failed(self.log_dir, exc, events=1)
-                return None
-        return call
 
     def _after_close(self, what: str) -> None:
         report_once(f"closed:{id(self)}", f"tbmem: {what}() after close() of the MemoryWriter for "
@@ -316,38 +300,8 @@ class MemoryWriter:
             self._stop_capture()
 
     def _guard(self, probe: Probe, fn: Any) -> Any:
-        """Run a probe call; a failure skips its readings and is retried with backoff.
-
-        The first failure is reported once; after :attr:`PROBE_MAX_FAILURES` failures in a
-        row the probe is switched off (reported once, naming it). A transient error (one EIO
-        reading /proc) costs one record's readings, not the probe for the rest of the run.
-        """
-        retry = self._probe_retry.get(id(probe))
-        if retry is not None and not retry.ready():
-            return None
-        try:
-            result = fn()
-        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
-            if retry is None:
-                retry = self._probe_retry[id(probe)] = Backoff(
-                    base_s=self.PROBE_RETRY_BASE_S, cap_s=self.PROBE_RETRY_CAP_S,
-                    max_failures=self.PROBE_MAX_FAILURES)
-            failures = retry.failed()
-            if retry.exhausted:
-                report_once(f"probe-off:{probe.name}", f"tbmem: the {probe.name} probe failed {failures} times in "
-                            "a row and is switched off", exc=exc)
-                if probe in self._probes:
-                    self._probes.remove(probe)
-                self._probe_retry.pop(id(probe), None)
-            elif retry.total_failures == 1:
-                report_once(f"probe:{probe.name}", f"tbmem: the {probe.name} probe failed; its readings are "
-                            f"skipped and it is retried (switched off after {self.PROBE_MAX_FAILURES} failures "
-                            "in a row)", exc=exc)
-            return None
-        if retry is not None and retry.failures:
-            retry.succeeded()
-            logger.info("tbmem: the %s probe works again", probe.name)
-        return result
+        """Run a probe call; a failure is retried with backoff, then switches the probe off."""
+        return self._probe_guard.call(self._probes, probe, fn)
 
     def _guard_call(self, what: str, fn: Any, *args: Any) -> bool:
         try:
@@ -415,15 +369,7 @@ class MemoryWriter:
             except Exception as err:  # noqa: BLE001
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self._flush_quietly()
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        line = f"tbmem: out of memory at step {step} ({type(exc).__name__}: {first})"
-        if paths:
-            line += "; snapshot saved to " + ", ".join(paths)
-            if snap_error:
-                line += f" ({snap_error})"
-        elif snap_error:
-            line += f"; the snapshot could not be written ({snap_error})"
-        logger.error("%s", line)
+        logger.error("%s", oom_line(step, exc, paths, snap_error))
 
     # --- lifecycle ----------------------------------------------------------------------
     def flush(self) -> None:
@@ -468,22 +414,8 @@ class MemoryWriter:
         self._faults.report_close()
 
     def _finish(self, reason: str) -> None:
-        """On a signal (SIGTERM): flush, write a final record at the last step seen, close."""
-        if self.closed:
-            return
-        step = self._last_step
-        wrote = False
-        if self._active and step is not None:
-            try:
-                self.write_readings(self._read(step), step)
-                wrote = True
-            except Exception as exc:  # noqa: BLE001
-                report_once("writer:final-record", "tbmem: could not write the final record", exc=exc)
-        self.close()
-        if wrote:
-            logger.warning("tbmem: %s: final record at step %s written, %s closed", reason, step, self.log_dir)
-        else:
-            logger.warning("tbmem: %s: %s flushed and closed", reason, self.log_dir)
+        """On SIGTERM: flush, write a final record at the last step seen, close (tbmem._signals)."""
+        _signals.finish_writer(self, reason)
 
     def __enter__(self) -> "MemoryWriter":
         return self

@@ -11,6 +11,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import MemoryWriter, MemoryWriterConfig
 from tbmem.probes.base import Probe
+from tbmem.probes.guard import ProbeGuard
 from tbmem.tags import TAGS
 from tests._events import read_events, scalars
 from tests.fake_cuda import install_fake_cuda
@@ -142,7 +143,7 @@ def test_failing_probe_is_retried_with_backoff_then_switched_off_naming_it(tmp_p
             writer.log_memory(step)
             clock.now += 1.0  # one second per step: retries after 1, 2, 4, 8 s
     # tries at steps 0, 1, 3, 7, 15: the fifth failure in a row switches it off
-    assert Broken.calls == MemoryWriter.PROBE_MAX_FAILURES == 5
+    assert Broken.calls == ProbeGuard.MAX_FAILURES == 5
     messages = [r.getMessage() for r in tbmem_log.records if "broken" in r.getMessage()]
     assert len(messages) == 2
     assert "the broken probe failed; its readings are skipped and it is retried" in messages[0]
