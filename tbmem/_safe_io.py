@@ -41,6 +41,8 @@ from tbmem._retry import Backoff
 
 __all__ = ["FaultLedger", "SafeRecordWriter", "install", "guard_forwarded", "cause_key", "describe"]
 
+_RECORD_FRAMING = 16  # TFRecord: u64 length, u32 length CRC, the data, u32 data CRC
+
 def _device_of(path: str) -> int | None:
     """``st_dev`` of ``path`` or of its nearest existing ancestor."""
     p = os.path.abspath(path)
@@ -139,9 +141,11 @@ class SafeRecordWriter:
         self._ledger = ledger
         self._backoff = backoff or Backoff(base_s=1.0, cap_s=60.0)
         # Only TensorBoard's own writer (no TensorFlow) appends each record to the file at once;
-        # then the size before a write is the end of the last complete record.
+        # then the file ends at the last complete record, whose end is tracked here (a stat per
+        # record would cost more than the rest of this wrapper).
         gfile = getattr(inner, "_writer", None)
-        self._local = bool(getattr(gfile, "fs_supports_append", False)) and os.path.isfile(path)
+        local = bool(getattr(gfile, "fs_supports_append", False)) and os.path.isfile(path)
+        self._end = _size(path) if local else None
         self.failing = False
 
     def write(self, data: bytes) -> None:
@@ -149,16 +153,17 @@ class SafeRecordWriter:
         if self.failing and not self._backoff.ready():
             self._ledger.dropped(events=1)
             return
-        before = _size(self.path) if self._local else None
         try:
             self._inner.write(data)
         except Exception as exc:  # noqa: BLE001 - this thread dying would break every later write
-            if before is not None:
-                _truncate(self.path, before)
+            if self._end is not None:
+                _truncate(self.path, self._end)
             self.failing = True
             self._backoff.failed()
             self._ledger.failed(self.path, exc, events=1)
             return
+        if self._end is not None:
+            self._end += len(data) + _RECORD_FRAMING
         if self.failing:
             self.failing = False
             self._backoff.succeeded()
@@ -194,7 +199,8 @@ def _size(path: str) -> int | None:
 def _truncate(path: str, size: int) -> None:
     # Cut a partly written record: appending after it would make the rest of the file unreadable.
     try:
-        if _size(path) != size:
+        actual = _size(path)
+        if actual is not None and actual > size:
             os.truncate(path, size)
     except OSError as exc:
         report_once(f"truncate:{path}", f"tbmem: could not cut a partly written record from {path} "
