@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Sequence
 
-__all__ = ["logger", "report_once", "forget_reports"]
+__all__ = ["logger", "report_once", "forget_reports", "oom_line"]
 
 logger = logging.getLogger("tbmem")
 
@@ -40,3 +41,21 @@ def forget_reports() -> None:
     """Forget which keys were reported (for tests and long-lived processes)."""
     with _lock:
         _reported.clear()
+
+
+def oom_line(step: int, exc: BaseException, paths: Sequence[str], snapshot_error: str | None) -> str:
+    """The one line that reports an out-of-memory error and what became of its snapshot.
+
+    Example:
+        >>> oom_line(7, MemoryError("2 GiB"), ["a.json.gz"], "html not written")
+        'tbmem: out of memory at step 7 (MemoryError: 2 GiB); snapshot saved to a.json.gz (html not written)'
+    """
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    line = f"tbmem: out of memory at step {step} ({type(exc).__name__}: {first})"
+    if paths:
+        line += "; snapshot saved to " + ", ".join(paths)
+        if snapshot_error:
+            line += f" ({snapshot_error})"
+    elif snapshot_error:
+        line += f"; the snapshot could not be written ({snapshot_error})"
+    return line

@@ -39,6 +39,7 @@ __all__ = [
     "attach_oom_observer",
     "disable_torch_function_subclass",
     "saved_tensors_of",
+    "current_dispatch_mode",
 ]
 
 #: torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before.
@@ -166,6 +167,15 @@ def disable_torch_function_subclass() -> AbstractContextManager[object]:
     """
     ctx = getattr(torch._C, "DisableTorchFunctionSubclass", None)
     return ctx() if ctx is not None else nullcontext()
+
+
+def current_dispatch_mode() -> Any:
+    """The innermost ``TorchDispatchMode`` entered on this thread, or None (also when unknowable)."""
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+    except ImportError:
+        return None
+    return _get_current_dispatch_mode()
 
 
 _SAVED_ATTRS: dict[type, tuple[str, ...]] = {}

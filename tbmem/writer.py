@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 import tempfile
 import time
 import weakref
@@ -32,18 +33,25 @@ import torch
 from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 
+from tbmem import _signals
 from tbmem import _torch_private as tp
+from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
-from tbmem._log import logger, report_once
+from tbmem._log import logger, oom_line, report_once
+from tbmem._safe_io import FaultLedger, describe, guard_forwarded
+from tbmem._safe_io import install as install_safe_io
 from tbmem.config import MemoryWriterConfig
 from tbmem.layout import custom_scalars_layout
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
+from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
 from tbmem.tags import TAGS, to_unit
 
 __all__ = ["MemoryWriter"]
 
 _CENSUS_TEXT_TAG = "Memory/Large_Tensors/top_k"
+# SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
+_WRITE_PREFIX = "add_"
 
 
 def _flush_at_exit(ref: "weakref.ref[MemoryWriter]") -> None:
@@ -65,6 +73,13 @@ class MemoryWriter:
     Raises:
         ValueError: a configuration value is invalid (the message names the field).
         OSError: ``log_dir`` cannot be created or written.
+
+    Faults (docs/reliability.md): a full or read-only disk never raises into training
+    (events are dropped, counted, reported at close, and writing is retried); a probe
+    that fails is retried with backoff and switched off after 5 failures in a row
+    (:class:`tbmem.probes.guard.ProbeGuard`); writes after :meth:`close` are ignored with
+    one warning; on SIGTERM the writer flushes, writes a final record and closes before
+    the process ends.
     """
 
     def __init__(
@@ -92,6 +107,12 @@ class MemoryWriter:
             writer = SummaryWriter(None if log_dir is None else os.fspath(log_dir))
         self._writer = writer
         self.closed = False
+        self._last_step: int | None = None
+        # A full or read-only disk must not end the run: errors in TensorBoard's writer thread are
+        # caught where they surface, counted here and reported once (tbmem._safe_io).
+        self._faults = FaultLedger(str(writer.get_logdir()))
+        install_safe_io(writer, self._faults)
+        self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
         self._probes: list[Probe] = []
@@ -107,13 +128,24 @@ class MemoryWriter:
         # partial is this writer's own, so close() can unregister it without touching others.
         self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
+        _signals.register(self)
 
     def _setup(self) -> None:
         cfg = self.config
-        self._probes = [HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss), ProcessTreeProbe(),
-                        CudaProbe(device=cfg.device, peak_mode=cfg.peak_mode)]
+        makers: list[tuple[str, Any]] = [
+            ("host", lambda: HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss)),
+            ("process_tree", ProcessTreeProbe),
+            ("cuda", lambda: CudaProbe(device=cfg.device, peak_mode=cfg.peak_mode))]
         if cfg.nvml:
-            self._probes.append(NvmlProbe(device=cfg.device or 0))
+            makers.append(("nvml", lambda: NvmlProbe(device=cfg.device or 0)))
+        for name, make in makers:
+            try:
+                self._probes.append(make())
+            except MissingExtraError:
+                raise  # a configuration error (nvml=True without nvidia-ml-py), not a fault
+            except Exception as exc:  # noqa: BLE001 - e.g. psutil.AccessDenied in a container
+                report_once(f"probe:{name}", f"tbmem: the {name} probe could not be created and is switched "
+                            f"off ({type(exc).__name__}: {exc})")
         for probe in list(self._probes):
             self._guard(probe, probe.start)
         self._census_on = cfg.census_every > 0
@@ -157,7 +189,29 @@ class MemoryWriter:
         inner = self.__dict__.get("_writer")
         if inner is None:
             raise AttributeError(name)
-        return getattr(inner, name)
+        attr = getattr(inner, name)
+        if name.startswith(_WRITE_PREFIX) and callable(attr):
+            # ignored after close(); an I/O error counted instead of raised
+            return guard_forwarded(self, name, attr)
+        return attr
+
+    def _after_close(self, what: str) -> None:
+        report_once(f"closed:{id(self)}", f"tbmem: {what}() after close() of the MemoryWriter for "
+                    f"{self.log_dir} is ignored (as is every later write)")
+
+    @property
+    def faults(self) -> FaultLedger:
+        """What could not be written to disk (events and snapshots dropped, the last error)."""
+        return self._faults
+
+    @property
+    def last_step(self) -> int | None:
+        """The largest step logged so far (None before the first)."""
+        return self._last_step
+
+    def _saw(self, step: int) -> None:
+        if self._last_step is None or step > self._last_step:
+            self._last_step = step
 
     @property
     def summary_writer(self) -> SummaryWriter:
@@ -197,10 +251,17 @@ class MemoryWriter:
     # --- writing ------------------------------------------------------------------------
     def write_scalars(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> None:
         """Write many scalars as one event: one ``Summary`` with a value per tag."""
+        if self.closed:
+            self._after_close("write_scalars")
+            return
         if not values:
             return
+        self._saw(step)
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
-        self._writer._get_file_writer().add_summary(summary, step, walltime)
+        try:
+            self._writer._get_file_writer().add_summary(summary, step, walltime)
+        except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
+            self._faults.failed(self.log_dir, exc, events=1)
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
@@ -215,6 +276,9 @@ class MemoryWriter:
                 census walks to count saved activations.
             force: Write a record even if ``step`` is not due.
         """
+        if self.closed:
+            self._after_close("log_memory")
+            return False
         ranks = self._ranks
         if ranks is not None:
             ranks.on_log(step)
@@ -222,6 +286,7 @@ class MemoryWriter:
             if ranks is not None:  # every rank joins the record's collective, monitoring on or off
                 ranks.on_record(step, None)
             return False
+        self._saw(step)
         cfg = self.config
         if self._snapshots is not None:
             self._call_snapshots("on_step", step)
@@ -239,7 +304,7 @@ class MemoryWriter:
         if census_due:
             self._take_census(step, roots)
         if cfg.flush_each_record:
-            self._writer.flush()
+            self.flush()
         return True
 
     def _read(self, step: int) -> dict[str, float]:
@@ -272,15 +337,8 @@ class MemoryWriter:
             self._stop_capture()
 
     def _guard(self, probe: Probe, fn: Any) -> Any:
-        """Run a probe call; on failure report once and switch the probe off."""
-        try:
-            return fn()
-        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
-            report_once(f"probe:{probe.name}", f"tbmem: the {probe.name} probe failed and is switched off",
-                        exc=exc)
-            if probe in self._probes:
-                self._probes.remove(probe)
-            return None
+        """Run a probe call; a failure is retried with backoff, then switches the probe off."""
+        return self._probe_guard.call(self._probes, probe, fn)
 
     def _guard_call(self, what: str, fn: Any, *args: Any) -> bool:
         try:
@@ -308,53 +366,99 @@ class MemoryWriter:
         """
         if self._ranks is not None:  # names the step in a snapshot written for another rank's OOM
             self._ranks.last_step = step
+        self._saw(step)
         try:
             yield
         except tp.OutOfMemoryError as exc:
             self.handle_oom(step, exc)
             raise
         except BaseException:
-            self.flush()
+            self._flush_quietly()
             raise
         if log:
             self.log_memory(step)
 
     def handle_oom(self, step: int, exc: BaseException) -> None:
-        """Save what can be saved about an out-of-memory error; never raises."""
-        logger.error("tbmem: out of memory at step %d: %s", step, exc)
-        if self._active:
+        """Save what can be saved about an out-of-memory error and say so in one line; never raises.
+
+        Whatever fails while saving (a read-only or full disk, a broken probe) is caught here,
+        so the caller re-raises the original exception object, unchanged and without a
+        ``__context__`` from tbmem.
+        """
+        try:
+            self._save_oom(step, exc)
+        except BaseException as err:  # noqa: BLE001 - the OOM must reach the user, not this
+            if not isinstance(err, Exception):
+                raise  # Ctrl-C while saving: the user asked to stop
+            report_once("writer:oom", "tbmem: saving the out-of-memory record failed", exc=err)
+
+    def _save_oom(self, step: int, exc: BaseException) -> None:
+        paths: list[str] = []
+        snap_error: str | None = None
+        if self._active and not self.closed:
             if self._snapshots is not None:
-                self._call_snapshots("on_oom", step, exc)
+                try:
+                    result = self._snapshots.on_oom(step, exc)
+                except Exception as err:  # noqa: BLE001
+                    result, snap_error = [], describe(err)
+                paths = list(result or [])
+                snap_error = snap_error or getattr(self._snapshots, "last_error", None)
             try:
                 self.write_readings(self._read(step), step)
-            except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
+            except Exception as err:  # noqa: BLE001
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
-        self.flush()
+        self._flush_quietly()
+        logger.error("%s", oom_line(step, exc, paths, snap_error))
         if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
             self._ranks.on_oom(step)
 
     # --- lifecycle ----------------------------------------------------------------------
     def flush(self) -> None:
-        """Flush pending events to disk."""
+        """Flush pending events to disk (never raises an I/O error: see docs/reliability.md)."""
         if not self.closed:
-            self._writer.flush()
+            try:
+                self._writer.flush()
+            except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
+                self._faults.failed(self.log_dir, exc)
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - an exception on its way to the user goes first
+            report_once("writer:flush", "tbmem: flushing the event files failed", exc=exc)
 
     def close(self) -> None:
-        """Finish snapshots, stop the probes, flush and close the event files."""
+        """Finish snapshots, stop the probes, flush and close the event files.
+
+        Never raises an I/O error; what could not be written is reported in one line.
+        """
         if self.closed:
+            _release_recorders()  # a second close() on the recording's own thread removes its mode
             return
-        if self._ranks is not None:
-            self._ranks.close()
-        if self._snapshots is not None:
-            self._call_snapshots("close")
-        for probe in self._probes:
-            self._guard(probe, probe.stop)
-        if self._stop_capture is not None:
-            self._stop_capture()
-        self._writer.flush()
-        self._writer.close()
-        self.closed = True
-        atexit.unregister(self._at_exit)
+        try:
+            if self._ranks is not None:
+                self._ranks.close()
+            if self._snapshots is not None:
+                self._call_snapshots("close")
+            for probe in self._probes:
+                self._guard(probe, probe.stop)
+            if self._stop_capture is not None:
+                self._stop_capture()
+            self._flush_quietly()
+            try:
+                self._writer.close()
+            except OSError as exc:
+                self._faults.failed(self.log_dir, exc)
+        finally:
+            self.closed = True
+            atexit.unregister(self._at_exit)
+            _signals.unregister(self)
+            _release_recorders()
+        self._faults.report_close()
+
+    def _finish(self, reason: str) -> None:
+        """On SIGTERM: flush, write a final record at the last step seen, close (tbmem._signals)."""
+        _signals.finish_writer(self, reason)
 
     def __enter__(self) -> "MemoryWriter":
         return self
@@ -367,6 +471,17 @@ def _job_dir() -> str:
     """``runs/<job>``: one folder for every rank of a job started without a log_dir."""
     job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%b%d_%H-%M-%S")
     return os.path.join("runs", f"job_{job}")
+
+
+def _release_recorders() -> None:
+    """Remove snapshot recording modes stopped from another thread that this thread still holds."""
+    recorder = sys.modules.get("tbmem.snapshot.recorder")
+    release = getattr(recorder, "release_detached", None)
+    if release is not None:
+        try:
+            release()
+        except Exception as exc:  # noqa: BLE001
+            report_once("writer:release-recorder", "tbmem: could not remove a stopped recorder", exc=exc)
 
 
 def _check_writable(log_dir: str) -> None:

@@ -11,6 +11,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import MemoryWriter, MemoryWriterConfig
 from tbmem.probes.base import Probe
+from tbmem.probes.guard import ProbeGuard
 from tbmem.tags import TAGS
 from tests._events import read_events, scalars
 from tests.fake_cuda import install_fake_cuda
@@ -114,7 +115,20 @@ def test_unwritable_log_dir_raises_oserror(tmp_path):
         MemoryWriter(blocker / "logs")
 
 
-def test_failing_probe_is_reported_once_and_switched_off(tmp_path, tbmem_log):
+class _Clock:
+    """A monotonic clock the test moves by hand (the probe retry's backoff reads it)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_failing_probe_is_retried_with_backoff_then_switched_off_naming_it(tmp_path, tbmem_log, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr("tbmem._retry._now", clock)
+
     class Broken(Probe):
         name = "broken"
         calls = 0
@@ -125,12 +139,100 @@ def test_failing_probe_is_reported_once_and_switched_off(tmp_path, tbmem_log):
 
     with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
         writer._probes.append(Broken())
-        for step in range(3):
+        for step in range(40):
             writer.log_memory(step)
-    assert Broken.calls == 1
+            clock.now += 1.0  # one second per step: retries after 1, 2, 4, 8 s
+    # tries at steps 0, 1, 3, 7, 15: the fifth failure in a row switches it off
+    assert Broken.calls == ProbeGuard.MAX_FAILURES == 5
+    messages = [r.getMessage() for r in tbmem_log.records if "broken" in r.getMessage()]
+    assert len(messages) == 2
+    assert "the broken probe failed; its readings are skipped and it is retried" in messages[0]
+    assert "the broken probe failed 5 times in a row and is switched off" in messages[1]
+    assert "sensor unplugged" in messages[1]
+    assert [s for s, _ in scalars(tmp_path, RSS)] == list(range(40))  # the other probes went on
+
+
+def test_a_transient_probe_error_costs_one_record_not_the_probe(tmp_path, tbmem_log, monkeypatch):
+    import errno
+
+    from tbmem.probes import host
+
+    clock = _Clock()
+    monkeypatch.setattr("tbmem._retry._now", clock)
+    real_fields = host._proc_fields
+    failures = iter([False, True])  # one EIO while reading /proc (step 1), as a flaky filesystem gives
+
+    def flaky(path, wanted):
+        if path == host._STATUS and next(failures, False):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fields(path, wanted)
+
+    monkeypatch.setattr(host, "_proc_fields", flaky)
+    with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
+        for step in range(6):
+            writer.log_memory(step)
+            clock.now += 1.0
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [0, 2, 3, 4, 5]  # only step 1's reading is lost
+    (message,) = [r.getMessage() for r in tbmem_log.records]
+    assert "the host probe failed; its readings are skipped and it is retried" in message
+    assert "Input/output error" in message
+
+
+def test_writes_after_close_are_ignored_with_one_warning(tmp_path, tbmem_log):
+    writer = MemoryWriter(tmp_path, every=1, census_every=0, custom_layout=False)
+    writer.log_memory(0)
+    writer.close()
+    files = _event_files(tmp_path)
+    assert writer.log_memory(1) is False
+    writer.add_scalar("Loss/train", 0.5, 2)
+    writer.write_scalars({"Loss/train": 0.25}, 3)
+    writer.add_text("notes", "late", 4)
+    writer.flush()
+    assert _event_files(tmp_path) == files  # no second event file was opened
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [0]
+    assert "Loss/train" not in read_events(tmp_path).Tags()["scalars"]
+    (message,) = [r.getMessage() for r in tbmem_log.records]
+    assert message == (f"tbmem: log_memory() after close() of the MemoryWriter for {tmp_path} is ignored "
+                       "(as is every later write)")
+
+
+def test_psutil_access_denied_degrades_like_any_failing_probe(tmp_path, tbmem_log, monkeypatch):
+    import psutil
+
+    from tbmem.probes import host
+
+    def denied(*args, **kwargs):
+        raise psutil.AccessDenied(os.getpid())
+
+    # /proc unreadable too: only psutil could read the host, and it refuses (a locked-down container)
+    monkeypatch.setattr(host.psutil, "Process", denied)
+    monkeypatch.setattr(host, "_STATUS", "/nonexistent/status")
+    writer = MemoryWriter(tmp_path, every=1, census_every=0)
+    for step in range(3):
+        writer.add_scalar("Loss/train", 1.0, step)
+        writer.log_memory(step)
+    writer.close()
+    assert [s for s, _ in scalars(tmp_path, "Loss/train")] == [0, 1, 2]
     messages = [r.getMessage() for r in tbmem_log.records]
-    assert len([m for m in messages if "broken" in m]) == 1
-    assert [s for s, _ in scalars(tmp_path, RSS)] == [0, 1, 2]
+    assert len(messages) == 1 and "host probe failed" in messages[0] and "AccessDenied" in messages[0]
+
+
+def test_oom_with_a_failing_flush_still_reraises_the_original_object(tmp_path, monkeypatch):
+    writer = MemoryWriter(tmp_path, every=100, census_every=0)
+
+    def read_only(*args):
+        raise OSError(30, "Read-only file system")
+
+    # TensorBoard's writer without tbmem's guard (its internals changed): flush raises
+    monkeypatch.setattr(writer.summary_writer, "flush", read_only)
+    error = torch.OutOfMemoryError("CUDA out of memory")
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        with writer.monitored_step(3):
+            raise error
+    assert caught.value is error
+    assert error.__context__ is None and error.__cause__ is None
+    monkeypatch.undo()
+    writer.close()
 
 
 def test_out_of_memory_in_a_monitored_step_is_recorded_and_reraised(tmp_path):

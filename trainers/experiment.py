@@ -35,7 +35,7 @@ import torch
 
 from trainers.config import ConfigError, RunConfig, validate
 
-__all__ = ["Outcome", "run_experiment", "resolve_device", "default_log_dir"]
+__all__ = ["Outcome", "RunProgress", "run_experiment", "resolve_device", "default_log_dir"]
 
 
 @dataclass
@@ -45,6 +45,39 @@ class Outcome:
     log_dir: Path
     result: Any
     seconds: float
+
+
+@dataclass
+class RunProgress:
+    """Where a run is, filled in by :func:`run_experiment` as it goes.
+
+    ``run.py`` keeps one, so that a run ended early (Ctrl-C, an error in training) is
+    reported in one line that says how far it got and where its records are.
+    """
+
+    log_dir: Path | None = None
+    writer: Any = None
+
+    @property
+    def step(self) -> int | None:
+        """The last step (batch, or loss evaluation) the run's writer logged."""
+        return getattr(self.writer, "last_step", None)
+
+    def _where(self) -> str:
+        at = "before its first step" if self.step is None else f"at step {self.step}"
+        if self.log_dir is None:
+            return f"{at}; nothing was written"
+        return f"{at}; its records are flushed to {self.log_dir}"
+
+    def interrupted_line(self) -> str:
+        """The line shown on Ctrl-C."""
+        return f"Interrupted (Ctrl-C): the run stopped {self._where()}"
+
+    def failed_line(self, exc: BaseException, traceback_file: Path | None = None) -> str:
+        """The line shown when training raised ``exc``."""
+        first = (str(exc).strip().splitlines() or [""])[0]
+        where = f" (traceback in {traceback_file})" if traceback_file is not None else ""
+        return f"error: {type(exc).__name__}: {first}; the run stopped {self._where()}{where}"
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -73,11 +106,19 @@ def _seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | None = None) -> Outcome:
+def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | None = None,
+                   progress: RunProgress | None = None) -> Outcome:
     """Validate ``cfg``, train with the configured trainer and print the TensorBoard command.
+
+    Args:
+        cfg: The composed config.
+        log_dir: The run's directory (default: ``runs_dir/experiment/run_name``).
+        progress: Filled in with the log directory and writer, to say where a run that
+            ends early stopped. The event files are flushed and closed however it ends.
 
     Raises:
         ConfigError: a key is unknown or a value invalid (raised before any work starts).
+        KeyboardInterrupt: Ctrl-C (the PhysicalTrainer's L-BFGS-B finishes its evaluation first).
     """
     from trainers.distributed import setup
 
@@ -107,6 +148,8 @@ def _run(run: RunConfig, device: torch.device, path: Path, dist: Any) -> Outcome
     mon = TrainerMonitoring.create(path, enabled=p.enable_memory_monitoring,
                                    verbose_batches=p.memory_monitor_batches, tbmem_config=run.tbmem,
                                    device=device)
+    if progress is not None:
+        progress.log_dir, progress.writer = path, mon.writer
     start = time.perf_counter()
     try:
         mon.writer.add_text("config", "    " + json.dumps(_plain(run), indent=1).replace("\n", "\n    "), 0)

@@ -13,6 +13,15 @@ forever. So monitoring there goes through the non-raising
 :meth:`TrainerMonitoring.on_evaluation`, and the objective is evaluated once
 before ``minimize``, where an error in the physics still raises normally.
 
+The escape, for an error in a later evaluation and for Ctrl-C: during ``minimize``
+the first Ctrl-C only sets a flag (:func:`tbmem._signals.deferred_interrupt`); an
+exception inside the objective is caught and kept. From then on the loss returns
+a very low, flat value (gradient zero) without evaluating anything, so L-BFGS-B's
+line search accepts it and its projected-gradient test ends the run within an
+evaluation or two; SciPy's threads exit, and the kept exception (the original
+object, or ``KeyboardInterrupt``) is raised from :meth:`PhysicalTrainer.train`.
+A second Ctrl-C flushes the event files and exits at once with status 130.
+
 Example:
     >>> import tempfile
     >>> from trainers.config import validate
@@ -40,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from tbmem._signals import deferred_interrupt
 from trainers.config import ConfigError, RunConfig
 from trainers.data import ensure_simulations, load_simulation, make_step, phi_flow
 from trainers.monitoring import TrainerMonitoring
@@ -48,6 +58,8 @@ __all__ = ["PhysicalTrainer", "PhysicalResult", "COEFFICIENT_NAMES"]
 
 #: Names a learnable coefficient may have, per PDE.
 COEFFICIENT_NAMES = {"burgers": ("viscosity", "nu"), "heat": ("diffusivity", "nu")}
+# The escape loss: far below any real loss, so the line search accepts the step at once.
+_ESCAPE_LOSS = -1e30
 
 
 @dataclass
@@ -120,6 +132,7 @@ class PhysicalTrainer:
             raise ConfigError(f"config key 'trainer_params.num_predict_steps' must be < data.num_frames "
                               f"({cfg.data.num_frames})")
         self.evaluations = 0
+        self.abort: BaseException | None = None  # what ended minimize early (see the module docstring)
 
     # --- data -------------------------------------------------------------------------------
     def _ground_truth(self) -> list[Any]:
@@ -172,6 +185,14 @@ class PhysicalTrainer:
             total = total + flow.math.l2_loss(u - gt[k])
         return flow.math.sum(total, "b") / (len(gt) - 1), nu
 
+    def _escape(self, xs: tuple[Any, ...]) -> Any:
+        """A loss that ends L-BFGS-B: constant and flat (zero gradient), computed from ``xs`` alone."""
+        flow = phi_flow()
+        total: Any = 0
+        for x in xs:
+            total = total + flow.math.sum(x * 0, x.shape)  # keeps the graph from x: the gradient is 0
+        return total + _ESCAPE_LOSS
+
     def _report(self, loss: Any, nu: Any) -> None:
         """Hand one evaluation to the monitors. Runs inside the loss: must never raise."""
         index = self.evaluations
@@ -193,18 +214,32 @@ class PhysicalTrainer:
         step = make_step(self.cfg.data)
         x0 = self._x0(gt)
         self._objective(gt, step, *x0)  # outside minimize an error raises instead of hanging SciPy
-
-        def loss_function(*xs: Any) -> Any:
-            loss, nu = self._objective(gt, step, *xs)
-            self._report(loss, nu)
-            return loss
+        self.abort = None
 
         solve = flow.Solve(p.method, 0, p.abs_tol, x0=x0, max_iterations=p.max_iterations,
                            suppress=(flow.math.NotConverged,))
         mon.optimization_start()
-        with mon.track("optimization"):
+        with mon.track("optimization"), deferred_interrupt() as interrupted:
+
+            def loss_function(*xs: Any) -> Any:
+                # Runs on the main thread while SciPy's worker waits on a barrier: nothing may raise.
+                if self.abort is None and interrupted.is_set():
+                    self.abort = KeyboardInterrupt()
+                if self.abort is not None:
+                    return self._escape(xs)
+                try:
+                    loss, nu = self._objective(gt, step, *xs)
+                except BaseException as exc:  # noqa: BLE001 - kept and raised once SciPy has finished
+                    self.abort = exc
+                    return self._escape(xs)
+                self._report(loss, nu)
+                return loss
+
             with flow.math.SolveTape() as tape:
                 solution = flow.math.minimize(loss_function, solve)
+        if self.abort is not None:
+            abort, self.abort = self.abort, None
+            raise abort
         mon.print_memory("After optimization: ")
         mon.optimization_end()  # after it, as in design document 000: "After optimization", then the peak
         info = tape[solve]

@@ -1,8 +1,11 @@
 """Read a TensorBoard logdir into a pandas DataFrame with TensorBoard's own event loading.
 
 A *run* is what TensorBoard calls a run: a directory that directly holds event
-files. Runs are found with TensorBoard's ``io_wrapper.GetLogdirSubdirectories``
-and named by their path relative to the logdir (``"."`` for the logdir itself).
+files (TensorBoard's ``io_wrapper.IsSummaryEventsFile``), named by its path
+relative to the logdir (``"."`` for the logdir itself). Symbolic links are
+followed, but each real directory is visited once, under its path with the
+fewest links (then the shortest), so a link loop (``loop -> .``) neither hangs
+the walk nor repeats a run.
 Records are read with TensorBoard's ``RawEventFileLoader`` and parsed as its
 ``Event`` protos.
 
@@ -23,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 import os
 import sys
 from dataclasses import dataclass
@@ -94,13 +98,48 @@ def find_runs(logdir: str | os.PathLike[str]) -> dict[str, list[Path]]:
     if not root.is_dir():
         raise LogdirNotFoundError(f"logdir {str(root)!r} does not exist or is not a directory")
     runs: dict[str, list[Path]] = {}
-    for sub in sorted(io_wrapper.GetLogdirSubdirectories(str(root))):
-        files = sorted(Path(sub) / name for name in os.listdir(sub)
+    for sub, names in _walk_once(str(root)):
+        files = sorted(Path(sub) / name for name in names
                        if io_wrapper.IsSummaryEventsFile(os.path.join(sub, name)))
         if files:
             rel = os.path.relpath(sub, root)
             runs[Path(rel).as_posix()] = files
-    return runs
+    return dict(sorted(runs.items()))
+
+
+def _walk_once(root: str) -> Iterable[tuple[str, list[str]]]:
+    """``(directory, file names)`` for every directory under ``root``, each real directory once.
+
+    Directories are taken in order of (links on the path, depth, path), so a directory reached
+    both directly and through a link is named by its direct path, and a loop ends at once.
+    """
+    seen: set[tuple[int, int]] = set()
+    queue: list[tuple[int, int, str]] = [(0, 0, root)]
+    while queue:
+        links, depth, path = heapq.heappop(queue)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # a dangling link, or removed while walking
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        try:
+            entries = list(os.scandir(path))
+        except OSError as exc:
+            logger.warning("tbmem: skipping %s (%s)", path, exc.strerror or exc)
+            continue
+        files = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=True)
+            except OSError:
+                continue
+            if is_dir:
+                heapq.heappush(queue, (links + entry.is_symlink(), depth + 1, entry.path))
+            else:
+                files.append(entry.name)
+        yield path, files
 
 
 def _event_files(logdir: str | os.PathLike[str], runs: Iterable[str] | None) -> list[_EventFile]:

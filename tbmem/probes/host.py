@@ -7,6 +7,10 @@ operating systems), the peak falls back to the whole-run maximum from
 ``getrusage(RUSAGE_SELF).ru_maxrss`` and :attr:`HostProbe.peak_is_windowed`
 is False.
 
+psutil is needed only where /proc is not readable (and for USS): a psutil that
+refuses access (``AccessDenied`` in some containers) does not stop the probe,
+and CPU use comes from :func:`os.times`, which needs no permission.
+
 Example:
     >>> from tbmem.probes.host import HostProbe
     >>> probe = HostProbe(peak_mode="window")
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from typing import Any
 
 import psutil
 
@@ -96,11 +102,26 @@ class HostProbe(Probe):
             raise ValueError(f"peak_mode must be 'window' or 'run', got {peak_mode!r}")
         self.peak_mode = peak_mode
         self.uss = uss
-        self._process = psutil.Process(os.getpid())
+        self._psutil_process: Any = None
         self.peak_is_windowed = False
+        self._cpu_mark = _cpu_times()
+
+    @property
+    def _process(self) -> Any:
+        # Created on first use: psutil.Process() raises AccessDenied in some containers, and
+        # only the /proc-less fallback and USS need it.
+        if self._psutil_process is None:
+            self._psutil_process = psutil.Process(os.getpid())
+        return self._psutil_process
+
+    def _cpu_percent(self) -> float:
+        """CPU time of this process since the previous call, in percent of one core."""
+        (cpu, wall), self._cpu_mark = self._cpu_mark, _cpu_times()
+        elapsed = self._cpu_mark[1] - wall
+        return (self._cpu_mark[0] - cpu) / elapsed * 100.0 if elapsed > 0 else 0.0
 
     def start(self) -> None:
-        self._process.cpu_percent(None)  # primes the CPU-time baseline
+        self._cpu_mark = _cpu_times()  # the CPU-time baseline
         if self.peak_mode == "window":
             self.peak_is_windowed = reset_peak_rss()
 
@@ -121,8 +142,14 @@ class HostProbe(Probe):
         if self.peak_mode == "window":
             self.peak_is_windowed = reset_peak_rss()
         readings.update(_system_memory())
-        readings["cpu_percent"] = float(self._process.cpu_percent(None))
+        readings["cpu_percent"] = self._cpu_percent()
         return readings
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(user + system CPU seconds of this process, monotonic wall seconds)."""
+    t = os.times()
+    return t.user + t.system, time.monotonic()
 
 
 def _system_memory() -> dict[str, float]:

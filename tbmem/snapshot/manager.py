@@ -3,7 +3,14 @@
 :class:`tbmem.MemoryWriter` calls ``on_step(step)`` at the end of every step
 (from ``log_memory``), ``on_oom(step, exc)`` when an out-of-memory error
 reaches ``monitored_step``, and ``close()``. Nothing here raises into
-training: a failure is logged once and switches snapshots off.
+training: a failure is logged once and switches snapshots off. A snapshot that
+cannot be written (full or read-only disk) is dropped and counted in the writer's
+:class:`tbmem._safe_io.FaultLedger` (one line per cause, a count at close), and
+the next due snapshot tries again.
+
+Recording follows the thread that runs the steps: ``on_step`` from another thread
+than the recording's stops it there (see :func:`tbmem.snapshot.recorder.release_detached`)
+and records on the calling thread from then on.
 
 Example:
     >>> import tempfile, torch
@@ -25,9 +32,11 @@ from typing import Any
 
 from tbmem import _torch_private as tp
 from tbmem._log import logger, report_once
+from tbmem._retry import Backoff
+from tbmem._safe_io import FaultLedger, describe
 from tbmem.snapshot.config import SnapshotConfig
 from tbmem.snapshot.cuda_capture import CudaRecorder
-from tbmem.snapshot.recorder import DispatchRecorder
+from tbmem.snapshot.recorder import DispatchRecorder, release_detached
 from tbmem.snapshot.schema import Snapshot, encode_json_gz
 from tbmem.snapshot.store import SnapshotStore
 
@@ -61,6 +70,10 @@ class SnapshotManager:
                                    max_disk_mb=config.max_disk_mb)
         self.writer = writer
         self.written: list[str] = []
+        ledger = getattr(writer, "faults", None)
+        self.faults: FaultLedger = ledger if isinstance(ledger, FaultLedger) else FaultLedger(log_dir)
+        self.last_error: str | None = None  # why the latest snapshot (or part of it) was not written
+        self._disk_retry = Backoff(base_s=1.0, cap_s=300.0)
         self._recorder: DispatchRecorder | CudaRecorder | None = None
         self._window_end: int | None = None
         self._window_start = 0
@@ -78,9 +91,15 @@ class SnapshotManager:
     # --- schedule -----------------------------------------------------------------------
     def on_step(self, step: int) -> None:
         """Called at the end of each step; cheap unless a recording starts or a snapshot is due."""
+        release_detached()
         if self._disabled:
             return
         try:
+            rec = self._recorder
+            if isinstance(rec, DispatchRecorder) and not rec.on_own_thread:
+                # The steps run on another thread than the recording: it would see none of them.
+                self._end()
+                self._window_end = None
             self._on_step(step)
         except Exception as exc:  # noqa: BLE001 - monitoring must never break training
             self._fail("snapshot:step", "tbmem: memory snapshots failed and are switched off", exc)
@@ -154,6 +173,10 @@ class SnapshotManager:
         return rec.snapshot(kind=kind, step=step, rank=self.rank), None
 
     def _dump(self, step: int, kind: str, exc: BaseException | None = None, stop: bool = True) -> list[str]:
+        self.last_error = None
+        if kind != "oom" and not self._disk_retry.ready():
+            self.faults.dropped(snapshots=1)  # the disk refused the last one: wait before retrying
+            return []
         snap, raw = self._capture(step, kind, stop)
         if snap is None:
             return []
@@ -161,20 +184,29 @@ class SnapshotManager:
             snap.meta["exception"] = f"{type(exc).__name__}: {exc}"[:4000]
         cfg = self.config
         store = self.store
-        try:
-            paths = [store.write_bytes(store.path(kind, step, "json.gz"), encode_json_gz(snap))]
-            if cfg.html:
-                from tbmem.snapshot.viewer import render_html
+        files: list[tuple[str, Any]] = [("json.gz", lambda fh: fh.write(encode_json_gz(snap)))]
+        if cfg.html:
+            from tbmem.snapshot.viewer import render_html
 
-                paths.append(store.write_bytes(store.path(kind, step, "html"), render_html(snap).encode("utf-8")))
-            if raw is not None and cfg.pickle:
-                paths.append(store.write_with(store.path(kind, step, "pickle"),
-                                              lambda fh: tp.dump_snapshot_pickle(raw, fh)))
-            store.prune(keep=(kind, step))
-        except OSError as err:
-            self._fail("snapshot:disk", f"tbmem: cannot write memory snapshots to {store.folder}; snapshots "
-                       "are switched off, training continues", err)
+            files.append(("html", lambda fh: fh.write(render_html(snap).encode("utf-8"))))
+        if raw is not None and cfg.pickle:
+            files.append(("pickle", lambda fh: tp.dump_snapshot_pickle(raw, fh)))
+        # Each file on its own: a .json.gz written before the disk filled up is kept and reported.
+        paths, err = store.write_files(kind, step, files)
+        if err is not None:
+            missing = [ext for ext, _ in files[len(paths):]]
+            self.last_error = f"{', '.join(missing)} not written: {describe(err)}" if paths else describe(err)
+            self._disk_retry.failed()
+            self.faults.failed(store.folder, err, snapshots=0 if paths else 1)
+        else:
+            self._disk_retry.succeeded()
+        if not paths:
             return []
+        try:
+            store.prune(keep=(kind, step))
+        except OSError as prune_err:
+            report_once("snapshot:prune", f"tbmem: could not remove old snapshots in {store.folder}",
+                        exc=prune_err)
         self.written.extend(paths)
         self._report(snap, paths, step)
         return paths
@@ -212,11 +244,13 @@ class SnapshotManager:
                 return []
         try:
             paths = self._dump(step, "oom", exc)
-            if paths:
-                logger.error("tbmem: out-of-memory snapshot written to %s", paths[-1] if len(paths) > 1 else paths[0])
+            if self.writer is None and paths:  # a MemoryWriter says it in its own one OOM line
+                logger.error("tbmem: out-of-memory snapshot written to %s", ", ".join(paths))
             return paths
         except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
-            report_once("snapshot:oom", "tbmem: could not write the out-of-memory snapshot", exc=err)
+            self.last_error = describe(err)
+            if self.writer is None:
+                report_once("snapshot:oom", "tbmem: could not write the out-of-memory snapshot", exc=err)
             return []
         finally:
             try:
@@ -248,4 +282,7 @@ class SnapshotManager:
         """Stop recording (a window still open is discarded)."""
         self._disabled = True
         self._off = True
-        self._end()
+        try:
+            self._end()
+        finally:
+            release_detached()

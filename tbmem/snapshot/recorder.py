@@ -15,6 +15,14 @@ DataLoader collation in worker processes, NumPy arrays), and tensors created
 before recording started unless they are watched parameters, gradients or
 optimizer states. See docs/snapshots.md.
 
+Threads: a dispatch mode lives in the thread-local state of the thread that
+entered it (and the autograd threads that inherit it), so a recording is confined
+to the thread that called :meth:`DispatchRecorder.start`. Only that thread can
+remove it: :meth:`DispatchRecorder.stop` called from another thread switches the
+mode to pass-through at once and parks it; :func:`release_detached` (called by the
+snapshot manager at each step and by ``MemoryWriter.close``) removes it on its
+own thread, and it goes with the thread when that thread ends.
+
 Example:
     >>> import torch
     >>> from tbmem.snapshot.recorder import DispatchRecorder
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 import weakref
 from typing import Any, Callable, Iterable
@@ -39,9 +48,10 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tbmem import _torch_private as tp
 from tbmem.snapshot.schema import Frame, Snapshot, SnapshotBuilder
 
-__all__ = ["DispatchRecorder"]
+__all__ = ["DispatchRecorder", "release_detached"]
 
 # dispatch machinery between the user's code and __torch_dispatch__: never "the line that allocated"
 _SKIP_FILES = ("_python_dispatch.py", "torch/_ops.py", "torch\\_ops.py", __file__)
@@ -54,9 +64,12 @@ class _RecordingMode(TorchDispatchMode):
     def __init__(self, owner: "DispatchRecorder") -> None:
         super().__init__()
         self._owner = owner
+        self.live = True  # False once stopped: the mode passes operators through until removed
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if not self.live:
+            return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)
         except RuntimeError:
@@ -77,6 +90,43 @@ class _RecordingMode(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001 - a recorder bug must not break the user's op
             self._owner._fail(exc)
         return out
+
+
+# thread id -> stopped modes still entered on that thread (only it can remove them)
+_detached: dict[int | None, list[_RecordingMode]] = {}
+_detached_lock = threading.Lock()
+
+
+def _park(thread_id: int | None, mode: _RecordingMode) -> None:
+    with _detached_lock:
+        _detached.setdefault(thread_id, []).append(mode)
+
+
+def release_detached() -> int:
+    """Remove the stopped recording modes still entered on the calling thread; return how many.
+
+    Cheap when there are none (one dict check): the snapshot manager calls it every step.
+    """
+    if not _detached:
+        return 0
+    me = threading.get_ident()
+    with _detached_lock:
+        modes = _detached.pop(me, [])
+        alive = {t.ident for t in threading.enumerate()}
+        for tid in [t for t in _detached if t not in alive]:
+            del _detached[tid]  # a thread that ended took its modes with it
+    removed = 0
+    while modes:
+        top = tp.current_dispatch_mode()
+        if not any(top is m for m in modes):
+            break  # a mode of the user's is above ours: wait until it is gone
+        top.__exit__(None, None, None)
+        modes = [m for m in modes if m is not top]
+        removed += 1
+    if modes:
+        with _detached_lock:
+            _detached.setdefault(me, []).extend(modes)
+    return removed
 
 
 def _rewrap_numbers(func: Any, args: tuple) -> tuple | None:
@@ -117,6 +167,7 @@ class DispatchRecorder:
         self._live: dict[int, list[Any]] = {}  # id(storage) -> [alloc index, weakref]
         self._devices: set[str] = set()
         self.failed: BaseException | None = None
+        self.owner: int | None = None  # thread id whose operators are recorded
 
     # --- lifecycle ----------------------------------------------------------------------
     @property
@@ -131,13 +182,29 @@ class DispatchRecorder:
         self.reset()
         self._register_watched(category_from_role=True)
         self._mode = _RecordingMode(self)
+        self.owner = threading.get_ident()
         self._mode.__enter__()
 
     def stop(self) -> None:
-        """Leave the dispatch mode; frees of recorded storages are still seen until :meth:`reset`."""
+        """Stop recording; frees of recorded storages are still seen until :meth:`reset`.
+
+        On the thread that started it the dispatch mode is removed at once; from another
+        thread it passes operators through and is removed by :func:`release_detached`
+        on its own thread.
+        """
         mode, self._mode = self._mode, None
-        if mode is not None:
+        if mode is None:
+            return
+        mode.live = False
+        if self.owner == threading.get_ident() and tp.current_dispatch_mode() is mode:
             mode.__exit__(None, None, None)
+        else:  # another thread's mode, or one entered below a mode of the user's
+            _park(self.owner, mode)
+
+    @property
+    def on_own_thread(self) -> bool:
+        """Whether the calling thread is the one being recorded (True when not recording)."""
+        return self._mode is None or self.owner == threading.get_ident()
 
     def reset(self) -> None:
         """Forget everything recorded so far."""

@@ -2,9 +2,15 @@
 
 Files live in ``<logdir>/plugins/tbmem/`` and are named
 ``<kind>_rank<r>_step<000000123>.<ext>`` (``json.gz``, ``html``, ``pickle``).
-Every file is written to a temporary name in the same folder and renamed
-over the final name (``os.replace``), so a reader never sees half a file.
-Out-of-memory snapshots (kind ``oom``) are never pruned.
+Every file is written to a temporary name in the same folder and then linked to
+its final name, so a reader never sees half a file and a name that exists is
+never overwritten: when another writer (a second run on the same logdir, a copy
+of the user's) already holds a snapshot's name, this one is written as
+``<kind>_rank<r>_step<000000123>-2.<ext>`` (then ``-3``, ...).
+
+Pruning removes only files this store wrote (tracked as they are written, never
+found by pattern), oldest first; out-of-memory snapshots (kind ``oom``) are
+never pruned.
 
 Example:
     >>> import tempfile
@@ -13,19 +19,26 @@ Example:
     >>> path = store.write_bytes(store.path("snapshot", 7, "json.gz"), b"{}")
     >>> path.endswith("plugins/tbmem/snapshot_rank0_step000000007.json.gz")
     True
+    >>> paths, error = store.write_files("snapshot", 7, [("json.gz", lambda fh: fh.write(b"{}"))])
+    >>> paths[0].endswith("snapshot_rank0_step000000007-2.json.gz"), error
+    (True, None)
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
-from typing import Callable
+from typing import Callable, Sequence
 
 __all__ = ["SnapshotStore", "PLUGIN_DIR", "FILE_RE"]
 
 PLUGIN_DIR = os.path.join("plugins", "tbmem")
-FILE_RE = re.compile(r"^(?P<kind>[a-z]+)_rank(?P<rank>\d+)_step(?P<step>\d{9,})\.(?P<ext>json\.gz|html|pickle)$")
+FILE_RE = re.compile(r"^(?P<kind>[a-z]+)_rank(?P<rank>\d+)_step(?P<step>\d{9,})(?:-(?P<dup>\d+))?"
+                     r"\.(?P<ext>json\.gz|html|pickle)$")
+_EXTS = ("json.gz", "html", "pickle")
+_MAX_DUPS = 1000
 
 
 class SnapshotStore:
@@ -33,9 +46,9 @@ class SnapshotStore:
 
     Args:
         log_dir: The run's logdir; files go to ``<log_dir>/plugins/tbmem``.
-        rank: Rank in the file names (pruning only touches this rank's files).
+        rank: Rank in the file names.
         max_snapshots: Regular snapshots kept (0 = unlimited).
-        max_disk_mb: Bytes budget of this rank's regular + OOM files in MiB (0 = unlimited).
+        max_disk_mb: Bytes budget of the regular + OOM files this store wrote, in MiB (0 = unlimited).
     """
 
     def __init__(self, log_dir: str, *, rank: int, max_snapshots: int, max_disk_mb: float) -> None:
@@ -43,17 +56,22 @@ class SnapshotStore:
         self.rank = rank
         self.max_snapshots = max_snapshots
         self.max_bytes = int(max_disk_mb * 2**20)
+        self._mine: dict[tuple[str, int], list[str]] = {}  # (kind, step) -> paths this store wrote
 
-    def path(self, kind: str, step: int, ext: str) -> str:
-        """The final path of one artifact."""
-        return os.path.join(self.folder, f"{kind}_rank{self.rank}_step{step:09d}.{ext}")
+    def path(self, kind: str, step: int, ext: str, dup: int = 1) -> str:
+        """The final path of one artifact (``dup`` > 1: the name taken when another writer holds it)."""
+        suffix = f"-{dup}" if dup > 1 else ""
+        return os.path.join(self.folder, f"{kind}_rank{self.rank}_step{step:09d}{suffix}.{ext}")
 
     def write_bytes(self, path: str, data: bytes) -> str:
-        """Write ``data`` atomically; OSError (full disk, read-only) propagates, no temp left."""
+        """Write ``data`` atomically; OSError (full disk, read-only, name taken) propagates, no temp left."""
         return self.write_with(path, lambda fh: fh.write(data))
 
-    def write_with(self, path: str, fill: Callable) -> str:
-        """Atomically write the file that ``fill(binary_file)`` produces."""
+    def write_with(self, path: str, fill: Callable, *, exclusive: bool = False) -> str:
+        """Atomically write the file that ``fill(binary_file)`` produces.
+
+        ``exclusive``: raise FileExistsError instead of replacing a file already at ``path``.
+        """
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".part")
         try:
@@ -61,33 +79,70 @@ class SnapshotStore:
                 fill(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            if exclusive:
+                _link_exclusive(tmp, path)
+            else:
+                os.replace(tmp, path)
         except BaseException:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
             raise
+        self._track(path)
         return path
 
-    def groups(self) -> dict[tuple[str, int], list[str]]:
-        """This rank's files grouped by (kind, step)."""
-        out: dict[tuple[str, int], list[str]] = {}
+    def write_files(self, kind: str, step: int, files: Sequence[tuple[str, Callable]]
+                    ) -> tuple[list[str], OSError | None]:
+        """Write one snapshot's files under a name no other file holds; stop at the first I/O error.
+
+        Args:
+            files: ``(ext, fill)`` pairs, the first one (the ``.json.gz``) decides the name.
+
+        Returns:
+            The paths written (the first files when a later one failed) and the error, if any.
+        """
         try:
-            names = os.listdir(self.folder)
-        except FileNotFoundError:
-            return out
-        for name in names:
-            m = FILE_RE.match(name)
-            if m and int(m["rank"]) == self.rank:
-                out.setdefault((m["kind"], int(m["step"])), []).append(os.path.join(self.folder, name))
-        return out
+            os.makedirs(self.folder, exist_ok=True)
+        except OSError as exc:
+            return [], exc
+        dup = 1
+        while dup <= _MAX_DUPS:
+            taken = any(os.path.lexists(self.path(kind, step, ext, dup)) for ext in _EXTS)
+            if taken:
+                dup += 1
+                continue
+            written: list[str] = []
+            try:
+                for ext, fill in files:
+                    written.append(self.write_with(self.path(kind, step, ext, dup), fill, exclusive=True))
+            except _NameTaken as exc:
+                if not written:  # another writer took this name between the check and the link
+                    dup += 1
+                    continue
+                return written, exc
+            except OSError as exc:
+                return written, exc
+            return written, None
+        return [], OSError(errno.EEXIST, f"{_MAX_DUPS} snapshots named {kind} step {step} exist already")
+
+    def _track(self, path: str) -> None:
+        m = FILE_RE.match(os.path.basename(path))
+        if m and int(m["rank"]) == self.rank:
+            group = self._mine.setdefault((m["kind"], int(m["step"])), [])
+            if path not in group:
+                group.append(path)
+
+    def groups(self) -> dict[tuple[str, int], list[str]]:
+        """This store's files still on disk, grouped by (kind, step)."""
+        return {k: [p for p in v if os.path.lexists(p)] for k, v in self._mine.items()
+                if any(os.path.lexists(p) for p in v)}
 
     def prune(self, keep: tuple[str, int] | None = None) -> list[str]:
-        """Remove the oldest regular snapshots beyond ``max_snapshots`` or the disk budget.
+        """Remove the oldest regular snapshots this store wrote beyond ``max_snapshots`` or the disk budget.
 
-        ``keep`` (the snapshot just written) and every ``oom`` snapshot survive.
-        Returns the removed paths.
+        ``keep`` (the snapshot just written) and every ``oom`` snapshot survive; files this
+        store did not write are never touched. Returns the removed paths.
         """
         groups = self.groups()
         regular = sorted(k for k in groups if k[0] != "oom" and k != keep)
@@ -106,9 +161,34 @@ class SnapshotStore:
                     removed.append(p)
                 except FileNotFoundError:
                     pass
+            self._mine.pop(key, None)
             total -= sizes[key]
             count -= 1
         return removed
+
+
+class _NameTaken(FileExistsError):
+    """The final name of a file exists (another writer's, or the user's)."""
+
+
+def _link_exclusive(tmp: str, path: str) -> None:
+    """Give ``tmp`` the name ``path`` unless that name exists (then :class:`_NameTaken`)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError as exc:
+        raise _NameTaken(exc.errno, f"{path} exists already") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK,
+                             errno.ENOSYS):
+            raise
+        # No hard links on this filesystem: claim the name, then replace the placeholder.
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError as taken:
+            raise _NameTaken(taken.errno, f"{path} exists already") from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 def _size(path: str) -> int:

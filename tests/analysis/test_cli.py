@@ -120,3 +120,14 @@ def test_importing_the_package_needs_neither_pandas_nor_matplotlib():
             "print(sorted(m for m in ('pandas', 'matplotlib', 'torch') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_report_on_a_logdir_with_symlink_loops_finishes_and_lists_each_run_once(logdir):
+    os.symlink(".", logdir / "a")
+    os.symlink(".", logdir / "b")
+    os.symlink(".", logdir / "clean" / "loop")
+    proc = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", str(logdir), "--json"],
+                          capture_output=True, text=True, timeout=120)  # the old walk never finished
+    assert proc.returncode == 0, proc.stderr
+    runs = [entry["run"] for entry in json.loads(proc.stdout)["runs"]]
+    assert sorted(runs) == ["clean", "leaky"]

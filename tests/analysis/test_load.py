@@ -33,6 +33,26 @@ def test_find_runs_names_runs_relative_to_logdir(two_runs):
     assert list(find_runs(two_runs / "b")) == ["."]
 
 
+def test_symlink_loops_end_and_each_real_directory_is_one_run(two_runs):
+    # One loop only: the old walk reported each run 41 times; with two it never ended, which
+    # tests/analysis/test_cli.py checks in a child process with a time limit.
+    os.symlink(".", two_runs / "loop")
+    os.symlink("exp/a", two_runs / "also_a")  # another name for a real run
+    os.symlink("missing", two_runs / "dangling")
+    runs = find_runs(two_runs)
+    assert sorted(runs) == ["b", "exp/a"]  # named by the path without links
+    df = load_scalars(two_runs)
+    assert sorted(df.run.unique()) == ["b", "exp/a"] and len(df) == 3 + 3 + 2
+
+
+def test_a_linked_run_outside_the_logdir_is_read_once(two_runs, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    write_run(outside / "c", [1], lambda s: {"Loss/train": 1.0})
+    os.symlink(outside, two_runs / "elsewhere")
+    os.symlink(outside / "c", two_runs / "c_again")
+    assert sorted(find_runs(two_runs)) == ["b", "c_again", "exp/a"]
+
+
 def test_load_scalars_returns_every_value_with_types(two_runs):
     df = load_scalars(two_runs)
     assert list(df.columns) == ["run", "tag", "step", "wall_time", "value"]

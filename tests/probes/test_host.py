@@ -69,3 +69,35 @@ def test_psutil_fallback_without_proc(monkeypatch):
     assert reading["ram_rss"] == pytest.approx(psutil.Process().memory_info().rss, rel=0.1)
     assert reading["ram_system_available"] == pytest.approx(psutil.virtual_memory().available, rel=0.2)
     assert reading["ram_peak_rss"] >= reading["ram_rss"]
+
+
+def test_psutil_access_denied_at_construction_leaves_the_proc_readings(monkeypatch):
+    from tbmem.probes import host
+
+    def denied(*args, **kwargs):
+        raise psutil.AccessDenied(12345)  # as psutil.Process() does in some containers
+
+    monkeypatch.setattr(host.psutil, "Process", denied)
+    probe = HostProbe()  # the old probe called psutil.Process() here and raised
+    probe.start()
+    np.ones(50 * 2**20 // 8)  # some CPU time for the CPU reading
+    reading = probe.read()
+    monkeypatch.undo()
+    assert reading["ram_rss"] == pytest.approx(psutil.Process().memory_info().rss, rel=0.1)
+    assert reading["ram_peak_rss"] >= reading["ram_rss"]
+    assert reading["cpu_percent"] >= 0 and "ram_system_available" in reading
+
+
+def test_cpu_percent_is_this_process_cpu_time_over_wall_time():
+    import time
+
+    probe = HostProbe()
+    probe.start()
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    deadline = time.perf_counter() + 0.3
+    while time.perf_counter() < deadline:  # busy: as much of one core as the machine gives us
+        pass
+    reading = probe.read()["cpu_percent"]
+    expected = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
+    assert reading == pytest.approx(expected, abs=10)  # os.times ticks are 10 ms
+    assert reading > 0

@@ -61,3 +61,78 @@ def test_other_ranks_files_untouched(tmp_path):
     _write(a, "snapshot", 1)
     _write(a, "snapshot", 2)
     assert sorted(b.groups()) == [("snapshot", 1)] and sorted(a.groups()) == [("snapshot", 2)]
+
+
+def test_pruning_never_removes_a_file_this_store_did_not_write(tmp_path):
+    folder = tmp_path / "plugins" / "tbmem"
+    folder.mkdir(parents=True)
+    users = folder / "snapshot_rank0_step000000005.pickle"  # the user's, named as tbmem names its files
+    users.write_bytes(b"the user's own snapshot")
+    earlier = folder / "snapshot_rank0_step000000001.json.gz"  # an earlier run's, in the same logdir
+    earlier.write_bytes(b"{}")
+    store = SnapshotStore(str(tmp_path), rank=0, max_snapshots=1, max_disk_mb=0)
+    for step in (10, 20, 30):
+        paths, error = store.write_files("snapshot", step, [("json.gz", lambda fh: fh.write(b"{}"))])
+        assert error is None
+        store.prune(keep=("snapshot", step))
+    assert users.read_bytes() == b"the user's own snapshot" and earlier.exists()
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "snapshot_rank0_step000000001.json.gz", "snapshot_rank0_step000000005.pickle",
+        "snapshot_rank0_step000000030.json.gz"]
+
+
+def test_a_taken_name_gets_the_next_free_one_and_nothing_is_overwritten(tmp_path):
+    a = SnapshotStore(str(tmp_path), rank=0, max_snapshots=0, max_disk_mb=0)
+    b = SnapshotStore(str(tmp_path), rank=0, max_snapshots=0, max_disk_mb=0)
+    files = [("json.gz", lambda fh: fh.write(b"a")), ("html", lambda fh: fh.write(b"a"))]
+    first, _ = a.write_files("snapshot", 4, files)
+    second, _ = b.write_files("snapshot", 4, [("json.gz", lambda fh: fh.write(b"b"))])
+    third, _ = a.write_files("snapshot", 4, files)
+    names = [os.path.basename(p) for p in first + second + third]
+    assert names == ["snapshot_rank0_step000000004.json.gz", "snapshot_rank0_step000000004.html",
+                     "snapshot_rank0_step000000004-2.json.gz",
+                     "snapshot_rank0_step000000004-3.json.gz", "snapshot_rank0_step000000004-3.html"]
+    with open(first[0], "rb") as fh:
+        assert fh.read() == b"a"
+    with open(second[0], "rb") as fh:
+        assert fh.read() == b"b"
+
+
+def test_a_failure_after_the_first_file_keeps_what_was_written(tmp_path):
+    import errno
+
+    store = SnapshotStore(str(tmp_path), rank=0, max_snapshots=0, max_disk_mb=0)
+
+    def full(fh):
+        fh.write(b"<html>")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    paths, error = store.write_files("oom", 7, [("json.gz", lambda fh: fh.write(b"{}")), ("html", full),
+                                                ("pickle", lambda fh: fh.write(b"p"))])
+    assert [os.path.basename(p) for p in paths] == ["oom_rank0_step000000007.json.gz"]
+    assert error.errno == errno.ENOSPC
+    assert os.listdir(store.folder) == ["oom_rank0_step000000007.json.gz"]  # no temp file left
+
+
+def test_two_writers_on_one_logdir_keep_each_others_snapshots(tmp_path):
+    import torch
+
+    from tbmem import MemoryWriter
+    from tbmem.snapshot import load_snapshot
+
+    cfg = {"every": 2, "html": False, "max_snapshots": 2}
+    one = MemoryWriter(tmp_path, every=10, census_every=0, snapshot=cfg)
+    two = MemoryWriter(tmp_path, every=10, census_every=0, snapshot=cfg)
+    for step in range(7):
+        x = torch.ones(256 * (step + 1))
+        one.log_memory(step)
+        two.log_memory(step)
+        del x
+    one.close()
+    two.close()
+    names = sorted(os.listdir(tmp_path / "plugins" / "tbmem"))
+    # each kept its own 2 newest (steps 4 and 6); neither overwrote nor pruned the other's
+    assert names == ["snapshot_rank0_step000000004-2.json.gz", "snapshot_rank0_step000000004.json.gz",
+                     "snapshot_rank0_step000000006-2.json.gz", "snapshot_rank0_step000000006.json.gz"]
+    for name in names:
+        assert load_snapshot(tmp_path / "plugins" / "tbmem" / name).step in (4, 6)

@@ -1,0 +1,264 @@
+"""Event files that survive a full or read-only disk: drop, count, retry, never raise.
+
+TensorBoard's ``EventFileWriter`` writes records from a background thread. When a
+write fails (``ENOSPC``, ``EROFS``, ``EIO``) that thread stores the exception and dies,
+and from then on *every* ``add_scalar`` and ``flush`` of the training loop raises it:
+a full log disk ends the run. :func:`install` puts a :class:`SafeRecordWriter` in
+front of the writer thread's record writer, where the error first surfaces:
+
+- a failed write is undone (the file is truncated back to its last complete
+  record, so everything written before stays readable), the event is dropped and
+  counted, and the thread lives on;
+- while writing fails, events are dropped and counted without touching the disk,
+  and a write is retried with exponential backoff (1 s doubling to 60 s), so the
+  run recovers by itself when space returns;
+- one warning per cause (errno and filesystem) names the path; the count is
+  reported at close by :meth:`FaultLedger.report_close`.
+
+The same :class:`FaultLedger` counts the snapshots a writer could not write, so a
+full disk gives one line however many components hit it.
+
+Example:
+    >>> import tempfile
+    >>> from torch.utils.tensorboard import SummaryWriter
+    >>> from tbmem._safe_io import FaultLedger, install
+    >>> logdir = tempfile.mkdtemp()
+    >>> sw = SummaryWriter(logdir); ledger = FaultLedger(logdir)
+    >>> install(sw, ledger)
+    True
+    >>> sw.add_scalar("x", 1.0, 0); sw.close(); ledger.dropped_events
+    0
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+from tbmem._log import logger, report_once
+from tbmem._retry import Backoff
+
+__all__ = ["FaultLedger", "SafeRecordWriter", "install", "guard_forwarded", "cause_key", "describe"]
+
+_RECORD_FRAMING = 16  # TFRecord: u64 length, u32 length CRC, the data, u32 data CRC
+
+def _device_of(path: str) -> int | None:
+    """``st_dev`` of ``path`` or of its nearest existing ancestor."""
+    p = os.path.abspath(path)
+    while True:
+        try:
+            return os.stat(p).st_dev
+        except OSError:
+            parent = os.path.dirname(p)
+            if parent == p:
+                return None
+            p = parent
+
+
+def cause_key(path: str, exc: BaseException) -> str:
+    """One key per cause: the error number on one filesystem (a full disk is one cause)."""
+    code = getattr(exc, "errno", None)
+    return f"io:{code if code is not None else type(exc).__name__}:{_device_of(path)}"
+
+
+def describe(exc: BaseException) -> str:
+    """``strerror [Errno N]`` for an OSError, else ``Type: message``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} [Errno {exc.errno}]"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class FaultLedger:
+    """What one writer could not write to disk, and the one line per cause that says so.
+
+    Args:
+        log_dir: The writer's log directory (named in the summary at close).
+    """
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.dropped_events = 0
+        self.dropped_snapshots = 0
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+
+    def failed(self, path: str, exc: BaseException, *, events: int = 0, snapshots: int = 0) -> bool:
+        """Count what ``exc`` cost; log the cause the first time it is seen. Returns whether logged."""
+        with self._lock:
+            self.dropped_events += events
+            self.dropped_snapshots += snapshots
+            self.last_error = describe(exc)
+        return report_once(
+            cause_key(path, exc),
+            f"tbmem: cannot write to {path}: {describe(exc)}; training continues: TensorBoard events and "
+            "snapshots that cannot be written are dropped and counted (reported at close) and "
+            "writing is retried until it works again")
+
+    def dropped(self, *, events: int = 0, snapshots: int = 0) -> None:
+        """Count what was dropped without trying (while waiting for the next retry)."""
+        with self._lock:
+            self.dropped_events += events
+            self.dropped_snapshots += snapshots
+
+    def recovered(self, path: str) -> None:
+        """Writing works again (logged at INFO: the count comes at close)."""
+        logger.info("tbmem: writing to %s works again (%d events dropped so far)", path, self.dropped_events)
+
+    def summary(self) -> str | None:
+        """The line :meth:`report_close` logs, or None when nothing was lost."""
+        if not (self.dropped_events or self.dropped_snapshots):
+            return None
+        parts = []
+        if self.dropped_events:
+            parts.append(f"{self.dropped_events} TensorBoard event{'s' if self.dropped_events != 1 else ''}")
+        if self.dropped_snapshots:
+            parts.append(f"{self.dropped_snapshots} memory snapshot{'s' if self.dropped_snapshots != 1 else ''}")
+        return (f"tbmem: {' and '.join(parts)} could not be written to {self.log_dir} "
+                f"({self.last_error}) and {'were' if len(parts) > 1 or self.dropped_events != 1 else 'was'} "
+                "dropped; everything else was written")
+
+    def report_close(self) -> None:
+        """Log the summary once, at close."""
+        line = self.summary()
+        if line is not None:
+            logger.warning("%s", line)
+
+
+class SafeRecordWriter:
+    """Stands in for TensorBoard's ``RecordWriter`` inside its writer thread; never raises.
+
+    Args:
+        inner: The ``RecordWriter`` it wraps.
+        path: The event file (local files are truncated back after a partial write).
+        ledger: Where drops are counted and causes reported.
+        backoff: Retry schedule while writing fails.
+    """
+
+    def __init__(self, inner: Any, path: str, ledger: FaultLedger, backoff: Backoff | None = None) -> None:
+        self._inner = inner
+        self.path = path
+        self._ledger = ledger
+        self._backoff = backoff or Backoff(base_s=1.0, cap_s=60.0)
+        # Only TensorBoard's own writer (no TensorFlow) appends each record to the file at once;
+        # then the file ends at the last complete record, whose end is tracked here (a stat per
+        # record would cost more than the rest of this wrapper).
+        gfile = getattr(inner, "_writer", None)
+        local = bool(getattr(gfile, "fs_supports_append", False)) and os.path.isfile(path)
+        self._end = _size(path) if local else None
+        self.failing = False
+
+    def write(self, data: bytes) -> None:
+        """Write one record, or drop and count it while the disk refuses writes."""
+        if self.failing and not self._backoff.ready():
+            self._ledger.dropped(events=1)
+            return
+        try:
+            self._inner.write(data)
+        except Exception as exc:  # noqa: BLE001 - this thread dying would break every later write
+            if self._end is not None:
+                _truncate(self.path, self._end)
+            self.failing = True
+            self._backoff.failed()
+            self._ledger.failed(self.path, exc, events=1)
+            return
+        if self._end is not None:
+            self._end += len(data) + _RECORD_FRAMING
+        if self.failing:
+            self.failing = False
+            self._backoff.succeeded()
+            self._ledger.recovered(self.path)
+
+    def flush(self) -> None:
+        """Flush the file; a failure is counted as the writes it lost are."""
+        try:
+            self._inner.flush()
+        except Exception as exc:  # noqa: BLE001
+            self._ledger.failed(self.path, exc)
+
+    def close(self) -> None:
+        """Close the file; never raises."""
+        try:
+            self._inner.close()
+        except Exception as exc:  # noqa: BLE001
+            self._ledger.failed(self.path, exc)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the wrapped file is closed."""
+        return bool(getattr(self._inner, "closed", False))
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _truncate(path: str, size: int) -> None:
+    # Cut a partly written record: appending after it would make the rest of the file unreadable.
+    try:
+        actual = _size(path)
+        if actual is not None and actual > size:
+            os.truncate(path, size)
+    except OSError as exc:
+        report_once(f"truncate:{path}", f"tbmem: could not cut a partly written record from {path} "
+                    f"({describe(exc)}); TensorBoard reads the file up to that record")
+
+
+def guard_forwarded(writer: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A SummaryWriter write method forwarded by ``writer`` (a MemoryWriter).
+
+    After ``writer.close()`` the call is ignored (``writer._after_close`` warns once); an
+    OSError is counted in ``writer.faults`` instead of raised (where TensorBoard's writer
+    thread died before :func:`install` could guard it).
+    """
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if writer.closed:
+            writer._after_close(name)
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            writer.faults.failed(writer.log_dir, exc, events=1)
+            return None
+    return call
+
+
+def install(summary_writer: Any, ledger: FaultLedger) -> bool:
+    """Guard every event file of ``summary_writer``; False where TensorBoard's internals differ.
+
+    The attributes used (``event_writer._async_writer._writer`` and its ``_worker``) are
+    TensorBoard's; where they are missing the writer keeps TensorBoard's behaviour and
+    :class:`tbmem.MemoryWriter` still catches the errors on the training thread.
+    """
+    get = getattr(summary_writer, "_get_file_writer", None)
+    if get is None:
+        return False
+    file_writer = get()
+    writers = getattr(summary_writer, "all_writers", None) or {None: file_writer}
+    ok = True
+    for fw in writers.values():
+        ok = _install_one(fw, ledger) and ok
+    return ok
+
+
+def _install_one(file_writer: Any, ledger: FaultLedger) -> bool:
+    event_writer = getattr(file_writer, "event_writer", None)
+    async_writer = getattr(event_writer, "_async_writer", None)
+    worker = getattr(async_writer, "_worker", None)
+    inner = getattr(async_writer, "_writer", None)
+    lock = getattr(async_writer, "_lock", None)
+    if inner is None or worker is None or lock is None or not hasattr(worker, "_record_writer"):
+        return False
+    if isinstance(inner, SafeRecordWriter):
+        return True
+    if getattr(worker, "exception", None) is not None or not worker.is_alive():
+        return False
+    path = getattr(event_writer, "_file_name", None) or str(event_writer.get_logdir())
+    safe = SafeRecordWriter(inner, path, ledger)
+    with lock:  # no flush or close runs while the references change
+        async_writer._writer = safe
+        worker._record_writer = safe
+    return True
