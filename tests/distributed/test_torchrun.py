@@ -99,8 +99,9 @@ def test_rank0_layout_has_margin_charts(aggregate_job):
 def test_a_rank_with_a_failing_probe_does_not_hang_the_job(tmp_path):
     proc = torchrun(2, JOB, "failing_probe", str(tmp_path), str(STEPS), timeout=300)
     _ok(proc)
-    assert "the host probe failed and is switched off" in proc.stderr
-    assert _series(tmp_path / "rank1", RSS) == {}  # switched off on rank 1 ...
+    # a failing probe is retried and switched off after repeated failures (docs/reliability.md)
+    assert "the host probe failed" in proc.stderr
+    assert _series(tmp_path / "rank1", RSS) == {}  # no reading on rank 1 ...
     assert sorted(_series(tmp_path / "rank1", TREE)) == list(range(STEPS))  # ... the other probes go on
     rank0 = _series(tmp_path / "rank0", RSS)
     root = tmp_path / "rank0"
