@@ -83,6 +83,14 @@ class CensusLog:
     Thread-safe; one instance serves every run. A file that shrank (rewritten) is read afresh,
     a last line without its newline (being written) is left for the next call, a damaged line
     is skipped.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "census.jsonl")
+        >>> with open(path, "w") as fh:
+        ...     _ = fh.write('{"step": 4, "total_bytes": 64}\\n{"step": 8, "tot')
+        >>> sorted(CensusLog().read(path))
+        [4]
     """
 
     def __init__(self) -> None:

@@ -26,19 +26,20 @@ from typing import Any, Mapping
 
 from tbmem.plugin.series import Series
 
-__all__ = ["findings", "SUMMARY_PREFIXES"]
+__all__ = ["findings", "finite", "SUMMARY_PREFIXES"]
 
 #: Tags the summary looks at (memory, step time, losses).
 SUMMARY_PREFIXES = ("Memory/", "Perf/", "Loss/")
 
 
-def _finite(obj: Any) -> Any:
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None (strict JSON has neither)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -61,7 +62,7 @@ def findings(run: str, series: Mapping[str, Series], *, summary: bool = True) ->
                                     "pip install 'tbmem[analysis]'. Leak findings above need only numpy.")
         except Exception as exc:  # noqa: BLE001 - a summary failure must not hide the leaks
             doc["summary_error"] = f"The run summary could not be computed: {type(exc).__name__}: {exc}"
-    return _finite(doc)
+    return finite(doc)
 
 
 def _summary(run: str, series: Mapping[str, Series]) -> dict[str, Any]:

@@ -23,7 +23,14 @@ __all__ = ["MemoryPluginLoader"]
 
 
 class MemoryPluginLoader(base_plugin.TBLoader):
-    """Loads :class:`tbmem.plugin.plugin.MemoryPlugin`; returns None (no tab) if it cannot be imported."""
+    """Loads :class:`tbmem.plugin.plugin.MemoryPlugin`; returns None (no tab) if it cannot be imported.
+
+    Example:
+        >>> import tempfile
+        >>> from tensorboard.plugins import base_plugin
+        >>> MemoryPluginLoader().load(base_plugin.TBContext(logdir=tempfile.mkdtemp())).plugin_name
+        'tbmem'
+    """
 
     def load(self, context: Any) -> Any:
         try:

@@ -61,6 +61,15 @@ class RunDirs:
 
     Args:
         context: The plugin's ``TBContext`` (``logdir``, ``flags``, ``multiplexer``).
+
+    Example:
+        >>> import os, tempfile
+        >>> from types import SimpleNamespace
+        >>> logdir = os.path.realpath(tempfile.mkdtemp())
+        >>> os.makedirs(f"{logdir}/exp/rank0")
+        >>> dirs = RunDirs(SimpleNamespace(logdir=logdir, flags=None, multiplexer=None))
+        >>> dirs.run_dir("exp/rank0")[0] == f"{logdir}/exp/rank0", dirs.run_dir("../etc")
+        (True, None)
     """
 
     def __init__(self, context: Any) -> None:

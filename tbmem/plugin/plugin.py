@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 from typing import Any, Callable
@@ -33,7 +34,7 @@ from werkzeug import wrappers
 
 from tbmem.plugin import charts
 from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
-from tbmem.plugin.findings import SUMMARY_PREFIXES, findings
+from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.paths import RunDirs
 from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
 from tbmem.plugin.series import ScalarCache
@@ -56,7 +57,13 @@ _TEXT_TAG = "Memory/Large_Tensors/top_k"
 
 
 def _json(request: Any, obj: Any, code: int = 200) -> Any:
-    return http_util.Respond(request, obj, "application/json", code=code)
+    # serialised here: TensorBoard's Respond would walk every value first (json_util.Cleanse). The large
+    # documents hold no NaN or infinity (None already); a reading can (a diverged loss): then walk once.
+    try:
+        text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(finite(obj), separators=(",", ":"), allow_nan=False)
+    return http_util.Respond(request, text, "application/json", code=code)
 
 
 def _int_arg(request: Any, name: str, default: int | None = None, lo: int = -(2**62), hi: int = 2**62) -> int:
@@ -71,7 +78,19 @@ def _int_arg(request: Any, name: str, default: int | None = None, lo: int = -(2*
 
 
 class MemoryPlugin(base_plugin.TBPlugin):
-    """The Memory tab. Constructed by TensorBoard through :class:`tbmem.plugin.loader.MemoryPluginLoader`."""
+    """The Memory tab. Constructed by TensorBoard through :class:`tbmem.plugin.loader.MemoryPluginLoader`.
+
+    Args:
+        context: TensorBoard's ``TBContext``: its ``data_provider`` serves the scalars and texts,
+            its ``logdir`` (or ``flags.logdir_spec``) bounds every side file read.
+
+    Example:
+        >>> import tempfile
+        >>> from tensorboard.plugins import base_plugin
+        >>> plugin = MemoryPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
+        >>> plugin.frontend_metadata().tab_name, sorted(plugin.get_plugin_apps())[:3]
+        ('Memory', ['/at', '/findings', '/index.js'])
+    """
 
     plugin_name = PLUGIN_NAME
 
@@ -170,9 +189,16 @@ class MemoryPlugin(base_plugin.TBPlugin):
         points = _int_arg(request, "points", 1000, lo=50, hi=10_000)
         lines = {TAGS[k].tag for group in charts.LINE_GROUPS.values() for k, _ in group}
         ooms = TAGS["vram_ooms"].tag
-        series, all_tags = self._series(
-            ctx, eid, run, lambda t: t in lines or t == ooms or bool(charts.breakdown_tags([t], breakdown)))
-        doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=all_tags)
+        listing = self._cache.listing(ctx, eid, [run]).get(run, {})
+        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)]
+        # quick=1: a series longer than a few points per pixel is first drawn from a sample the data
+        # provider draws (milliseconds on the Rust server); the page then asks for the exact view. The
+        # Python loader converts every record before sampling, so there a sample would cost a second read.
+        quick = request.args.get("quick") == "1" and self._multiplexer is None
+        series, sampled = self._cache.get_sampled(ctx, eid, run, tags, listing=listing,
+                                                  sample=8 * points if quick else None)
+        doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing))
+        doc["sampled"] = sorted(sampled)
         marks = []
         for e in self._snapshots(run):
             if e.step is not None:

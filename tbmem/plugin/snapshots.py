@@ -47,7 +47,14 @@ MAX_SNAPSHOT_BYTES = 1 << 30
 
 @dataclass(frozen=True)
 class SnapshotEntry:
-    """One snapshot file of a run. ``path`` stays on the server; :meth:`to_json` omits it."""
+    """One snapshot file of a run. ``path`` stays on the server; :meth:`to_json` omits it.
+
+    Example:
+        >>> e = SnapshotEntry(id="0f", name="a.pickle", format="pickle", kind="snapshot", rank=None,
+        ...                   step=None, size=1, mtime=0.0, path="/logs/run/a.pickle")
+        >>> "path" in e.to_json()
+        False
+    """
 
     id: str
     name: str
@@ -121,7 +128,12 @@ def _listdir(path: str) -> list[str]:
 
 
 class SnapshotError(Exception):
-    """A snapshot cannot be shown; ``status`` is the HTTP status, the message is safe to show."""
+    """A snapshot cannot be shown; ``status`` is the HTTP status, the message is safe to show.
+
+    Example:
+        >>> SnapshotError(422, "not a snapshot").status
+        422
+    """
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -129,7 +141,21 @@ class SnapshotError(Exception):
 
 
 class SnapshotPages:
-    """Renders snapshot pages with the offline viewer, keeping the last few in memory."""
+    """Renders snapshot pages with the offline viewer, keeping the last few in memory.
+
+    Example:
+        >>> import os, tempfile
+        >>> from tbmem.snapshot.schema import SnapshotBuilder, encode_json_gz
+        >>> run = os.path.realpath(tempfile.mkdtemp())
+        >>> os.makedirs(f"{run}/plugins/tbmem")
+        >>> b = SnapshotBuilder(source="dispatch", device="cpu")
+        >>> _ = b.alloc(64, time_us=0)
+        >>> with open(f"{run}/plugins/tbmem/snapshot_rank0_step000000003.json.gz", "wb") as fh:
+        ...     _ = fh.write(encode_json_gz(b.build(kind="snapshot", step=3)))
+        >>> (entry,) = find_snapshots(run, run)
+        >>> SnapshotPages().page(entry).startswith("<!DOCTYPE html>")
+        True
+    """
 
     def __init__(self, size: int = 4) -> None:
         self._size = size

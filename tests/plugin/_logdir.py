@@ -18,7 +18,8 @@ import torch
 from tbmem import MemoryWriter
 from tbmem.snapshot import SnapshotConfig
 
-__all__ = ["REAL", "REAL_PICKLE", "Planted", "write_training_run", "write_ranks", "build_logdir", "Server",
+__all__ = ["REAL", "REAL_PICKLE", "SPIKE", "Planted", "write_training_run", "write_ranks", "write_long",
+           "build_logdir", "Server",
            "get", "get_json", "MARKER"]
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "snapshots" / "real"
@@ -37,13 +38,14 @@ class Planted:
         return (os.system, (f"touch {self.marker}",))
 
 
-def write_training_run(run_dir: Path, *, steps: int = 30, census_every: int = 10, leak: bool = False) -> None:
+def write_training_run(run_dir: Path, *, steps: int = 30, census_every: int = 10, leak: bool = False,
+                       snapshots: bool = True) -> None:
     """A small CPU training loop under MemoryWriter: records every step, censuses, two snapshots."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     kept = []
-    cfg = SnapshotConfig(steps=(10, 20), window=2, html=False)
+    cfg = SnapshotConfig(steps=(10, 20), window=2, html=False) if snapshots else None
     with MemoryWriter(run_dir, every=1, census_every=census_every, top_k=5, large_tensor_mb=0.01,
                       snapshot=cfg) as writer:
         writer.watch(model, opt)
@@ -69,17 +71,34 @@ def write_ranks(group_dir: Path, ranks: int = 2, steps: int = 12) -> None:
             del big
 
 
+#: The one spike of the long run: (step, RSS in GB).
+SPIKE = (777, 9.0)
+
+
+def write_long(run_dir: Path, steps: int = 1000) -> None:  # TensorBoard keeps 1000 per tag
+    """A run of ``steps`` records with flat RSS and one spike (SPIKE): thinning must keep it."""
+    with MemoryWriter(run_dir, custom_layout=False, census_every=0) as w:
+        for step in range(steps):
+            rss = SPIKE[1] if step == SPIKE[0] else 1.0 + (step % 10) * 1e-3
+            w.write_scalars({"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss}, step)
+
+
 def build_logdir(root: Path) -> dict[str, Path]:
     """The logdir of the plugin tests, and things around it a server must never serve.
 
     Layout: ``logs/train`` (MemoryWriter run: census, tbmem snapshots, a real PyTorch pickle
-    under ``memory_snapshot/iteration_20/``, a planted malicious pickle, a symlink to a secret
-    outside), ``logs/exp/rank0``, ``logs/exp/rank1``; ``outside/secret.pickle`` next to the logdir.
+    under ``memory_snapshot/iteration_20/``, a planted malicious pickle, symlinks to a secret
+    outside), ``logs/leaky`` (a census every step, 256 KiB kept per step), ``logs/exp/rank0``,
+    ``logs/exp/rank1``; ``outside/secret.pickle`` and ``outside/secret.txt`` next to the logdir.
     """
     logdir = root / "logs"
     train = logdir / "train"
     write_training_run(train)
+    with MemoryWriter(train, custom_layout=False, census_every=0) as w:  # a diverged loss: NaN at step 5
+        w.write_scalars({"Loss/diverged": float("nan")}, 5)
+    write_training_run(logdir / "leaky", steps=40, census_every=1, leak=True, snapshots=False)
     write_ranks(logdir / "exp")
+    write_long(logdir / "long")
     real = train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"
     real.parent.mkdir(parents=True)
     shutil.copyfile(REAL / REAL_PICKLE, real)
@@ -122,13 +141,13 @@ def get_json(url: str):
 class Server:
     """A real ``tensorboard`` on 127.0.0.1 (this venv's), stopped on exit."""
 
-    def __init__(self, tmp: Path, *args: str, wait_run: str = "train") -> None:
+    def __init__(self, tmp: Path, *args: str, wait_run: str = "train", command: list[str] | None = None) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tmp / f"tensorboard-{self.port}.log"
-        exe = Path(sys.executable).with_name("tensorboard")
+        command = command or [str(Path(sys.executable).with_name("tensorboard"))]
         with open(self.log, "wb") as sink:
-            self.proc = subprocess.Popen([str(exe), *args, "--host", "127.0.0.1", "--port", str(self.port)],
+            self.proc = subprocess.Popen([*command, *args, "--host", "127.0.0.1", "--port", str(self.port)],
                                          stdout=sink, stderr=subprocess.STDOUT)
         self._wait(wait_run)
 

@@ -10,6 +10,8 @@ const CATEGORY_COLORS = {
 const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
   '#ff9da7', '#9c755f', '#bab0ac', '#86bcb6', '#d37295'];
 const LINE_COLORS = ['#222222', '#7b3294', '#c51b7d'];
+// tick steps of the byte axes: 1, 2, 5, 10, ... times B, KiB, MiB, GiB, TiB (round binary labels)
+const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
 
 const state = {
   groups: [], group: null, run: null, breakdown: 'category', lines: null,
@@ -160,8 +162,22 @@ async function loadOverview() {
   const run = state.run;
   status('loading…');
   const width = document.getElementById('chart').clientWidth || 1000;
-  const doc = await api('overview', { run, breakdown: state.breakdown, points: Math.max(100, Math.round(width)) });
-  if (run !== state.run) return;
+  const breakdown = state.breakdown;
+  const params = { run, breakdown, points: Math.max(100, Math.round(width)) };
+  // quick: a very long series is first drawn from a sample, then redrawn from every record
+  let doc = await api('overview', { ...params, quick: 1 });
+  if (run !== state.run || breakdown !== state.breakdown) return;
+  if (doc.sampled.length) {
+    showOverview(doc, run);
+    status(`drawn from a sample of ${doc.sampled.length} long series; loading every record…`);
+    doc = await api('overview', params);
+    if (run !== state.run || breakdown !== state.breakdown) return;
+  }
+  showOverview(doc, run);
+  status('');
+}
+
+function showOverview(doc, run) {
   state.overview = doc;
   fillSelect('breakdown', Object.entries(doc.breakdowns).map(([b, has]) => [b, has ? b : `${b} (none logged)`]), doc.breakdown);
   const groups = Object.keys(doc.lines);
@@ -171,8 +187,7 @@ async function loadOverview() {
   if (!document.getElementById('axes').options.length || run !== state.axesRun) { defaultAxes(); state.axesRun = run; }
   const n = Object.values(doc.records).reduce((a, b) => Math.max(a, b), 0);
   document.getElementById('chart-note').textContent =
-    `${doc.census_steps.length} censuses, ${n} records (drawn: lowest and highest record per pixel; hover shows each drawn record exactly). Click the chart for the census and readings at a step.`;
-  status('');
+    `${doc.census_steps.length} censuses, ${n} records${doc.sampled.length ? ' (a sample)' : ''} (drawn: lowest and highest record per pixel; hover shows each drawn record exactly). Click the chart for the census and readings at a step.`;
   draw();
 }
 
@@ -224,11 +239,11 @@ function draw() {
   const bands = [];
   for (let i = 2; i <= doc.stack.length; i++) bands.push({ series: [i, i - 1] });
   const fromZero = (u, min, max) => [0, max > 0 ? max * 1.05 : 1];
-  const axes = [{ label: 'step' }, { values: (u, ticks) => ticks.map(fmtBytes), size: 80,
+  const axes = [{ label: 'step' }, { values: (u, ticks) => ticks.map(fmtBytes), size: 80, incrs: BYTE_INCRS,
     label: lineScale === 'lines' ? 'census (stacked)' : undefined }];
   if (lineScale === 'lines') {
     axes.push({ scale: 'lines', side: 1, grid: { show: false }, values: (u, ticks) => ticks.map(fmtBytes), size: 80,
-      label: lines.map((l) => l.label).join(', ') });
+      incrs: BYTE_INCRS, label: lines.map((l) => l.label).join(', ') });
   }
   const opts = {
     width: box.clientWidth || 1000, height: 380, series, bands, axes,
