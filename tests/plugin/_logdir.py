@@ -18,7 +18,7 @@ import torch
 from tbmem import MemoryWriter
 from tbmem.snapshot import SnapshotConfig
 
-__all__ = ["REAL", "REAL_PICKLE", "SPIKE", "Planted", "write_training_run", "write_ranks", "write_long",
+__all__ = ["REAL", "REAL_PICKLE", "SPIKE", "OOM_STEP", "Planted", "write_oom", "write_training_run", "write_ranks", "write_long",
            "build_logdir", "Server",
            "get", "get_json", "MARKER"]
 
@@ -80,7 +80,31 @@ def write_long(run_dir: Path, steps: int = 1000) -> None:  # TensorBoard keeps 1
     with MemoryWriter(run_dir, custom_layout=False, census_every=0) as w:
         for step in range(steps):
             rss = SPIKE[1] if step == SPIKE[0] else 1.0 + (step % 10) * 1e-3
-            w.write_scalars({"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss}, step)
+            w.write_scalars({"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss,
+                             # CUDA readings as a GPU run writes them; the allocator counted an OOM at 500
+                             "Memory/vram_allocated_GB": 2.0, "Memory/vram_reserved_GB": 3.0,
+                             "Memory/vram_peak_allocated_GB": 2.5, "Memory/vram_ooms": float(step >= 500)}, step)
+
+
+#: The step at which write_oom's run runs out of memory.
+OOM_STEP = 6
+
+
+def write_oom(run_dir: Path, steps: int = 10) -> None:
+    """A CPU run whose step OOM_STEP raises torch's OutOfMemoryError inside monitored_step."""
+    from tbmem import _torch_private as tp
+
+    with MemoryWriter(run_dir, every=1, census_every=0, custom_layout=False,
+                      snapshot=SnapshotConfig(html=False)) as w:
+        for step in range(steps):
+            try:
+                with w.monitored_step(step):
+                    x = torch.randn(128, 128) @ torch.randn(128, 128)
+                    if step == OOM_STEP:
+                        raise tp.OutOfMemoryError("CUDA out of memory (simulated on CPU)")
+                    del x
+            except tp.OutOfMemoryError:
+                pass
 
 
 def build_logdir(root: Path) -> dict[str, Path]:
@@ -99,6 +123,7 @@ def build_logdir(root: Path) -> dict[str, Path]:
     write_training_run(logdir / "leaky", steps=40, census_every=1, leak=True, snapshots=False)
     write_ranks(logdir / "exp")
     write_long(logdir / "long")
+    write_oom(logdir / "oom")
     real = train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"
     real.parent.mkdir(parents=True)
     shutil.copyfile(REAL / REAL_PICKLE, real)
