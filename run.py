@@ -4,9 +4,11 @@ Examples:
     python run.py --config-name=burgers_quick_test trainer=synthetic_with_memory
     python run.py --config-name=heat_physical_experiment trainer=physical_with_memory
     python run.py --config-name=burgers_experiment trainer_params.enable_memory_monitoring=true
+    torchrun --standalone --nproc_per_node=2 run.py --config-name=burgers_quick_test trainer=synthetic_with_memory
 
 A misspelt or invalid key stops the run before any work with a message naming it
-(exit status 2). Outputs go to ``runs/<experiment>/<timestamp>/``.
+(exit status 2). Outputs go to ``runs/<experiment>/<timestamp>/``; under torchrun every
+rank agrees on that folder and writes its own ``rank<r>/`` in it.
 """
 
 from __future__ import annotations
@@ -34,4 +36,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from trainers.distributed import prepare_hydra
+
+    # One Hydra run directory for a torchrun job: the ranks agree on it before Hydra composes it.
+    sys.argv += prepare_hydra()
     main()

@@ -28,6 +28,8 @@ _EXPORTS: dict[str, str] = {
     "HostProbe": "tbmem.probes",
     "CudaProbe": "tbmem.probes",
     "NvmlProbe": "tbmem.probes",
+    "ProcessTreeProbe": "tbmem.probes",
+    "RanksConfig": "tbmem.ranks",
     "Census": "tbmem.census",
     "take_census": "tbmem.census",
     "MemoryMonitor": "tbmem.monitor",
@@ -53,7 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor,
                                MemoryMonitor, MemoryTracker, PerformanceMonitor, monitor_memory,
                                monitor_performance, track_memory, track_performance)
-    from tbmem.probes import CudaProbe, HostProbe, NvmlProbe
+    from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, ProcessTreeProbe
+    from tbmem.ranks import RanksConfig
     from tbmem.snapshot import SnapshotConfig, SnapshotManager
     from tbmem.tags import TAGS, Tag, tag_for
     from tbmem.writer import MemoryWriter

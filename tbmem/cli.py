@@ -1,4 +1,4 @@
-"""The ``tbmem`` command line: ``tbmem snapshot ...``, ``tbmem report ...``, ``tbmem tags``.
+"""The ``tbmem`` command line: ``tbmem snapshot ...``, ``tbmem report ...``, ``tbmem forecast ...``, ``tbmem tags``.
 
 Each subcommand lives with the code it drives and registers itself through an
 ``add_parser(subparsers)`` function; this module only dispatches.
@@ -21,7 +21,7 @@ from typing import Sequence
 __all__ = ["main", "build_parser"]
 
 # modules that provide add_parser(subparsers) for a subcommand
-_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli")
+_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli", "tbmem.forecast.cli")
 
 
 def _tags_command(args: argparse.Namespace) -> int:

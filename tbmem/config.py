@@ -44,6 +44,10 @@ class MemoryWriterConfig:
             TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes).
         snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`
             or a mapping of its fields); None disables snapshots.
+        alerts: Memory alerts (:class:`tbmem.alerts.AlertConfig`, a mapping of its fields, or
+            True for its defaults); None disables them. See docs/forecast.md.
+        ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
+            mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
     """
 
     enabled: bool = True
@@ -59,6 +63,8 @@ class MemoryWriterConfig:
     custom_layout: bool = True
     fast_crc: bool = True
     snapshot: Any = field(default=None)
+    alerts: Any = field(default=None)
+    ranks: Any = field(default=None)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -79,6 +85,17 @@ class MemoryWriterConfig:
             from tbmem.snapshot import SnapshotConfig
 
             object.__setattr__(self, "snapshot", SnapshotConfig.from_mapping(self.snapshot))
+        if self.alerts is not None:
+            from tbmem.alerts import AlertConfig
+
+            object.__setattr__(self, "alerts", AlertConfig.coerce(self.alerts))
+        if isinstance(self.ranks, Mapping):
+            from tbmem.ranks.config import RanksConfig
+
+            object.__setattr__(self, "ranks", RanksConfig.from_mapping(self.ranks))
+        elif self.ranks is not None and type(self.ranks).__name__ != "RanksConfig":
+            raise ValueError(f"{name}.ranks must be a RanksConfig, a mapping of its fields or None, "
+                             f"got {self.ranks!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "MemoryWriterConfig":

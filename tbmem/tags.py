@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "to_unit", "markdown_table"]
+__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table"]
 
 GiB = float(2**30)
 MiB = float(2**20)
@@ -53,6 +53,7 @@ class Tag:
 _EVERY = "MemoryWriter, every `every` steps"
 _EVERY_CUDA = "MemoryWriter, every `every` steps, when CUDA is initialised"
 _CENSUS = "MemoryWriter, every `census_every` steps"
+_RANKS = "MemoryWriter on rank 0 of a job with more than one rank, every `every` steps"
 
 _ROWS: tuple[Tag, ...] = (
     # --- device (CUDA caching allocator) -------------------------------------------------
@@ -105,6 +106,12 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Swap in use, system-wide.", when=_EVERY),
     Tag(key="cpu_percent", tag="Memory/RAM/process_cpu_percent", unit="%",
         meaning="CPU use of this process since the last record (100 = one core).", when=_EVERY),
+    Tag(key="ram_tree_rss", tag="Memory/RAM/process_tree_rss_GB", unit="GB", scale=GiB,
+        meaning="RSS of this process plus all its descendants (DataLoader workers, ...), summed per "
+                "process: pages processes share count once per process.", when=_EVERY),
+    Tag(key="ram_tree_workers", tag="Memory/RAM/process_tree_workers", unit="count",
+        meaning="Descendant processes counted in process_tree_rss (DataLoader workers and any other "
+                "child process).", when=_EVERY),
     Tag(key="step_time", tag="Perf/step_time_ms", unit="ms", scale=1e-3,
         meaning="Mean wall time per step since the previous record.", when=_EVERY),
     # --- tensor census --------------------------------------------------------------------
@@ -129,6 +136,19 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Number of storages at or above `large_tensor_mb`.", when=_CENSUS),
     Tag(key="large_total", tag="Memory/Large_Tensors/total_MB", unit="MB", scale=MiB,
         meaning="Total bytes of those large storages.", when=_CENSUS),
+    # --- cross-rank aggregates (rank 0 of a torch.distributed job) -------------------------
+    Tag(key="ranks_max", tag="Ranks/{name}/max", unit="as {name}",
+        meaning="Largest value of tag {name} over the ranks at this record.", when=_RANKS),
+    Tag(key="ranks_min", tag="Ranks/{name}/min", unit="as {name}",
+        meaning="Smallest value of tag {name} over the ranks at this record.", when=_RANKS),
+    Tag(key="ranks_mean", tag="Ranks/{name}/mean", unit="as {name}",
+        meaning="Mean of tag {name} over the ranks that reported it at this record.", when=_RANKS),
+    Tag(key="ranks_argmax", tag="Ranks/{name}/argmax", unit="rank",
+        meaning="The rank holding the largest value of tag {name} (the lowest such rank on a tie).",
+        when=_RANKS),
+    Tag(key="ranks_reporting", tag="Ranks/reporting", unit="count",
+        meaning="Ranks that sent at least one value at this record (a rank whose probes are off sends "
+                "none).", when=_RANKS),
     # --- console monitors (when given a writer) -------------------------------------------
     Tag(key="batch_time", tag="Perf/batch_time_s", unit="s",
         meaning="Wall time of one batch (EpochPerformanceMonitor).", when="per batch"),
@@ -187,6 +207,22 @@ def tag_for(key: str, name: str | None = None) -> str:
     if name is not None:
         raise ValueError(f"tag {template!r} takes no name, got {name!r}")
     return template
+
+
+#: The statistics rank 0 writes for each aggregated tag, as ``Ranks/<tag>/<stat>``.
+RANK_STATS = ("max", "min", "mean", "argmax")
+
+
+def ranks_tag(stat: str, tag: str) -> str:
+    """The cross-rank aggregate tag of ``tag``: ``Ranks/<tag>/<stat>``, the tag kept whole.
+
+    Example:
+        >>> ranks_tag("max", "Memory/RAM/process_rss_GB")
+        'Ranks/Memory/RAM/process_rss_GB/max'
+    """
+    if stat not in RANK_STATS:
+        raise ValueError(f"stat must be one of {RANK_STATS}, got {stat!r}")
+    return TAGS[f"ranks_{stat}"].tag.format(name=tag)
 
 
 def to_unit(key: str, raw: float) -> float:

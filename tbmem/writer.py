@@ -37,7 +37,8 @@ from tbmem._fastcrc import install as install_fast_crc
 from tbmem._log import logger, report_once
 from tbmem.config import MemoryWriterConfig
 from tbmem.layout import custom_scalars_layout
-from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe
+from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
+from tbmem.ranks.support import RankSupport
 from tbmem.tags import TAGS, to_unit
 
 __all__ = ["MemoryWriter"]
@@ -81,7 +82,11 @@ class MemoryWriter:
         self.config = config if config is not None else MemoryWriterConfig(**options)
         if self.config.fast_crc:
             install_fast_crc()
+        # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
+        self._ranks = RankSupport.create(self.config)
         if writer is None:
+            if self._ranks is not None:
+                log_dir = self._ranks.run_dir(os.fspath(log_dir) if log_dir is not None else _job_dir())
             if log_dir is not None:
                 _check_writable(os.fspath(log_dir))
             writer = SummaryWriter(None if log_dir is None else os.fspath(log_dir))
@@ -93,6 +98,7 @@ class MemoryWriter:
         self._census_on = False
         self._stop_capture: Any = None
         self._snapshots: Any = None
+        self._alerts: Any = None
         self._last_record: tuple[float, int] | None = None
         self._active = self.config.enabled
         if self._active:
@@ -104,7 +110,7 @@ class MemoryWriter:
 
     def _setup(self) -> None:
         cfg = self.config
-        self._probes = [HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss),
+        self._probes = [HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss), ProcessTreeProbe(),
                         CudaProbe(device=cfg.device, peak_mode=cfg.peak_mode)]
         if cfg.nvml:
             self._probes.append(NvmlProbe(device=cfg.device or 0))
@@ -118,12 +124,32 @@ class MemoryWriter:
             # close, when the census is switched off, or when the writer is collected unclosed.
             heap.start_capture()
             self._stop_capture = weakref.finalize(self, heap.stop_capture)
+        ranks = self._ranks
         if cfg.custom_layout:
-            self._writer.add_custom_scalars(custom_scalars_layout())
+            self._writer.add_custom_scalars(custom_scalars_layout(
+                rank_tags=ranks.config.tags if ranks is not None and ranks.writes_aggregates else ()))
         if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
             from tbmem.snapshot import SnapshotManager
 
-            self._snapshots = SnapshotManager(cfg.snapshot, log_dir=self.log_dir, writer=self)
+            snapshot = ranks.snapshot_config(cfg.snapshot) if ranks is not None else cfg.snapshot
+            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
+        if ranks is not None:
+            ranks.attach(write=self.write_scalars, snapshots=lambda: self._snapshots, flush=self.flush)
+        if cfg.alerts is not None:
+            self._setup_alerts(cfg.alerts)
+
+    def _setup_alerts(self, alerts: Any) -> None:
+        from tbmem.alerts import AlertMonitor
+
+        if alerts.snapshot and self._snapshots is None:
+            from tbmem.snapshot import SnapshotConfig, SnapshotManager
+
+            # no schedule: only the snapshots alerts (and an out-of-memory error) ask for
+            base = SnapshotConfig(recorder="off")
+            snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
+            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
+        self._alerts = AlertMonitor(alerts, writer=self, snapshot=lambda step: (
+            self._snapshots.snapshot_now(step) if self._snapshots is not None else []))
 
     # --- SummaryWriter compatibility -----------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -189,7 +215,12 @@ class MemoryWriter:
                 census walks to count saved activations.
             force: Write a record even if ``step`` is not due.
         """
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.on_log(step)
         if not self._active:
+            if ranks is not None:  # every rank joins the record's collective, monitoring on or off
+                ranks.on_record(step, None)
             return False
         cfg = self.config
         if self._snapshots is not None:
@@ -199,7 +230,12 @@ class MemoryWriter:
         if not (due or census_due):
             return False
         if due:
-            self.write_readings(self._read(step), step)
+            readings = self._read(step)
+            if ranks is not None:
+                ranks.on_record(step, readings)
+            self.write_readings(readings, step)
+            if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
+                self._alerts = None
         if census_due:
             self._take_census(step, roots)
         if cfg.flush_each_record:
@@ -272,6 +308,8 @@ class MemoryWriter:
             log: False when the step calls ``log_memory(step, roots=...)`` itself (mid-step, so
                 the census sees the activations); the OOM handling stays.
         """
+        if self._ranks is not None:  # names the step in a snapshot written for another rank's OOM
+            self._ranks.last_step = step
         try:
             yield
         except tp.OutOfMemoryError as exc:
@@ -294,6 +332,8 @@ class MemoryWriter:
             except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self.flush()
+        if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
+            self._ranks.on_oom(step)
 
     # --- lifecycle ----------------------------------------------------------------------
     def flush(self) -> None:
@@ -305,6 +345,8 @@ class MemoryWriter:
         """Finish snapshots, stop the probes, flush and close the event files."""
         if self.closed:
             return
+        if self._ranks is not None:
+            self._ranks.close()
         if self._snapshots is not None:
             self._call_snapshots("close")
         for probe in self._probes:
@@ -321,6 +363,12 @@ class MemoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _job_dir() -> str:
+    """``runs/<job>``: one folder for every rank of a job started without a log_dir."""
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%b%d_%H-%M-%S")
+    return os.path.join("runs", f"job_{job}")
 
 
 def _check_writable(log_dir: str) -> None:

@@ -47,11 +47,15 @@ def _check_type(path: str, value: Any, kind: str) -> None:
         "float": isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
         "str": isinstance(value, str),
         "str?": value is None or isinstance(value, str),
+        "int|auto": value == "auto" or (isinstance(value, int) and not isinstance(value, bool)),
+        "float?": value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                    and math.isfinite(value)),
         "list": isinstance(value, (list, tuple)),
         "mapping": value is None or isinstance(value, Mapping),
     }[kind]
     if not ok:
-        _fail(path, f"must be of type {kind.rstrip('?')}, got {value!r}")
+        expected = "an integer or 'auto'" if kind == "int|auto" else f"of type {kind.rstrip('?')}"
+        _fail(path, f"must be {expected}, got {value!r}")
 
 
 def _join(path: str, key: str) -> str:
@@ -139,7 +143,10 @@ class TrainerParams:
     """Keys of ``trainer_params:`` for both trainers (the physical ones are ignored by the other)."""
 
     learning_rate: float = _f(1e-3, "float")
-    batch_size: int = _f(16, "int")
+    batch_size: int | str = _f(16, "int|auto")  # "auto": the largest that fits (trainers/autobatch.py)
+    auto_batch_sizes: list = _f([4, 8, 16], "list")
+    auto_batch_max: int = _f(1024, "int")
+    auto_batch_budget_gb: float | None = _f(None, "float?")
     epochs: int = _f(10, "int")
     num_predict_steps: int = _f(4, "int")
     train_sim: list = _f([0], "list")
@@ -165,9 +172,15 @@ class TrainerParams:
     def check(self, path: str) -> None:
         """Raise ConfigError naming the first invalid value."""
         for name in ("learning_rate", "batch_size", "epochs", "num_predict_steps",
-                     "gradient_accumulation_steps", "max_iterations"):
-            if getattr(self, name) <= 0:
+                     "gradient_accumulation_steps", "max_iterations", "auto_batch_max"):
+            if getattr(self, name) != "auto" and getattr(self, name) <= 0:
                 _fail(f"{path}.{name}", f"must be > 0, got {getattr(self, name)!r}")
+        sizes = self.auto_batch_sizes
+        if len(set(sizes)) < 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+            _fail(f"{path}.auto_batch_sizes", f"must list two or more different batch sizes >= 1, got {sizes!r}")
+        if self.auto_batch_budget_gb is not None and self.auto_batch_budget_gb <= 0:
+            _fail(f"{path}.auto_batch_budget_gb", f"must be > 0 (or null: free memory), got "
+                  f"{self.auto_batch_budget_gb!r}")
         for name in ("memory_monitor_batches", "save_interval", "num_workers", "weight_decay", "abs_tol"):
             if getattr(self, name) < 0:
                 _fail(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)!r}")

@@ -48,10 +48,16 @@ class Outcome:
 
 
 def resolve_device(choice: str) -> torch.device:
-    """``auto`` picks CUDA when it is available, else CPU; ``cuda`` without a GPU is an error."""
+    """``auto`` picks CUDA when it is available, else CPU; ``cuda`` without a GPU is an error.
+
+    Under torchrun each rank takes the GPU of its ``LOCAL_RANK``.
+    """
     if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("config key 'device' is 'cuda' but no CUDA device is available")
+        local = os.environ.get("LOCAL_RANK", "")
+        if local.isdigit() and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            return torch.device("cuda", int(local))
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -73,17 +79,30 @@ def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | 
     Raises:
         ConfigError: a key is unknown or a value invalid (raised before any work starts).
     """
-    from trainers.data import select_backend_device
-    from trainers.monitoring import TrainerMonitoring
+    from trainers.distributed import setup
 
     run = validate(cfg)
     device = resolve_device(run.device)
     path = Path(log_dir) if log_dir is not None else default_log_dir(run)
+    dist = setup(device.type)  # under torchrun: the process group (gloo on CPU, nccl on CUDA)
+    try:
+        return _run(run, device, path, dist)
+    finally:
+        dist.close()
+
+
+def _run(run: RunConfig, device: torch.device, path: Path, dist: Any) -> Outcome:
+    from trainers.data import ensure_simulations, select_backend_device
+    from trainers.monitoring import TrainerMonitoring
+
     _seed(run.seed)
     if run.threads:
         # Small convolutions gain little from intra-op threads and lose a lot on a busy machine.
         torch.set_num_threads(run.threads)
     select_backend_device(device.type)
+    if dist.active:
+        with dist.root_first():  # rank 0 simulates the shared cache, the others then read it
+            ensure_simulations(run.data)
     p = run.trainer_params
     mon = TrainerMonitoring.create(path, enabled=p.enable_memory_monitoring,
                                    verbose_batches=p.memory_monitor_batches, tbmem_config=run.tbmem,
@@ -91,22 +110,26 @@ def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | 
     start = time.perf_counter()
     try:
         mon.writer.add_text("config", "    " + json.dumps(_plain(run), indent=1).replace("\n", "\n    "), 0)
-        print(f"{run.trainer_type} trainer on {device}, logging to {path}", flush=True)
+        where = f"rank {dist.rank} of {dist.world_size}, " if dist.active else ""
+        print(f"{run.trainer_type} trainer on {device}, {where}logging to {mon.writer.log_dir}", flush=True)
         if run.trainer_type == "synthetic":
             from trainers.synthetic import SyntheticTrainer
 
-            result: Any = SyntheticTrainer(run, monitoring=mon, device=device).train()
+            result: Any = SyntheticTrainer(run, monitoring=mon, device=device, distributed=dist).train()
         else:
             from trainers.physical import PhysicalTrainer
 
             result = PhysicalTrainer(run, monitoring=mon).train()
-    finally:
-        mon.close()
+    except BaseException:
+        mon.close()  # inside the handler: tbmem does not wait for ranks that may never come
+        raise
+    mon.close()
     seconds = time.perf_counter() - start
     shown = path.parent
     with contextlib.suppress(ValueError):
         shown = path.parent.resolve().relative_to(Path.cwd())
-    print(f"Done in {seconds:.1f} s. View the run with:\n  tensorboard --logdir {shown}", flush=True)
+    if dist.is_root:
+        print(f"Done in {seconds:.1f} s. View the run with:\n  tensorboard --logdir {shown}", flush=True)
     return Outcome(log_dir=path, result=result, seconds=seconds)
 
 

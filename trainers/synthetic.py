@@ -5,6 +5,11 @@ back, averages the per-step MSE and calls backward once. Memory monitoring is
 a handful of hook calls on :class:`trainers.monitoring.TrainerMonitoring`,
 switched on and off by the config alone.
 
+Under torchrun (``distributed`` with more than one rank) the model is wrapped in
+DistributedDataParallel, each rank trains on its share of the batches (a
+DistributedSampler, reshuffled every epoch), validation is split across the ranks and
+summed, and rank 0 alone saves checkpoints.
+
 Example:
     >>> import tempfile
     >>> from trainers.config import validate
@@ -29,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
 from trainers.config import ConfigError, RunConfig
 from trainers.data import channels, ensure_simulations
 from trainers.dataset import HybridDataset
+from trainers.distributed import Distributed
 from trainers.models import build_model
 from trainers.monitoring import TrainerMonitoring, console_above_progress_bar
 
@@ -68,12 +74,14 @@ class SyntheticTrainer:
         monitoring: The run's writer and monitors.
         device: Where the model and batches live (default CPU).
         checkpoint_dir: Where checkpoints go (default ``<log_dir>/checkpoints``).
+        distributed: The job (:func:`trainers.distributed.setup`); default a single process.
     """
 
     def __init__(self, cfg: RunConfig, *, monitoring: TrainerMonitoring, device: torch.device | None = None,
-                 checkpoint_dir: Path | None = None) -> None:
+                 checkpoint_dir: Path | None = None, distributed: Distributed | None = None) -> None:
         self.cfg, self.params, self.mon = cfg, cfg.trainer_params, monitoring
         self.device = device or torch.device("cpu")
+        self.dist = distributed or Distributed()
         self.checkpoint_dir = checkpoint_dir or Path(monitoring.writer.log_dir) / "checkpoints"
         data = cfg.data
         for key in ("train_sim", "val_sim"):
@@ -89,22 +97,38 @@ class SyntheticTrainer:
                         if self.params.val_sim else None)
         # Seeded here, after the data: generating the cache reseeds torch, reusing it does not.
         torch.manual_seed(cfg.seed)
-        self.model = build_model(cfg.model, dim=data.dim, channels=channels(data),
-                                 resolution=data.resolution).to(self.device)
+        self.net = build_model(cfg.model, dim=data.dim, channels=channels(data),
+                               resolution=data.resolution).to(self.device)
+        self.model: torch.nn.Module = self.net
+        if self.dist.active:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.net, device_ids=ids)
         self.optimizer = self._optimizer()
         self.scheduler = self._scheduler()
         self.amp_dtype = (torch.float16 if self.device.type == "cuda" else torch.bfloat16) \
             if self.params.use_amp else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
-        self.mon.writer.watch(self.model, self.optimizer)
+        self.mon.writer.watch(self.net, self.optimizer)
+        self.batch_size = self._batch_size()
+
+    def _batch_size(self) -> int:
+        if self.params.batch_size != "auto":
+            return int(self.params.batch_size)
+        from trainers.autobatch import choose_batch_size
+
+        chosen = choose_batch_size(self).batch_size
+        # every rank must step in lockstep with the same batch: the smallest choice fits them all
+        return self.dist.all_reduce_min(chosen, device=self.device)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         p = self.params
         if p.optimizer == "sgd":
-            return torch.optim.SGD(self.model.parameters(), lr=p.learning_rate, momentum=0.9,
+            return torch.optim.SGD(self.net.parameters(), lr=p.learning_rate, momentum=0.9,
                                    weight_decay=p.weight_decay)
         cls = torch.optim.AdamW if p.optimizer == "adamw" else torch.optim.Adam
-        return cls(self.model.parameters(), lr=p.learning_rate, weight_decay=p.weight_decay)
+        return cls(self.net.parameters(), lr=p.learning_rate, weight_decay=p.weight_decay)
 
     def _scheduler(self) -> Any:
         p = self.params
@@ -114,10 +138,17 @@ class SyntheticTrainer:
             return torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=max(1, p.epochs // 3), gamma=0.5)
         return None
 
-    def _loader(self, dataset: HybridDataset, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Any, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        return DataLoader(dataset, batch_size=self.params.batch_size, shuffle=shuffle, generator=generator,
-                          num_workers=self.params.num_workers,
+        sampler = None
+        if shuffle and self.dist.active:
+            from torch.utils.data.distributed import DistributedSampler
+
+            # every rank gets as many batches (padded by repetition): the steps stay in lockstep
+            sampler = DistributedSampler(dataset, num_replicas=self.dist.world_size, rank=self.dist.rank,
+                                         shuffle=True, seed=self.cfg.seed)
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle and sampler is None,
+                          sampler=sampler, generator=generator, num_workers=self.params.num_workers,
                           pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda")
 
     def _autocast(self) -> Any:
@@ -142,6 +173,8 @@ class SyntheticTrainer:
         best = math.inf
         step = 0
         for epoch in bar:
+            if isinstance(getattr(loader, "sampler", None), _distributed_sampler()):
+                loader.sampler.set_epoch(epoch)
             self.model.train()
             mon.on_epoch_start()
             total, batches = 0.0, len(loader)
@@ -154,8 +187,12 @@ class SyntheticTrainer:
                     with self._autocast():
                         loss = rollout_loss(self.model, x0, targets)
                     mon.before_backward(step, loss)
-                    self.scaler.scale(loss / accum).backward()
-                    if (batch_idx + 1) % accum == 0 or batch_idx + 1 == batches:
+                    last_micro = (batch_idx + 1) % accum == 0 or batch_idx + 1 == batches
+                    # DDP: gradients are averaged across ranks on the micro-batch that steps only
+                    sync = self.model.no_sync() if self.dist.active and not last_micro else contextlib.nullcontext()
+                    with sync:
+                        self.scaler.scale(loss / accum).backward()
+                    if last_micro:
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
                         self.optimizer.zero_grad(set_to_none=True)
@@ -180,10 +217,11 @@ class SyntheticTrainer:
             score = val_loss if val_loss is not None else train_loss
             if score < best:
                 best = score
-                path = self._save("best.pt", epoch, score)
-                if path not in result.checkpoints:
-                    result.checkpoints.append(path)
-            if not p.save_best_only and p.save_interval and (epoch + 1) % p.save_interval == 0:
+                if self.dist.is_root:
+                    path = self._save("best.pt", epoch, score)
+                    if path not in result.checkpoints:
+                        result.checkpoints.append(path)
+            if self.dist.is_root and not p.save_best_only and p.save_interval and (epoch + 1) % p.save_interval == 0:
                 result.checkpoints.append(self._save(f"epoch_{epoch + 1:04d}.pt", epoch, score))
         bar.close()
         result.steps = step
@@ -192,20 +230,30 @@ class SyntheticTrainer:
 
     @torch.no_grad()
     def validate(self) -> float:
-        """Mean rollout loss over the validation simulations."""
+        """Mean rollout loss over the validation simulations (split across ranks, then summed)."""
         assert self.val_set is not None
-        self.model.eval()
+        self.net.eval()
+        dataset: Any = self.val_set
+        if self.dist.active:  # rank r takes windows r, r + W, ...: each window exactly once
+            dataset = Subset(self.val_set, range(self.dist.rank, len(self.val_set), self.dist.world_size))
         total, count = 0.0, 0
-        for x0, targets in self._loader(self.val_set, shuffle=False):
+        for x0, targets in self._loader(dataset, shuffle=False):
             with self._autocast():
-                loss = rollout_loss(self.model, x0.to(self.device), targets.to(self.device))
+                loss = rollout_loss(self.net, x0.to(self.device), targets.to(self.device))
             total += loss.item() * x0.shape[0]
             count += x0.shape[0]
+        total, count = self.dist.all_reduce_sum([total, count], self.device)
         return total / max(count, 1)
 
     def _save(self, name: str, epoch: int, score: float) -> Path:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / name
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        torch.save({"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "epoch": epoch, "score": score}, path)
         return path
+
+
+def _distributed_sampler() -> type:
+    from torch.utils.data.distributed import DistributedSampler
+
+    return DistributedSampler

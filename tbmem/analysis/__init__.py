@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "theil_sen": "tbmem.analysis.trend",
     "summarize": "tbmem.analysis.summary",
     "RunSummary": "tbmem.analysis.summary",
+    "rank_jobs": "tbmem.analysis.ranks",
+    "RankJob": "tbmem.analysis.ranks",
+    "RankMetric": "tbmem.analysis.ranks",
+    "format_rank_jobs": "tbmem.analysis.ranks",
     "format_table": "tbmem.analysis.table",
     "format_leaks": "tbmem.analysis.table",
     "plot_timeline": "tbmem.analysis.plot",
@@ -50,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
                                      NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
                                      load_texts)
     from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
+    from tbmem.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs
     from tbmem.analysis.summary import RunSummary, summarize
     from tbmem.analysis.table import format_leaks, format_table
     from tbmem.analysis.trend import theil_sen

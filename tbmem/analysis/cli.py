@@ -1,4 +1,4 @@
-"""``tbmem report LOGDIR``: the per-run summary, leak findings, a figure, a CI gate.
+"""``tbmem report LOGDIR``: the per-run summary, leak findings, hints, a figure, a CI gate.
 
 Exit status: 0 fine; 1 a leak was found and ``--fail-on-leak`` was given;
 2 the logdir cannot be analysed (missing, no event files, no tbmem tags,
@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("logdir", metavar="LOGDIR", help="TensorBoard logdir (a run or a folder of runs)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--png", metavar="FILE", help="write a figure: memory timeline, categories stacked, "
-                                                 "one panel per run")
+                                                 "one panel per run (per job for rank folders)")
     p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
                    help="only these two runs, side by side with their difference")
     p.add_argument("--fail-on-leak", action="store_true", help=f"exit {EXIT_LEAK} when a leak is found")
@@ -49,8 +49,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="MB", help="leak threshold for RSS/USS/reserved/NVML memory (default %(default)s)")
     p.add_argument("--skip-fraction", type=float, default=0.25, metavar="F",
                    help="warm-up to ignore, as a fraction of the step range (default %(default)s)")
+    p.add_argument("--all-ranks", action="store_true",
+                   help="list every rank of a multi-rank job (default: all up to 20, else the extremes)")
     p.add_argument("--allow-truncated", action="store_true",
                    help="analyse the readable part of truncated or corrupt event files instead of stopping")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="the batch size the runs used, for the headroom hint (default: from a logged forecast "
+                        "or the trainers' config)")
     p.set_defaults(func=report_command)
     return p
 
@@ -86,26 +91,45 @@ def _finite(obj: Any) -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from tbmem.analysis.load import load_scalars
+    import dataclasses
+
+    from tbmem.analysis.hints import find_hints, format_hints
+    from tbmem.analysis.load import load_scalars, load_texts
+    from tbmem.analysis.ranks import format_rank_jobs, rank_jobs
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
 
     runs = list(args.compare) if args.compare else None
-    df = load_scalars(args.logdir, runs=runs, on_error="warn" if args.allow_truncated else "raise")
+    on_error = "warn" if args.allow_truncated else "raise"
+    df = load_scalars(args.logdir, runs=runs, on_error=on_error)
     summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
+    hints = find_hints(df, texts=load_texts(args.logdir, runs=runs, on_error=on_error), summaries=summaries,
+                       batch_size=getattr(args, "batch_size", None))
+    summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
+    jobs = [] if args.compare else rank_jobs(summaries)
+    in_jobs = {run for j in jobs for run in j.runs.values()}
+    others = [s for s in summaries if s.run not in in_jobs]
     if args.png:
         from tbmem.analysis.plot import plot_timeline
 
-        plot_timeline(df, runs=[s.run for s in summaries], path=args.png)
+        plot_timeline(df, runs=[s.run for s in others], path=args.png, jobs=jobs)
     if args.json:
-        doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries]}
+        doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
+               "jobs": [j.to_dict() for j in jobs]}
         print(json.dumps(_finite(doc), indent=2, allow_nan=False))
     else:
-        print(format_table(summaries, compare=bool(args.compare)))
-        print()
+        # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
+        if others:
+            print(format_table(others, compare=bool(args.compare)))
+            print()
+        if jobs:
+            print(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks))
+            print()
         print(format_leaks(summaries))
+        print()
+        print(format_hints(hints))
         if args.png:
             print(f"\nfigure written to {args.png}")
     leaked = any(s.has_leak for s in summaries)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_timeline", "plot_stacked", "plot_lines", "wide", "PROCESS_TAGS"]
+__all__ = ["plot_timeline", "draw_run", "plot_stacked", "plot_lines", "wide", "PROCESS_TAGS"]
 
 #: Process/allocator memory drawn as lines over the stacked census (label, tag).
 PROCESS_TAGS = (
@@ -88,35 +88,47 @@ def _figure(panels: int) -> tuple["Figure", list["Axes"]]:
 
 
 def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
-                  path: str | os.PathLike[str] | None = None) -> "Figure":
+                  path: str | os.PathLike[str] | None = None, *, jobs: Sequence[Any] = ()) -> "Figure":
     """One panel per run: census categories stacked (MB, left axis), VRAM and RSS lines (GB, right).
 
     Args:
         df: From :func:`tbmem.analysis.load_scalars`.
         runs: Runs to draw (default: every run with ``Memory/*`` tags).
         path: Also save the figure there (the format follows the suffix, e.g. ``.png``).
+        jobs: :class:`tbmem.analysis.ranks.RankJob` objects drawn after the runs, one panel each: the
+            band of every rank's values per step (1,000 ranks do not fit as panels).
     """
     if runs is None:
         runs = sorted(df.loc[df["tag"].str.startswith("Memory/"), "run"].unique())
-    fig, axes = _figure(max(len(runs), 1))
+    fig, axes = _figure(max(len(runs) + len(jobs), 1))
     for ax, run in zip(axes, runs):
-        has_census = df[(df["run"] == run) & df["tag"].str.startswith(CATEGORY_PREFIX)].shape[0] > 0
-        if has_census:
-            plot_stacked(df, run, ax=ax)
-            ax.set_ylabel("census (MB)")
-            right = ax.twinx()
-        else:
-            right = ax
-        plot_lines(df, run, PROCESS_TAGS, ax=right, linewidth=1.5)
-        right.set_ylabel("process / allocator (GB)")
-        # From zero (a 1 MB wiggle of RSS must not look like a cliff), up to the highest point drawn:
-        # set_ylim(bottom=0) alone freezes an autoscaled top that can clip the lines.
-        tops = [max(line.get_ydata(), default=0) for line in right.get_lines()]
-        right.set_ylim(0, max(tops, default=0) * 1.08 or 1.0)
-        if right.get_lines():
-            right.legend(loc="upper right", fontsize="small")
-        ax.set_title(run)
-        ax.set_xlabel("step")
+        draw_run(df, run, ax)
+    if jobs:
+        from tbmem.analysis.ranks import plot_rank_job
+
+        for ax, job in zip(axes[len(runs):], jobs):
+            plot_rank_job(df, job, ax=ax)
     if path is not None:
         fig.savefig(os.fspath(path), dpi=110)
     return fig
+
+
+def draw_run(df: "pd.DataFrame", run: str, ax: "Axes") -> None:
+    """One run's panel: the census stacked (left axis) under the VRAM and RSS lines (right axis)."""
+    has_census = df[(df["run"] == run) & df["tag"].str.startswith(CATEGORY_PREFIX)].shape[0] > 0
+    if has_census:
+        plot_stacked(df, run, ax=ax)
+        ax.set_ylabel("census (MB)")
+        right = ax.twinx()
+    else:
+        right = ax
+    plot_lines(df, run, PROCESS_TAGS, ax=right, linewidth=1.5)
+    right.set_ylabel("process / allocator (GB)")
+    # From zero (a 1 MB wiggle of RSS must not look like a cliff), up to the highest point drawn:
+    # set_ylim(bottom=0) alone freezes an autoscaled top that can clip the lines.
+    tops = [max(line.get_ydata(), default=0) for line in right.get_lines()]
+    right.set_ylim(0, max(tops, default=0) * 1.08 or 1.0)
+    if right.get_lines():
+        right.legend(loc="upper right", fontsize="small")
+    ax.set_title(run)
+    ax.set_xlabel("step")

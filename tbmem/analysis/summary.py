@@ -51,6 +51,8 @@ class RunSummary:
         peak_reserved_gb: Highest ``vram_peak_reserved`` / ``vram_reserved``.
         peak_rss_gb: Highest ``process_peak_rss`` / ``process_rss``.
         peak_rss_step: Step of that peak.
+        peak_tree_rss_gb: Highest ``process_tree_rss`` (the process and its DataLoader workers).
+        max_tree_workers: Most processes below the training process at a record.
         max_fragmentation_percent: Highest ``fragmentation_percent``.
         census_peak_step: The census with the largest total (None without a census).
         census_peak_total_mb: That census's total.
@@ -58,6 +60,8 @@ class RunSummary:
         step_time_ms: ``mean``, ``median``, ``p95``, ``max`` of ``Perf/step_time_ms``.
         last_loss: Last value of each ``Loss/*`` tag.
         leaks: Flagged :class:`LeakFinding`\\ s, steepest first.
+        hints: Advice with numbers (:class:`tbmem.analysis.hints.Hint`); filled by
+            ``tbmem report`` and :func:`tbmem.analysis.hints.find_hints`, empty from :func:`summarize`.
 
     Example:
         >>> RunSummary(run="r", first_step=0, last_step=0, records=1).peak_rss_gb is None
@@ -73,6 +77,8 @@ class RunSummary:
     peak_reserved_gb: float | None = None
     peak_rss_gb: float | None = None
     peak_rss_step: int | None = None
+    peak_tree_rss_gb: float | None = None
+    max_tree_workers: int | None = None
     max_fragmentation_percent: float | None = None
     census_peak_step: int | None = None
     census_peak_total_mb: float | None = None
@@ -80,6 +86,7 @@ class RunSummary:
     step_time_ms: dict[str, float] | None = None
     last_loss: dict[str, float] = field(default_factory=dict)
     leaks: list[LeakFinding] = field(default_factory=list)
+    hints: list[Any] = field(default_factory=list)
 
     @property
     def has_leak(self) -> bool:
@@ -88,8 +95,9 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "leaks"}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("leaks", "hints")}
         out["leaks"] = [f.to_dict() for f in self.leaks]
+        out["hints"] = [h.to_dict() for h in self.hints]
         return out
 
 
@@ -137,6 +145,8 @@ def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> Ru
     alloc, alloc_step = _peak(series, ("Memory/vram_peak_allocated_GB", "Memory/vram_allocated_GB"))
     reserved, _ = _peak(series, ("Memory/vram_peak_reserved_GB", "Memory/vram_reserved_GB"))
     rss, rss_step = _peak(series, ("Memory/RAM/process_peak_rss_GB", "Memory/RAM/process_rss_GB"))
+    tree, _ = _peak(series, ("Memory/RAM/process_tree_rss_GB",))
+    workers, _ = _peak(series, ("Memory/RAM/process_tree_workers",))
     frag, _ = _peak(series, ("Memory/fragmentation_percent",))
     census_step, census_total, mix = _census(series)
     st = series.get("Perf/step_time_ms")
@@ -149,7 +159,8 @@ def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> Ru
     return RunSummary(
         run=run, first_step=int(memory_steps.min()), last_step=int(memory_steps.max()),
         records=int(memory_steps.nunique()), peak_allocated_gb=alloc, peak_allocated_step=alloc_step,
-        peak_reserved_gb=reserved, peak_rss_gb=rss, peak_rss_step=rss_step, max_fragmentation_percent=frag,
+        peak_reserved_gb=reserved, peak_rss_gb=rss, peak_rss_step=rss_step, peak_tree_rss_gb=tree,
+        max_tree_workers=None if workers is None else int(workers), max_fragmentation_percent=frag,
         census_peak_step=census_step, census_peak_total_mb=census_total, category_mb_at_peak=mix,
         step_time_ms=step_time, last_loss=losses, leaks=[f for f in leaks if f.run == run and f.flagged],
     )

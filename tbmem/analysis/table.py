@@ -37,6 +37,7 @@ def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, int]]:
         ("peak VRAM allocated (GB)", lambda s: s.peak_allocated_gb, 3),
         ("peak VRAM reserved (GB)", lambda s: s.peak_reserved_gb, 3),
         ("peak RAM RSS (GB)", lambda s: s.peak_rss_gb, 3),
+        ("peak process tree RSS (GB)", lambda s: s.peak_tree_rss_gb, 3),
         ("max fragmentation (%)", lambda s: s.max_fragmentation_percent, 1),
         ("census peak step", lambda s: None if s.census_peak_step is None else f"{s.census_peak_step}", 0),
         ("census total (MB)", lambda s: s.census_peak_total_mb, 2),

@@ -14,5 +14,6 @@ Example:
 from tbmem.probes.base import Probe
 from tbmem.probes.device import CudaProbe, NvmlProbe
 from tbmem.probes.host import HostProbe
+from tbmem.probes.process_tree import ProcessTreeProbe
 
-__all__ = ["Probe", "HostProbe", "CudaProbe", "NvmlProbe"]
+__all__ = ["Probe", "HostProbe", "CudaProbe", "NvmlProbe", "ProcessTreeProbe"]

@@ -136,7 +136,7 @@ class SnapshotManager:
                 rec.reset()
 
     # --- writing ------------------------------------------------------------------------
-    def _capture(self, step: int, kind: str) -> tuple[Snapshot | None, dict[str, Any] | None]:
+    def _capture(self, step: int, kind: str, stop: bool = True) -> tuple[Snapshot | None, dict[str, Any] | None]:
         rec = self._recorder
         if isinstance(rec, CudaRecorder) or (rec is None and tp.cuda_ready() and tp.has_memory_history()):
             cuda = rec if isinstance(rec, CudaRecorder) else CudaRecorder()
@@ -149,12 +149,12 @@ class SnapshotManager:
             rec = DispatchRecorder(models=lambda: w.watched_models if w is not None else (),
                                    optimizers=lambda: w.watched_optimizers if w is not None else ())
             rec._register_watched(category_from_role=True)
-        if rec.active and kind == "oom":
+        if rec.active and kind == "oom" and stop:
             rec.stop()
         return rec.snapshot(kind=kind, step=step, rank=self.rank), None
 
-    def _dump(self, step: int, kind: str, exc: BaseException | None = None) -> list[str]:
-        snap, raw = self._capture(step, kind)
+    def _dump(self, step: int, kind: str, exc: BaseException | None = None, stop: bool = True) -> list[str]:
+        snap, raw = self._capture(step, kind, stop)
         if snap is None:
             return []
         if exc is not None:
@@ -196,10 +196,20 @@ class SnapshotManager:
         w.add_text(FILES_TAG, "\n".join(lines), step)
 
     # --- failures -----------------------------------------------------------------------
-    def on_oom(self, step: int, exc: BaseException) -> list[str]:
-        """Write the out-of-memory snapshot (and its HTML); never raises. Returns the paths."""
+    def on_oom(self, step: int, exc: BaseException, *, stop_recording: bool = True) -> list[str]:
+        """Write the out-of-memory snapshot (and its HTML); never raises. Returns the paths.
+
+        ``stop_recording=False`` keeps the recorder running: another rank ran out of memory
+        and this call may come from tbmem's watcher thread (see tbmem.ranks.oom).
+        """
         if self._off or not self.config.on_oom:
             return []
+        if not stop_recording:
+            try:
+                return self._dump(step, "oom", exc, stop=False)
+            except Exception as err:  # noqa: BLE001 - never into training
+                report_once("snapshot:oom", "tbmem: could not write the out-of-memory snapshot", exc=err)
+                return []
         try:
             paths = self._dump(step, "oom", exc)
             if paths:
@@ -214,6 +224,16 @@ class SnapshotManager:
             except Exception as err:  # noqa: BLE001
                 report_once("snapshot:oom-stop", "tbmem: could not stop the snapshot recorder", exc=err)
             self._window_end = None
+
+    def snapshot_now(self, step: int, kind: str = "alert") -> list[str]:
+        """Write a snapshot now, off schedule (an alert's); never raises. Returns the paths."""
+        if self._off:
+            return []
+        try:
+            return self._dump(step, kind)
+        except Exception as err:  # noqa: BLE001 - monitoring must never break training
+            report_once("snapshot:now", "tbmem: could not write the requested snapshot", exc=err)
+            return []
 
     def _fail(self, key: str, message: str, exc: BaseException) -> None:
         report_once(key, message, exc=exc)

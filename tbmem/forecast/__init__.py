@@ -1,0 +1,46 @@
+"""Forecast a training step's peak memory at any batch size, and the largest batch that fits.
+
+:func:`fit` runs the step at a few small batch sizes, measures each step's peak of
+live tensor bytes (the snapshots' allocation recorder on every device, the caching
+allocator's peak on CUDA), splits it into what was alive before the step and what
+the step adds, and fits straight lines in the batch size through every aligned point
+of the step. See docs/forecast.md.
+
+Example:
+    >>> import torch
+    >>> from tbmem.forecast import fit
+    >>> net = torch.nn.Linear(8, 8)
+    >>> f = fit(lambda x: net(x).sum().backward(), lambda n: torch.ones(n, 8), batch_sizes=(2, 4, 8), model=net)
+    >>> f.peak_bytes(1000) > f.peak_bytes(10)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tbmem._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "fit": "tbmem.forecast.core",
+    "Forecast": "tbmem.forecast.core",
+    "FitQuality": "tbmem.forecast.core",
+    "ForecastError": "tbmem.forecast.probe",
+    "StepMeasurement": "tbmem.forecast.measure",
+    "measure_step": "tbmem.forecast.measure",
+    "Budget": "tbmem.forecast.budget",
+    "default_budget": "tbmem.forecast.budget",
+    "format_bytes": "tbmem.forecast.report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tbmem.forecast.budget import Budget, default_budget
+    from tbmem.forecast.core import FitQuality, Forecast, fit
+    from tbmem.forecast.probe import ForecastError
+    from tbmem.forecast.measure import StepMeasurement, measure_step
+    from tbmem.forecast.report import format_bytes
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

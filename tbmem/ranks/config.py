@@ -1,0 +1,89 @@
+"""Keyword-only settings of tbmem's behaviour under torch.distributed (:class:`RanksConfig`).
+
+Example:
+    >>> from tbmem.ranks import RanksConfig
+    >>> RanksConfig.from_mapping({"timeout_s": 60}).timeout_s
+    60.0
+    >>> RanksConfig(tags=("ram_rss", "no_such_reading"))
+    Traceback (most recent call last):
+    ...
+    ValueError: RanksConfig.tags: unknown reading 'no_such_reading'; readings are the keys of tbmem.tags.TAGS without {name}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["RanksConfig", "DEFAULT_RANK_TAGS"]
+
+#: Readings aggregated across ranks by default (keys of :data:`tbmem.tags.TAGS`).
+DEFAULT_RANK_TAGS = ("ram_rss", "ram_tree_rss", "vram_allocated", "vram_reserved", "vram_peak_allocated",
+                     "vram_peak_reserved", "step_time")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RanksConfig:
+    """What a :class:`tbmem.MemoryWriter` does when the job has more than one rank.
+
+    The job has more than one rank when ``torch.distributed`` is initialised with a
+    world size above 1, or, before the process group exists, when torchrun's
+    ``RANK`` and ``WORLD_SIZE`` say so. A single-process run ignores all of this.
+
+    Attributes:
+        enabled: False: behave as a single process (every rank writes ``log_dir`` itself;
+            no aggregates, no out-of-memory signal). Set it alike on every rank.
+        subfolder: Each rank writes its run to ``<log_dir>/rank<r>``.
+        aggregate: Rank 0 writes ``Ranks/<tag>/max|min|mean|argmax`` at every step
+            divisible by ``every``, from one gather per record over a gloo group of its own.
+        tags: Readings aggregated (keys of :data:`tbmem.tags.TAGS`).
+        timeout_s: Longest wait for a record's collective when ranks are out of step (a rank
+            called ``log_memory`` with other steps, or stopped): then aggregation is switched
+            off on that rank and training goes on. Also the gloo group's own timeout.
+        oom_wait_s: How long a rank that ran out of memory waits for the other ranks to
+            write their snapshots before the error goes on to the user (0: no wait).
+    """
+
+    enabled: bool = True
+    subfolder: bool = True
+    aggregate: bool = True
+    tags: tuple[str, ...] = DEFAULT_RANK_TAGS
+    timeout_s: float = 300.0
+    oom_wait_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        for attr in ("enabled", "subfolder", "aggregate"):
+            if not isinstance(getattr(self, attr), bool):
+                raise ValueError(f"{name}.{attr} must be true or false, got {getattr(self, attr)!r}")
+        tags = self.tags
+        if isinstance(tags, (str, bytes)) or not hasattr(tags, "__iter__"):
+            raise ValueError(f"{name}.tags must be a list of reading keys, got {tags!r}")
+        from tbmem.tags import TAGS
+
+        tags = tuple(dict.fromkeys(tags))
+        for key in tags:
+            if key not in TAGS or "{name}" in TAGS[key].tag:
+                raise ValueError(f"{name}.tags: unknown reading {key!r}; readings are the keys of "
+                                 "tbmem.tags.TAGS without {name}")
+        object.__setattr__(self, "tags", tags)
+        for attr, low in (("timeout_s", 1.0), ("oom_wait_s", 0.0)):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < low:
+                raise ValueError(f"{name}.{attr} must be a number of seconds >= {low:g}, got {value!r}")
+            object.__setattr__(self, attr, float(value))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "RanksConfig":
+        """Build from a plain mapping (a Hydra/OmegaConf node), naming any unknown key."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}")
+        data = dict(values)
+        if "tags" in data and not isinstance(data["tags"], (str, bytes)) and data["tags"] is not None:
+            data["tags"] = tuple(data["tags"])
+        return cls(**data)
