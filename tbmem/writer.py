@@ -324,6 +324,7 @@ class MemoryWriter:
 
         def run() -> None:
             from tbmem.census import take_census
+            from tbmem.plugin.census_log import append_census
 
             census = take_census(
                 models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),
@@ -331,6 +332,7 @@ class MemoryWriter:
             )
             self.write_scalars(census.scalars(), step)
             self._writer.add_text(_CENSUS_TEXT_TAG, census.to_markdown(), step)
+            append_census(self.log_dir, step, census)  # every census, exact, for the Memory tab
 
         if not self._guard_call("census", run):
             self._census_on = False

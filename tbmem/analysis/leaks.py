@@ -29,7 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from tbmem.analysis.trend import theil_sen
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["LeakFinding", "detect_leaks", "leak_tag_kind", "EXACT_TAGS", "NOISY_TAGS",
+__all__ = ["LeakFinding", "detect_leaks", "detect_leaks_in_series", "leak_tag_kind", "EXACT_TAGS", "NOISY_TAGS",
            "DEFAULT_THRESHOLD_MB_PER_1K", "DEFAULT_NOISY_THRESHOLD_MB_PER_1K"]
 
 #: Exact tensor bytes: a clean loop's values are flat, so a small threshold is safe.
@@ -197,31 +197,65 @@ def detect_leaks(
     Raises:
         ValueError: a parameter is out of range (the message names it).
     """
-    if not 0.0 <= skip_fraction < 1.0:
-        raise ValueError(f"skip_fraction must be in [0, 1), got {skip_fraction!r}")
-    if min_points < 3:
-        raise ValueError(f"min_points must be >= 3, got {min_points!r}")
-    for name, value in (("threshold_mb_per_1k", threshold_mb_per_1k),
-                        ("noisy_threshold_mb_per_1k", noisy_threshold_mb_per_1k)):
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
+    _check_options(skip_fraction, min_points, threshold_mb_per_1k, noisy_threshold_mb_per_1k)
     if isinstance(data, (str, os.PathLike)):
         from tbmem.analysis.load import load_scalars
 
         data = load_scalars(data)
     df = data if runs is None else data[data["run"].isin(list(runs))]
     findings: list[LeakFinding] = []
-    for (run, tag), group in df.groupby(["run", "tag"], sort=True):
-        kind = leak_tag_kind(str(tag))
-        if kind is None:
-            continue
-        group = group.sort_values("step")
-        threshold = threshold_mb_per_1k if kind == "exact" else noisy_threshold_mb_per_1k
-        finding = _fit(str(run), str(tag), kind, group["step"].to_numpy(), group["value"].to_numpy(float),
-                       threshold=threshold, skip_fraction=skip_fraction, min_points=min_points,
-                       confidence=confidence)
-        if finding is not None and (finding.flagged or include_clean):
-            findings.append(finding)
+    for run, group in df.groupby("run", sort=True):
+        series = {str(tag): (g["step"].to_numpy(), g["value"].to_numpy(float))
+                  for tag, g in group.groupby("tag", sort=False)}
+        findings += detect_leaks_in_series(
+            str(run), series, threshold_mb_per_1k=threshold_mb_per_1k,
+            noisy_threshold_mb_per_1k=noisy_threshold_mb_per_1k, skip_fraction=skip_fraction,
+            min_points=min_points, confidence=confidence, include_clean=include_clean)
     findings.sort(key=lambda f: (f.run, not f.flagged, -f.slope_mb_per_1k))
     return findings
+
+
+def detect_leaks_in_series(
+    run: str,
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    threshold_mb_per_1k: float = DEFAULT_THRESHOLD_MB_PER_1K,
+    noisy_threshold_mb_per_1k: float = DEFAULT_NOISY_THRESHOLD_MB_PER_1K,
+    skip_fraction: float = 0.25,
+    min_points: int = 4,
+    confidence: float = 0.95,
+    include_clean: bool = False,
+) -> list[LeakFinding]:
+    """:func:`detect_leaks` for one run given as ``{tag: (steps, values)}`` arrays; needs no pandas.
+
+    The TensorBoard plugin uses it on the scalars TensorBoard's data provider holds.
+    Returns the findings flagged first, then by steepest slope.
+    """
+    _check_options(skip_fraction, min_points, threshold_mb_per_1k, noisy_threshold_mb_per_1k)
+    findings: list[LeakFinding] = []
+    for tag in sorted(series):
+        kind = leak_tag_kind(tag)
+        if kind is None:
+            continue
+        steps, values = (np.asarray(a) for a in series[tag])
+        if len(steps) == 0:
+            continue
+        order = np.argsort(steps, kind="stable")
+        threshold = threshold_mb_per_1k if kind == "exact" else noisy_threshold_mb_per_1k
+        finding = _fit(run, tag, kind, steps[order], values[order].astype(float), threshold=threshold,
+                       skip_fraction=skip_fraction, min_points=min_points, confidence=confidence)
+        if finding is not None and (finding.flagged or include_clean):
+            findings.append(finding)
+    findings.sort(key=lambda f: (not f.flagged, -f.slope_mb_per_1k))
+    return findings
+
+
+def _check_options(skip_fraction: float, min_points: int, threshold: float, noisy_threshold: float) -> None:
+    if not 0.0 <= skip_fraction < 1.0:
+        raise ValueError(f"skip_fraction must be in [0, 1), got {skip_fraction!r}")
+    if min_points < 3:
+        raise ValueError(f"min_points must be >= 3, got {min_points!r}")
+    for name, value in (("threshold_mb_per_1k", threshold), ("noisy_threshold_mb_per_1k", noisy_threshold)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
 

@@ -1,0 +1,168 @@
+"""What the Memory tab draws and shows: the census stacked over steps, reading lines, a step's record.
+
+All memory values leave the server in bytes (tbmem's tags are in binary MB and GB), so the
+page formats every number the same way.
+
+Example:
+    >>> from tbmem.plugin.charts import tag_unit, breakdown_tags
+    >>> tag_unit("Memory/RAM/process_rss_GB"), tag_unit("Memory/Tensor_DType/float32_MB")
+    ('GB', 'MB')
+    >>> breakdown_tags(["Memory/Tensor_Category/parameters_MB", "Memory/RAM/process_rss_GB"], "category")
+    {'Memory/Tensor_Category/parameters_MB': 'parameters'}
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from tbmem.plugin.series import Series, align, minmax_indices
+from tbmem.tags import TAGS
+
+__all__ = ["BREAKDOWNS", "LINE_GROUPS", "tag_unit", "to_bytes", "breakdown_tags", "census_tags",
+           "overview", "record_at", "census_from_scalars", "nearest"]
+
+#: Breakdown name -> the tag-table key of its templated tag.
+BREAKDOWNS = {"category": "census_category", "dtype": "census_dtype", "device": "census_device",
+              "module": "census_module"}
+#: The census's category order (tbmem.census.CATEGORIES; importing it would import torch).
+_CATEGORY_ORDER = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other",
+                   "unattributed")
+#: Reading lines drawn over the stack: device memory when the run has it, else host memory.
+LINE_GROUPS = {
+    "device": (("vram_allocated", "VRAM allocated"), ("vram_reserved", "VRAM reserved"),
+               ("vram_peak_allocated", "VRAM peak allocated")),
+    "host": (("ram_rss", "RSS"), ("ram_peak_rss", "peak RSS")),
+}
+_UNIT_BYTES = {"GB": float(2**30), "MB": float(2**20)}
+_CENSUS_PREFIXES = ("Memory/Tensor_Category/", "Memory/Tensor_DType/", "Memory/Tensor_Device/",
+                    "Memory/Tensor_Module/", "Memory/Tensor_Census/", "Memory/Large_Tensors/")
+_TEMPLATES = [(re.compile("^" + re.escape(t.tag).replace(r"\{name\}", ".+") + "$"), t.unit)
+              for t in TAGS.values()]
+
+
+def tag_unit(tag: str) -> str:
+    """The unit of a tag, from tbmem's tag table or else its ``_GB``/``_MB``/``_ms`` suffix."""
+    for pattern, unit in _TEMPLATES:
+        if pattern.match(tag):
+            return unit
+    m = re.search(r"_(GB|MB|ms|s|percent)$", tag)
+    return {"percent": "%"}.get(m.group(1), m.group(1)) if m else ""
+
+
+def to_bytes(tag: str, values: Any) -> Any:
+    """Values of a GB or MB tag in bytes (other units unchanged)."""
+    return values * _UNIT_BYTES.get(tag_unit(tag), 1.0)
+
+
+def breakdown_tags(tags: Iterable[str], breakdown: str) -> dict[str, str]:
+    """tag -> name (``parameters``, ``float32``, ...) of the census tags of one breakdown."""
+    prefix, _, suffix = TAGS[BREAKDOWNS[breakdown]].tag.partition("{name}")
+    out = {t: t[len(prefix):-len(suffix)] for t in tags if t.startswith(prefix) and t.endswith(suffix)}
+    if breakdown == "category":
+        order = {c: i for i, c in enumerate(_CATEGORY_ORDER)}
+        return dict(sorted(out.items(), key=lambda kv: (order.get(kv[1], len(order)), kv[1])))
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def census_tags(tags: Iterable[str]) -> list[str]:
+    """The tags a census writes."""
+    return [t for t in tags if t.startswith(_CENSUS_PREFIXES)]
+
+
+def nearest(steps: np.ndarray, step: int) -> int | None:
+    """The element of sorted ``steps`` closest to ``step`` (the earlier one on a tie)."""
+    if len(steps) == 0:
+        return None
+    i = int(np.searchsorted(steps, step))
+    cands = [steps[j] for j in (i - 1, i) if 0 <= j < len(steps)]
+    return int(min(cands, key=lambda s: (abs(int(s) - step), s)))
+
+
+def _census_matrix(series: Mapping[str, Series], names: Mapping[str, str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    steps = np.unique(np.concatenate([series[t].steps for t in names])) if names else np.zeros(0, np.int64)
+    cols = {}
+    for tag in names:
+        col = np.zeros(len(steps))  # a dtype/device/module absent from a census held 0 bytes there
+        s = series[tag]
+        col[np.searchsorted(steps, s.steps)] = to_bytes(tag, s.values)
+        cols[tag] = col
+    return steps, cols
+
+
+def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
+             all_tags: Iterable[str]) -> dict[str, Any]:
+    """The chart: the breakdown's census stacked, the reading lines, thinned to ``points`` buckets."""
+    all_tags = list(all_tags)
+    names = breakdown_tags([t for t in series], breakdown)
+    census_steps, cols = _census_matrix(series, names)
+    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if len(census_steps):
+        total = np.sum(list(cols.values()), axis=0)
+        keep = minmax_indices(census_steps, total, points)
+        for tag, col in cols.items():
+            columns[tag] = (census_steps[keep], col[keep])
+    lines: dict[str, list[dict[str, str]]] = {}
+    drawn: dict[str, int] = {}
+    for group, members in LINE_GROUPS.items():
+        for key, label in members:
+            tag = TAGS[key].tag
+            s = series.get(tag)
+            if s is None or not len(s.steps):
+                continue
+            keep = minmax_indices(s.steps, s.values, points)
+            columns[tag] = (s.steps[keep], to_bytes(tag, s.values[keep]))
+            lines.setdefault(group, []).append({"tag": tag, "label": label})
+            drawn[tag] = len(s.steps)
+    x, aligned = align(columns)
+    return {
+        "breakdown": breakdown,
+        "breakdowns": {b: bool(breakdown_tags(all_tags, b)) for b in BREAKDOWNS},
+        "x": x,
+        "stack": [{"tag": t, "label": n} for t, n in names.items()],
+        "lines": lines,
+        "columns": aligned,
+        "census_steps": census_steps.tolist(),
+        "records": drawn,
+    }
+
+
+def record_at(series: Mapping[str, Series], step: int) -> dict[str, Any] | None:
+    """The readings (non-census tags) of the record nearest to ``step``, exact."""
+    readings = {t: s for t, s in series.items() if t not in set(census_tags(series))}
+    if not readings:
+        return None
+    steps = np.unique(np.concatenate([s.steps for s in readings.values()]))
+    at = nearest(steps, step)
+    if at is None:
+        return None
+    rows = []
+    for tag in sorted(readings):
+        v = readings[tag].at(at)
+        if v is not None:
+            unit = tag_unit(tag)
+            rows.append({"tag": tag, "value": v, "unit": unit,
+                         "bytes": float(to_bytes(tag, v)) if unit in _UNIT_BYTES else None})
+    return {"step": at, "readings": rows}
+
+
+def census_from_scalars(series: Mapping[str, Series], step: int) -> dict[str, Any]:
+    """A census's tables from its scalars at ``step`` (MB as float32: bytes are approximate)."""
+    out: dict[str, Any] = {"step": step, "source": "scalars", "approx": True}
+    for b in BREAKDOWNS:
+        table = {}
+        for tag, name in breakdown_tags(series, b).items():
+            v = series[tag].at(step)
+            if v is not None:
+                table[name] = float(to_bytes(tag, v))
+        out[f"by_{b}"] = table
+    unattributed = out["by_category"].pop("unattributed", None)
+    out["unattributed_bytes"] = unattributed
+    for key, name in (("census_total", "total_bytes"), ("large_total", "large_total_bytes"),
+                      ("large_count", "large_count"), ("census_duration", "duration_ms")):
+        tag = TAGS[key].tag
+        v = series[tag].at(step) if tag in series else None
+        out[name] = None if v is None else float(to_bytes(tag, v))
+    return out

@@ -1,0 +1,101 @@
+"""Where a run's side files are, and the one check every file read passes: inside the logdir.
+
+Clients name runs (as TensorBoard lists them) and opaque snapshot ids, never paths.
+The server maps a run to its directory itself: through TensorBoard's multiplexer
+(``--load_fast=false``, the only loader that takes ``--logdir_spec``), or as the run
+name below ``--logdir`` (the Rust data server names runs by their relative path).
+Every path is then resolved with ``os.path.realpath`` and must lie inside one of the
+roots TensorBoard was started with; a symlink pointing outside is refused.
+
+Example:
+    >>> import os, tempfile
+    >>> from tbmem.plugin.paths import inside
+    >>> root = os.path.realpath(tempfile.mkdtemp())
+    >>> inside(os.path.join(root, "a", "..", "b"), root), inside("/etc/passwd", root)
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+__all__ = ["inside", "resolve_inside", "spec_paths", "RunDirs"]
+
+_URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://")
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether ``realpath(path)`` is ``root`` or below it (``root`` already a realpath)."""
+    real = os.path.realpath(path)
+    try:
+        return os.path.commonpath([real, root]) == root
+    except ValueError:  # different drives on Windows
+        return False
+
+
+def resolve_inside(path: str, roots: list[str]) -> tuple[str, str] | None:
+    """(realpath, root) for the first root that holds ``path``; None when none does."""
+    real = os.path.realpath(path)
+    for root in roots:
+        if inside(real, root):
+            return real, root
+    return None
+
+
+def spec_paths(logdir_spec: str) -> list[str]:
+    """The directories of a ``--logdir_spec`` (``name:/path,/other``), as TensorBoard splits it."""
+    paths = []
+    for spec in (logdir_spec or "").split(","):
+        if not spec:
+            continue
+        if not _URI.match(spec) and ":" in spec and spec[0] != "/" and not os.path.splitdrive(spec)[0]:
+            spec = spec.partition(":")[2]  # "name:path" (a Windows drive or a URI is a path)
+        paths.append(spec)
+    return paths
+
+
+class RunDirs:
+    """Maps TensorBoard run names to local run directories inside the logdir.
+
+    Args:
+        context: The plugin's ``TBContext`` (``logdir``, ``flags``, ``multiplexer``).
+
+    Example:
+        >>> import os, tempfile
+        >>> from types import SimpleNamespace
+        >>> logdir = os.path.realpath(tempfile.mkdtemp())
+        >>> os.makedirs(f"{logdir}/exp/rank0")
+        >>> dirs = RunDirs(SimpleNamespace(logdir=logdir, flags=None, multiplexer=None))
+        >>> dirs.run_dir("exp/rank0")[0] == f"{logdir}/exp/rank0", dirs.run_dir("../etc")
+        (True, None)
+    """
+
+    def __init__(self, context: Any) -> None:
+        flags = getattr(context, "flags", None)
+        self._logdir = context.logdir or getattr(flags, "logdir", "") or ""
+        spec = getattr(flags, "logdir_spec", "") or ""
+        raw = [self._logdir] if self._logdir else spec_paths(spec)
+        self.roots = [os.path.realpath(os.path.expanduser(p)) for p in raw if p and not _URI.match(p)]
+        self._multiplexer = getattr(context, "multiplexer", None)
+
+    def run_dir(self, run: str) -> tuple[str, str] | None:
+        """(run directory realpath, its root) for a run TensorBoard lists; None if not local or outside."""
+        path = None
+        if self._multiplexer is not None:
+            try:
+                path = self._multiplexer.RunPaths().get(run)
+            except Exception:  # noqa: BLE001 - a foreign multiplexer: fall back to the logdir join
+                path = None
+        if path is None and self._logdir:
+            parts = run.split("/")
+            if any(p in ("", "..") for p in parts) or os.path.isabs(run):
+                return None  # run names never contain these; refuse rather than join
+            path = self._logdir if run == "." else os.path.join(os.path.expanduser(self._logdir), *parts)
+        if path is None or _URI.match(str(path)):
+            return None
+        found = resolve_inside(str(path), self.roots)
+        if found is None or not os.path.isdir(found[0]):
+            return None
+        return found

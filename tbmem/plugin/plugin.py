@@ -1,0 +1,292 @@
+"""The ``tbmem`` TensorBoard plugin: the Memory tab and its routes under ``data/plugin/tbmem/``.
+
+Routes (all GET; JSON unless said otherwise):
+
+* ``runs``: every run, grouped by experiment with ranks together, and whether it has memory tags.
+* ``overview?run=R&breakdown=category|dtype|device|module&points=N``: the chart.
+* ``at?run=R&step=S``: the record nearest to S (exact readings) and the census nearest to S.
+* ``snapshots?run=R``: the run's snapshots, each with an opaque ``id``.
+* ``snapshot?run=R&id=ID``: the offline viewer page of one snapshot (HTML).
+* ``findings?run=R``: leak findings and the ``tbmem report`` summary.
+* ``ranks?group=G``: per-rank peaks of a multi-rank group.
+* ``index.js`` and ``static/*``: the page and the vendored uPlot.
+
+The client names runs and ids, never paths (see :mod:`tbmem.plugin.paths`). This module
+imports only the standard library, numpy, tensorboard, werkzeug and torch-free parts of
+tbmem; pandas is imported only for the run summary, on request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from typing import Any, Callable
+
+import numpy as np
+from tensorboard import errors
+from tensorboard import plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tbmem.plugin import charts
+from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
+from tbmem.plugin.paths import RunDirs
+from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
+from tbmem.plugin.series import ScalarCache
+from tbmem.plugin.snapshots import SnapshotError, SnapshotPages, find_snapshots
+from tbmem.tags import TAGS
+
+__all__ = ["MemoryPlugin", "PLUGIN_NAME"]
+
+PLUGIN_NAME = "tbmem"
+_STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+# route -> (file under static/, content type); nothing else is ever read from disk for a static route
+_ASSETS = {
+    "/index.js": ("index.js", "text/javascript"),
+    "/static/style.css": ("style.css", "text/css"),
+    "/static/uPlot.iife.min.js": ("vendor/uplot/uPlot.iife.min.js", "text/javascript"),
+    "/static/uPlot.min.css": ("vendor/uplot/uPlot.min.css", "text/css"),
+}
+_INLINE_SCRIPT = re.compile(r"<script(?![^>]*\btype=\"application/json\")[^>]*>(.*?)</script>", re.S)
+_TEXT_TAG = "Memory/Large_Tensors/top_k"
+
+
+def _json(request: Any, obj: Any, code: int = 200) -> Any:
+    # serialised here: TensorBoard's Respond would walk every value first (json_util.Cleanse). The large
+    # documents hold no NaN or infinity (None already); a reading can (a diverged loss): then walk once.
+    try:
+        text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(finite(obj), separators=(",", ":"), allow_nan=False)
+    return http_util.Respond(request, text, "application/json", code=code)
+
+
+def _int_arg(request: Any, name: str, default: int | None = None, lo: int = -(2**62), hi: int = 2**62) -> int:
+    raw = request.args.get(name)
+    if raw is None and default is not None:
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(f"{name} must be an integer") from None
+    return min(max(value, lo), hi)
+
+
+class MemoryPlugin(base_plugin.TBPlugin):
+    """The Memory tab. Constructed by TensorBoard through :class:`tbmem.plugin.loader.MemoryPluginLoader`.
+
+    Args:
+        context: TensorBoard's ``TBContext``: its ``data_provider`` serves the scalars and texts,
+            its ``logdir`` (or ``flags.logdir_spec``) bounds every side file read.
+
+    Example:
+        >>> import tempfile
+        >>> from tensorboard.plugins import base_plugin
+        >>> plugin = MemoryPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
+        >>> plugin.frontend_metadata().tab_name, sorted(plugin.get_plugin_apps())[:3]
+        ('Memory', ['/at', '/findings', '/index.js'])
+    """
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._provider = context.data_provider
+        self._multiplexer = context.multiplexer
+        self._dirs = RunDirs(context)
+        self._cache = ScalarCache(self._provider)
+        self._census = CensusLog()
+        self._pages = SnapshotPages()
+        self._active = False
+
+    # --- TBPlugin -----------------------------------------------------------------------
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Memory")
+
+    def is_active(self) -> bool:
+        """Whether any run has a ``Memory/`` tag; once true it stays true (data is never unlogged)."""
+        if not self._active:
+            self._active = self._has_memory_tags()
+        return self._active
+
+    def _has_memory_tags(self) -> bool:
+        if self._multiplexer is not None:  # a dict walk, no event traversal
+            meta = self._multiplexer.AllSummaryMetadata()
+            return any(t.startswith("Memory/") for tags in meta.values() for t in tags)
+        if self._provider is None:
+            return False
+        from tensorboard import context as tb_context
+
+        listing = self._cache.listing(tb_context.RequestContext(), "")
+        return any(t.startswith("Memory/") for tags in listing.values() for t in tags)
+
+    def get_plugin_apps(self) -> dict[str, Callable]:
+        apps: dict[str, Callable] = {route: self._asset_app(route) for route in _ASSETS}
+        apps.update({"/runs": self._serve_runs, "/overview": self._serve_overview, "/at": self._serve_at,
+                     "/snapshots": self._serve_snapshots, "/snapshot": self._serve_snapshot,
+                     "/findings": self._serve_findings, "/ranks": self._serve_ranks})
+        return apps
+
+    # --- helpers --------------------------------------------------------------------------
+    def _asset_app(self, route: str) -> Callable:
+        name, content_type = _ASSETS[route]
+
+        @wrappers.Request.application
+        def serve(request: Any) -> Any:
+            with open(os.path.join(_STATIC, name), "rb") as fh:
+                return http_util.Respond(request, fh.read(), content_type)
+
+        return serve
+
+    @staticmethod
+    def _ids(request: Any) -> tuple[Any, str]:
+        return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
+
+    def _run_names(self, ctx: Any, eid: str) -> list[str]:
+        return sorted(r.run_name for r in self._provider.list_runs(ctx, experiment_id=eid))
+
+    def _run(self, request: Any) -> tuple[Any, str, str]:
+        """(ctx, eid, run) for the ``run`` argument; 404 unless TensorBoard lists that run."""
+        ctx, eid = self._ids(request)
+        run = request.args.get("run")
+        if not run or run not in self._run_names(ctx, eid):
+            raise errors.NotFoundError("unknown run")
+        return ctx, eid, run
+
+    def _series(self, ctx: Any, eid: str, run: str, want: Callable[[str], bool]) -> tuple[dict, list[str]]:
+        listing = self._cache.listing(ctx, eid, [run]).get(run, {})
+        tags = [t for t in listing if want(t)]
+        return self._cache.get(ctx, eid, run, tags, listing=listing), list(listing)
+
+    def _snapshots(self, run: str) -> list:
+        found = self._dirs.run_dir(run)
+        return [] if found is None else find_snapshots(*found)
+
+    # --- routes ---------------------------------------------------------------------------
+    @wrappers.Request.application
+    def _serve_runs(self, request: Any) -> Any:
+        ctx, eid = self._ids(request)
+        names = self._run_names(ctx, eid)
+        listing = self._cache.listing(ctx, eid)
+        memory = {r for r, tags in listing.items() if any(t.startswith("Memory/") for t in tags)}
+        groups = group_runs(names)
+        for g in groups:
+            for m in g["members"]:
+                m["memory"] = m["run"] in memory
+            g["memory"] = any(m["memory"] for m in g["members"])
+        return _json(request, {"groups": groups})
+
+    @wrappers.Request.application
+    def _serve_overview(self, request: Any) -> Any:
+        ctx, eid, run = self._run(request)
+        breakdown = request.args.get("breakdown", "category")
+        if breakdown not in charts.BREAKDOWNS:
+            raise errors.InvalidArgumentError(f"breakdown must be one of {', '.join(charts.BREAKDOWNS)}")
+        points = _int_arg(request, "points", 1000, lo=50, hi=10_000)
+        lines = {TAGS[k].tag for group in charts.LINE_GROUPS.values() for k, _ in group}
+        ooms = TAGS["vram_ooms"].tag
+        listing = self._cache.listing(ctx, eid, [run]).get(run, {})
+        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)]
+        # quick=1: a series longer than a few points per pixel is first drawn from a sample the data
+        # provider draws (milliseconds on the Rust server); the page then asks for the exact view. The
+        # Python loader converts every record before sampling, so there a sample would cost a second read.
+        quick = request.args.get("quick") == "1" and self._multiplexer is None
+        series, sampled = self._cache.get_sampled(ctx, eid, run, tags, listing=listing,
+                                                  sample=8 * points if quick else None)
+        doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing))
+        doc["sampled"] = sorted(sampled)
+        marks = []
+        for e in self._snapshots(run):
+            if e.step is not None:
+                marks.append({"step": e.step, "kind": "oom" if e.kind == "oom" else "snapshot",
+                              "id": e.id, "label": f"{e.kind} {e.name}"})
+        if ooms in series:  # the allocator's OOM counter went up in this record
+            s = series[ooms]
+            for i in range(1, len(s.values)):
+                if s.values[i] > s.values[i - 1]:
+                    marks.append({"step": int(s.steps[i]), "kind": "oom", "id": None,
+                                  "label": f"out of memory (allocator count {s.values[i]:g})"})
+        doc.update(run=run, marks=marks)
+        return _json(request, doc)
+
+    @wrappers.Request.application
+    def _serve_at(self, request: Any) -> Any:
+        ctx, eid, run = self._run(request)
+        step = _int_arg(request, "step")
+        series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
+        found = self._dirs.run_dir(run)
+        side = self._census.read(census_log_path(found[0])) if found else {}
+        census_steps = set(side)
+        for tag in charts.census_tags(series):
+            census_steps.update(int(s) for s in series[tag].steps)
+        at = charts.nearest(np.array(sorted(census_steps), dtype=np.int64), step)
+        census = None
+        if at is not None:
+            if at in side:
+                census = dict(side[at], source="census.jsonl", approx=False)
+            else:
+                census = charts.census_from_scalars(series, at)
+                census["top"] = self._text_top(ctx, eid, run, at)
+        return _json(request, {"run": run, "step": step, "record": charts.record_at(series, step),
+                               "census": census})
+
+    def _text_top(self, ctx: Any, eid: str, run: str, step: int) -> list | None:
+        """The top-K rows of the census's markdown text at ``step``, if TensorBoard kept it."""
+        from tensorboard.data import provider as tbp
+
+        listing = self._provider.list_tensors(ctx, experiment_id=eid, plugin_name="text",
+                                              run_tag_filter=tbp.RunTagFilter(runs=[run])).get(run, {})
+        tags = [t for t in listing if t.startswith(_TEXT_TAG)]
+        if not tags:
+            return None
+        data = self._provider.read_tensors(ctx, experiment_id=eid, plugin_name="text", downsample=1 << 40,
+                                           run_tag_filter=tbp.RunTagFilter(runs=[run], tags=tags[:1]))
+        for datum in data.get(run, {}).get(tags[0], []):
+            if datum.step == step:
+                raw = datum.numpy.reshape(-1)[0] if datum.numpy.size else b""
+                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                return parse_census_markdown(text)
+        return None
+
+    @wrappers.Request.application
+    def _serve_snapshots(self, request: Any) -> Any:
+        _, _, run = self._run(request)
+        return _json(request, [e.to_json() for e in self._snapshots(run)])
+
+    @wrappers.Request.application
+    def _serve_snapshot(self, request: Any) -> Any:
+        _, _, run = self._run(request)
+        sid = request.args.get("id", "")
+        entry = next((e for e in self._snapshots(run) if e.id == sid), None) if sid else None
+        if entry is None:
+            raise errors.NotFoundError("unknown snapshot id")
+        try:
+            html = self._pages.page(entry)
+        except SnapshotError as exc:
+            return _json(request, {"error": str(exc)}, code=exc.status)
+        hashes = [base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii")
+                  for body in _INLINE_SCRIPT.findall(html)]
+        return http_util.Respond(request, html, "text/html", csp_scripts_sha256s=hashes)
+
+    @wrappers.Request.application
+    def _serve_findings(self, request: Any) -> Any:
+        ctx, eid, run = self._run(request)
+        series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
+        return _json(request, dict(findings(run, series), run=run))
+
+    @wrappers.Request.application
+    def _serve_ranks(self, request: Any) -> Any:
+        ctx, eid = self._ids(request)
+        group = request.args.get("group")
+        members = [r for r in self._run_names(ctx, eid) if split_rank(r)[0] == group]
+        if not group or not members:
+            raise errors.NotFoundError("unknown group")
+        wanted = {t for tags in PEAK_TAGS.values() for t in tags}
+        listing = self._cache.listing(ctx, eid, members)
+        per_run = {r: self._cache.get(ctx, eid, r, [t for t in listing.get(r, {}) if t in wanted],
+                                      listing=listing.get(r, {})) for r in members}
+        return _json(request, {"group": group, "ranks": rank_peaks(per_run)})

@@ -1,0 +1,430 @@
+// tbmem's Memory tab. TensorBoard loads this ES module in the plugin's iframe (base URL
+// data/plugin/tbmem/) and calls render(). Every request goes to this plugin's own routes;
+// charts are uPlot's (vendored, static/uPlot.iife.min.js). Strings from the logdir are only
+// ever set as textContent.
+
+const CATEGORY_COLORS = {
+  parameters: '#4e79a7', gradients: '#f28e2b', optimizer_state: '#e15759', buffers: '#76b7b2',
+  activations: '#59a14f', other: '#edc948', unattributed: '#bab0ac',
+};
+const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
+  '#ff9da7', '#9c755f', '#bab0ac', '#86bcb6', '#d37295'];
+const LINE_COLORS = ['#222222', '#7b3294', '#c51b7d'];
+// tick steps of the byte axes: 1, 2, 5, 10, ... times B, KiB, MiB, GiB, TiB (round binary labels)
+const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
+
+const state = {
+  groups: [], group: null, run: null, breakdown: 'category', lines: null,
+  overview: null, plot: null, step: null, snapshots: [],
+};
+
+// --- small helpers ------------------------------------------------------------------------
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'text') node.textContent = v;
+    else if (k === 'class') node.className = v;
+    else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) if (c != null) node.append(c);
+  return node;
+}
+
+function fmtBytes(n) {
+  if (n == null || !isFinite(n)) return '–';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  let v = Math.abs(n);
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  const s = (n < 0 ? '-' : '') + (i === 0 ? v.toFixed(0) : v.toFixed(v >= 100 ? 1 : 2));
+  return `${s} ${units[i]}`;
+}
+
+function fmtValue(row) {
+  if (row.bytes != null) return fmtBytes(row.bytes);
+  const v = row.value;
+  const s = Math.abs(v) >= 1000 || Number.isInteger(v) ? String(Math.round(v * 100) / 100) : v.toPrecision(4);
+  return row.unit ? `${s} ${row.unit}` : s;
+}
+
+async function api(route, params = {}) {
+  const response = await fetch(`${route}?${new URLSearchParams(params)}`);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) throw new Error((body && body.error) || `${route}: HTTP ${response.status}`);
+  return body;
+}
+
+function status(text) { document.getElementById('status').textContent = text; }
+
+function loadScript(src) {
+  return new Promise((resolve, reject) => {
+    const s = el('script', { src });
+    s.addEventListener('load', resolve);
+    s.addEventListener('error', () => reject(new Error(`could not load ${src}`)));
+    document.head.append(s);
+  });
+}
+
+function table(headers, rows, cls) {
+  const t = el('table', { class: cls || '' });
+  t.append(el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', { text: h })))));
+  const body = el('tbody');
+  for (const r of rows) body.append(el('tr', {}, ...r.map((c) => (c instanceof Node ? el('td', {}, c) : el('td', { text: c ?? '–' })))));
+  t.append(body);
+  return t;
+}
+
+// --- layout -------------------------------------------------------------------------------
+function layout() {
+  document.head.append(el('link', { rel: 'stylesheet', href: 'static/uPlot.min.css' }),
+    el('link', { rel: 'stylesheet', href: 'static/style.css' }));
+  const sel = (id, label, onchange) => el('label', { id: `${id}-label` }, label, el('select', { id, onchange }));
+  document.body.append(
+    el('header', {},
+      sel('run', 'Run ', onGroup), sel('rank', 'Rank ', onRank), sel('breakdown', 'Breakdown ', onBreakdown),
+      sel('lines', 'Lines ', onLines), sel('axes', 'Axes ', draw),
+      el('button', { id: 'refresh', type: 'button', onclick: () => selectRun(state.run), text: 'Refresh' }),
+      el('span', { id: 'status' })),
+    el('section', { id: 'chart-box' },
+      el('h2', { id: 'chart-title', text: 'Memory over time' }),
+      el('div', { id: 'chart' }),
+      el('p', { class: 'hint', id: 'chart-note' })),
+    el('section', { id: 'at-box', hidden: '' },
+      el('h2', { id: 'at-title' }),
+      el('div', { class: 'cols' }, el('div', { id: 'census' }), el('div', { id: 'readings' })),
+      el('div', { id: 'top' })),
+    el('section', { id: 'ranks-box', hidden: '' }, el('h2', { text: 'Ranks: peaks compared' }), el('div', { id: 'ranks' })),
+    el('section', { id: 'snap-box' },
+      el('h2', { text: 'Snapshots' }), el('div', { id: 'snapshots' }),
+      el('div', { id: 'viewer-box', hidden: '' },
+        el('div', { class: 'viewer-head' }, el('span', { id: 'viewer-title' }),
+          el('button', { type: 'button', text: 'Close', onclick: closeViewer })),
+        el('iframe', { id: 'viewer', sandbox: 'allow-scripts', title: 'snapshot viewer' }))),
+    el('section', { id: 'findings-box' },
+      el('h2', { text: 'Findings' }), el('div', { id: 'leaks' }), el('div', { id: 'summary' })));
+}
+
+function fillSelect(id, options, value) {
+  const s = document.getElementById(id);
+  s.replaceChildren(...options.map(([v, label]) => el('option', { value: v, text: label })));
+  if (value != null) s.value = value;
+}
+
+// --- runs ---------------------------------------------------------------------------------
+async function loadRuns() {
+  const doc = await api('runs');
+  state.groups = doc.groups;
+  if (!state.groups.length) { status('No runs in this logdir yet.'); return; }
+  fillSelect('run', state.groups.map((g) => [g.group, g.group + (g.memory ? '' : ' (no memory tags)')]));
+  const first = state.groups.find((g) => g.memory) || state.groups[0];
+  document.getElementById('run').value = first.group;
+  await onGroup();
+}
+
+function currentGroup() { return state.groups.find((g) => g.group === document.getElementById('run').value); }
+
+async function onGroup() {
+  const g = currentGroup();
+  state.group = g;
+  const ranked = g.members.length > 1 || g.members[0].rank != null;
+  document.getElementById('rank-label').hidden = !ranked;
+  fillSelect('rank', g.members.map((m) => [m.run, m.rank == null ? `${m.run} (aggregate)` : `rank ${m.rank}`]));
+  const member = g.members.find((m) => m.memory) || g.members[0];
+  document.getElementById('rank').value = member.run;
+  document.getElementById('ranks-box').hidden = !(g.members.filter((m) => m.rank != null).length > 1);
+  if (!document.getElementById('ranks-box').hidden) loadRanks(g.group);
+  await selectRun(member.run);
+}
+
+async function onRank() { await selectRun(document.getElementById('rank').value); }
+async function onBreakdown() { state.breakdown = document.getElementById('breakdown').value; await loadOverview(); }
+function onLines() { state.lines = document.getElementById('lines').value; defaultAxes(); draw(); }
+
+// VRAM lines and the census count the same tensors: one axis. RSS also holds the interpreter and
+// its libraries (hundreds of MiB), which would flatten the census: an axis of its own.
+function defaultAxes() {
+  fillSelect('axes', [['shared', 'one y axis'], ['separate', 'census left, lines right']],
+    state.lines === 'device' ? 'shared' : 'separate');
+}
+
+async function selectRun(run) {
+  state.run = run;
+  state.step = null;
+  document.getElementById('at-box').hidden = true;
+  closeViewer();
+  await Promise.all([loadOverview(), loadSnapshots()]);
+  loadFindings();  // after the first view: it may take longer (the summary imports pandas)
+}
+
+// --- the chart ----------------------------------------------------------------------------
+async function loadOverview() {
+  const run = state.run;
+  status('loading…');
+  const width = document.getElementById('chart').clientWidth || 1000;
+  const breakdown = state.breakdown;
+  const params = { run, breakdown, points: Math.max(100, Math.round(width)) };
+  // quick: a very long series is first drawn from a sample, then redrawn from every record
+  let doc = await api('overview', { ...params, quick: 1 });
+  if (run !== state.run || breakdown !== state.breakdown) return;
+  if (doc.sampled.length) {
+    showOverview(doc, run);
+    status(`drawn from a sample of ${doc.sampled.length} long series; loading every record…`);
+    doc = await api('overview', params);
+    if (run !== state.run || breakdown !== state.breakdown) return;
+  }
+  showOverview(doc, run);
+  status('');
+}
+
+function showOverview(doc, run) {
+  state.overview = doc;
+  fillSelect('breakdown', Object.entries(doc.breakdowns).map(([b, has]) => [b, has ? b : `${b} (none logged)`]), doc.breakdown);
+  const groups = Object.keys(doc.lines);
+  if (!groups.includes(state.lines)) state.lines = groups.includes('device') ? 'device' : groups[0] || null;
+  fillSelect('lines', groups.map((g) => [g, g === 'device' ? 'VRAM' : 'RSS']), state.lines);
+  document.getElementById('lines-label').hidden = groups.length < 2;
+  if (!document.getElementById('axes').options.length || run !== state.axesRun) { defaultAxes(); state.axesRun = run; }
+  const n = Object.values(doc.records).reduce((a, b) => Math.max(a, b), 0);
+  document.getElementById('chart-note').textContent =
+    `${doc.census_steps.length} censuses, ${n} records${doc.sampled.length ? ' (a sample)' : ''} (drawn: lowest and highest record per pixel; hover shows each drawn record exactly). Click the chart for the census and readings at a step.`;
+  draw();
+}
+
+function stackColor(label, i) {
+  return state.breakdown === 'category' && CATEGORY_COLORS[label] ? CATEGORY_COLORS[label] : PALETTE[i % PALETTE.length];
+}
+
+// For each x index, the index of the nearest non-null value of a column: the legend and the hover
+// of a census series show the census nearest to the cursor, not a gap between two censuses.
+function nearestNonNull(col) {
+  const n = col.length;
+  const prev = new Int32Array(n);
+  const out = new Int32Array(n);
+  let last = -1;
+  for (let i = 0; i < n; i++) { if (col[i] != null) last = i; prev[i] = last; }
+  let next = -1;
+  for (let i = n - 1; i >= 0; i--) {
+    if (col[i] != null) next = i;
+    const p = prev[i];
+    out[i] = p < 0 ? next : next < 0 ? p : (i - p <= next - i ? p : next);
+  }
+  return out;
+}
+
+function draw() {
+  const doc = state.overview;
+  const box = document.getElementById('chart');
+  if (state.plot) { state.plot.destroy(); state.plot = null; }
+  box.replaceChildren();
+  if (!doc || !doc.x.length) { box.append(el('p', { class: 'empty', text: 'This run has no memory records yet.' })); return; }
+  const x = doc.x;
+  const raw = doc.stack.map((s) => doc.columns[s.tag]);
+  const acc = x.map(() => 0);
+  const stacked = raw.map((col) => col.map((v, j) => (v == null ? null : (acc[j] += v))));
+  const lines = (doc.lines[state.lines] || []);
+  const separate = document.getElementById('axes').value === 'separate';
+  const lineScale = separate && doc.stack.length ? 'lines' : 'y';
+  const series = [{ label: 'step' }];
+  doc.stack.forEach((s, i) => {
+    const c = stackColor(s.label, i);
+    series.push({ label: s.label, stroke: c, fill: c + 'b0', width: 1, spanGaps: true, points: { show: false },
+      value: (u, v, si, idx) => (idx == null ? '–' : fmtBytes(raw[si - 1][idx])) });
+  });
+  lines.forEach((l, i) => series.push({ label: l.label, stroke: LINE_COLORS[i % LINE_COLORS.length], width: 2,
+    scale: lineScale, dash: l.label.includes('peak') ? [6, 4] : undefined, spanGaps: true, points: { show: false },
+    value: (u, v) => fmtBytes(v) }));
+  const data = [x, ...stacked, ...lines.map((l) => doc.columns[l.tag])];
+  const nearest = data.map((col, i) => (i === 0 ? null : nearestNonNull(col)));
+  const bands = [];
+  for (let i = 2; i <= doc.stack.length; i++) bands.push({ series: [i, i - 1] });
+  const fromZero = (u, min, max) => [0, max > 0 ? max * 1.05 : 1];
+  const axes = [{ label: 'step' }, { values: (u, ticks) => ticks.map(fmtBytes), size: 80, incrs: BYTE_INCRS,
+    label: lineScale === 'lines' ? 'census (stacked)' : undefined }];
+  if (lineScale === 'lines') {
+    axes.push({ scale: 'lines', side: 1, grid: { show: false }, values: (u, ticks) => ticks.map(fmtBytes), size: 80,
+      incrs: BYTE_INCRS, label: lines.map((l) => l.label).join(', ') });
+  }
+  const opts = {
+    width: box.clientWidth || 1000, height: 380, series, bands, axes,
+    scales: { x: { time: false }, y: { range: fromZero }, lines: { range: fromZero } },
+    cursor: { points: { show: false }, dataIdx: (u, si, closest) => (nearest[si] ? nearest[si][closest] : closest) },
+    legend: { live: true },
+    plugins: [marksPlugin()],
+  };
+  state.plot = new window.uPlot(opts, data, box);
+  state.plot.over.addEventListener('click', onChartClick);
+  box.dataset.drawn = String(x.length);
+}
+
+function marksPlugin() {
+  return {
+    hooks: {
+      draw: [(u) => {
+        const { ctx, bbox } = u;
+        const marks = (state.overview.marks || []).map((m) => ({ ...m }));
+        if (state.step != null) marks.push({ step: state.step, kind: 'selected' });
+        ctx.save();
+        for (const m of marks) {
+          const px = Math.round(u.valToPos(m.step, 'x', true));
+          if (px < bbox.left || px > bbox.left + bbox.width) continue;
+          ctx.strokeStyle = m.kind === 'oom' ? '#d7191c' : m.kind === 'selected' ? '#000' : '#7b3294';
+          ctx.lineWidth = (m.kind === 'oom' ? 2 : 1) * devicePixelRatio;
+          ctx.setLineDash(m.kind === 'snapshot' ? [4 * devicePixelRatio, 3 * devicePixelRatio] : []);
+          ctx.beginPath(); ctx.moveTo(px, bbox.top); ctx.lineTo(px, bbox.top + bbox.height); ctx.stroke();
+          if (m.kind !== 'selected') {
+            ctx.fillStyle = ctx.strokeStyle;
+            ctx.font = `${11 * devicePixelRatio}px sans-serif`;
+            ctx.fillText(m.kind === 'oom' ? 'OOM' : 'snapshot', px + 3 * devicePixelRatio, bbox.top + 12 * devicePixelRatio);
+          }
+        }
+        ctx.restore();
+      }],
+    },
+  };
+}
+
+function onChartClick() {
+  const u = state.plot;
+  const idx = u.cursor.idx;
+  if (idx == null) return;
+  const left = u.cursor.left;
+  const near = (state.overview.marks || []).find((m) => m.id && Math.abs(u.valToPos(m.step, 'x') - left) <= 5);
+  if (near) openSnapshot(state.snapshots.find((s) => s.id === near.id));
+  selectStep(u.data[0][idx]);
+}
+
+// --- at a step ----------------------------------------------------------------------------
+async function selectStep(step) {
+  state.step = step;
+  if (state.plot) state.plot.redraw(false);
+  const run = state.run;
+  const doc = await api('at', { run, step });
+  if (run !== state.run) return;
+  const box = document.getElementById('at-box');
+  box.hidden = false;
+  const c = doc.census;
+  const r = doc.record;
+  document.getElementById('at-title').textContent =
+    `At step ${step}` + (c ? ` — census at step ${c.step}` : '') + (r ? `, record at step ${r.step}` : '');
+  const census = document.getElementById('census');
+  census.replaceChildren();
+  if (c) {
+    const total = Object.values(c.by_category).reduce((a, b) => a + b, 0);
+    const rows = Object.entries(c.by_category).map(([k, v]) => [k, fmtBytes(v), total ? `${(100 * v / total).toFixed(1)}%` : '–']);
+    if (c.unattributed_bytes != null) rows.push(['unattributed (device)', fmtBytes(c.unattributed_bytes), '']);
+    rows.push(['total', fmtBytes(c.total_bytes ?? total), '']);
+    census.append(el('h3', { text: `Census: bytes by category${c.approx ? ' (from the MB scalars)' : ''}` }),
+      table(['category', 'bytes', 'share'], rows, 'census-table'));
+    for (const b of ['dtype', 'device', 'module']) {
+      const t = c[`by_${b}`] || {};
+      if (Object.keys(t).length) census.append(el('h3', { text: `by ${b}` }), table([b, 'bytes'], Object.entries(t).sort((p, q) => q[1] - p[1]).map(([k, v]) => [k, fmtBytes(v)])));
+    }
+    if (c.notes && c.notes.length) census.append(el('p', { class: 'hint', text: 'Not counted: ' + c.notes.join('; ') }));
+  } else census.append(el('p', { class: 'empty', text: 'This run has no census (MemoryWriter census_every > 0 takes one).' }));
+  const readings = document.getElementById('readings');
+  readings.replaceChildren(el('h3', { text: r ? `Readings of the record at step ${r.step}` : 'No readings' }));
+  if (r) readings.append(table(['tag', 'value'], r.readings.map((x) => [x.tag, fmtValue(x)]), 'readings-table'));
+  const top = document.getElementById('top');
+  top.replaceChildren();
+  if (c) {
+    if (c.top) {
+      const head = c.large_count != null ? `${c.large_count} storages at or above the large-tensor threshold (${fmtBytes(c.large_total_bytes)})` : '';
+      top.append(el('h3', { text: `Largest tensors at step ${c.step}` + (head ? ` — ${head}` : '') }),
+        table(['#', 'name', 'category', 'shape', 'dtype', 'device', 'bytes'],
+          c.top.map((t, i) => [String(i + 1), t.name, t.category, t.shape.length ? t.shape.join('×') : 'scalar', t.dtype, t.device, fmtBytes(t.bytes)]),
+          'top-table'));
+    } else top.append(el('p', { class: 'hint', text: 'The largest tensors of this census were not kept (TensorBoard keeps 10 text summaries per tag; runs logged with this tbmem keep every census in plugins/tbmem/census.jsonl).' }));
+  }
+}
+
+// --- snapshots ----------------------------------------------------------------------------
+async function loadSnapshots() {
+  const run = state.run;
+  const list = await api('snapshots', { run });
+  if (run !== state.run) return;
+  state.snapshots = list;
+  const box = document.getElementById('snapshots');
+  if (!list.length) { box.replaceChildren(el('p', { class: 'empty', text: 'No snapshots in this run (MemoryWriter snapshot=..., or PyTorch snapshot pickles under the run folder).' })); return; }
+  box.replaceChildren(table(['step', 'kind', 'rank', 'format', 'size', 'file', ''], list.map((s) => [
+    s.step == null ? '?' : String(s.step), s.kind, s.rank == null ? '–' : String(s.rank), s.format, fmtBytes(s.size), s.name,
+    el('button', { type: 'button', class: 'open', text: 'Open', onclick: () => openSnapshot(s) })]), 'snap-table'));
+}
+
+async function openSnapshot(s) {
+  if (!s) return;
+  const url = `snapshot?${new URLSearchParams({ run: state.run, id: s.id })}`;
+  status(`opening ${s.name}…`);
+  const check = await fetch(url);  // errors (a pickle naming Python objects, ...) are shown, not framed
+  if (!check.ok) {
+    const body = await check.json().catch(() => null);
+    status((body && body.error) || `could not open ${s.name} (HTTP ${check.status})`);
+    return;
+  }
+  status('');
+  document.getElementById('viewer-title').textContent = `${s.kind} at step ${s.step ?? '?'}: ${s.name}`;
+  document.getElementById('viewer').src = url;
+  const box = document.getElementById('viewer-box');
+  box.hidden = false;
+  box.scrollIntoView({ block: 'nearest' });
+}
+
+function closeViewer() {
+  document.getElementById('viewer-box').hidden = true;
+  document.getElementById('viewer').removeAttribute('src');
+}
+
+// --- findings and ranks -------------------------------------------------------------------
+async function loadFindings() {
+  const run = state.run;
+  const leaks = document.getElementById('leaks');
+  const summary = document.getElementById('summary');
+  leaks.replaceChildren(el('p', { class: 'hint', text: 'analysing…' }));
+  summary.replaceChildren();
+  let doc;
+  try { doc = await api('findings', { run }); } catch (e) { leaks.replaceChildren(el('p', { class: 'error', text: String(e.message) })); return; }
+  if (run !== state.run) return;
+  leaks.replaceChildren();
+  if (doc.leaks.length) {
+    leaks.append(el('h3', { class: 'leak', text: `${doc.leaks.length} leak finding${doc.leaks.length > 1 ? 's' : ''}: memory grows steadily` }),
+      el('ul', {}, ...doc.leaks.map((f) => el('li', { class: 'leak', text: f.evidence }))));
+  } else leaks.append(el('p', { class: 'ok', text: 'No leak found: no memory tag grows steadily above its threshold.' }));
+  if (doc.watched.length) {
+    leaks.append(el('details', {}, el('summary', { text: `Trends of the ${doc.watched.length} other watched tags` }),
+      table(['tag', 'slope (MB/1k steps)', '95% CI', 'threshold', 'window', 'points'], doc.watched.map((f) => [
+        f.tag, f.slope_mb_per_1k.toFixed(2), `${f.low_mb_per_1k.toFixed(2)} .. ${f.high_mb_per_1k.toFixed(2)}`,
+        String(f.threshold_mb_per_1k), `${f.start_step}..${f.end_step}`, String(f.n_points)]))));
+  }
+  if (doc.summary_text) summary.append(el('h3', { text: 'Run summary (tbmem report)' }), el('pre', { text: doc.summary_text }));
+  else if (doc.summary_error) summary.append(el('p', { class: 'hint', text: doc.summary_error }));
+}
+
+async function loadRanks(group) {
+  const doc = await api('ranks', { group });
+  const cols = [['peak_vram_allocated', 'peak VRAM allocated'], ['peak_vram_reserved', 'peak VRAM reserved'],
+    ['peak_rss', 'peak RSS'], ['peak_census', 'census peak']].filter(([k]) => doc.ranks.some((r) => r[k] != null));
+  const max = Object.fromEntries(cols.map(([k]) => [k, Math.max(...doc.ranks.map((r) => r[k] || 0))]));
+  const cell = (r, k) => {
+    if (r[k] == null) return '–';
+    const bar = el('div', { class: 'bar' + (r[k] === max[k] ? ' max' : '') });
+    bar.style.width = `${max[k] ? (100 * r[k] / max[k]).toFixed(1) : 0}%`;
+    return el('div', { class: 'barcell' }, bar, el('span', { text: `${fmtBytes(r[k])} @ ${r[k + '_step']}` }));
+  };
+  document.getElementById('ranks').replaceChildren(table(['rank', ...cols.map(([, l]) => l)],
+    doc.ranks.map((r) => [r.rank == null ? `${r.run} (aggregate)` : `rank ${r.rank}`, ...cols.map(([k]) => cell(r, k))]), 'ranks-table'));
+}
+
+// --- entry point --------------------------------------------------------------------------
+export async function render() {
+  layout();
+  new ResizeObserver(() => {
+    if (state.plot) state.plot.setSize({ width: document.getElementById('chart').clientWidth, height: 380 });
+  }).observe(document.getElementById('chart'));
+  try {
+    await loadScript('static/uPlot.iife.min.js');
+    await loadRuns();
+  } catch (e) {
+    status(`error: ${e.message}`);
+  }
+  window.tbmemMemoryTab = state;  // for tests and the curious
+}

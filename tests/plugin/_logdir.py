@@ -1,0 +1,202 @@
+"""Logdirs for the plugin tests, written by MemoryWriter on CPU (census, snapshots) plus real pickles."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import torch
+
+from tbmem import MemoryWriter
+from tbmem.snapshot import SnapshotConfig
+
+__all__ = ["REAL", "REAL_PICKLE", "SPIKE", "OOM_STEP", "Planted", "write_oom", "write_training_run", "write_ranks", "write_long",
+           "build_logdir", "Server",
+           "get", "get_json", "MARKER"]
+
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "snapshots" / "real"
+REAL_PICKLE = "magma27_memory_snapshot.pickle"
+#: The file the planted pickle's __reduce__ would create if it ever ran.
+MARKER = "PLANTED_PICKLE_RAN"
+
+
+class Planted:
+    """Pickled, this object's __reduce__ asks the unpickler to call os.system to create MARKER."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def write_training_run(run_dir: Path, *, steps: int = 30, census_every: int = 10, leak: bool = False,
+                       snapshots: bool = True) -> None:
+    """A small CPU training loop under MemoryWriter: records every step, censuses, two snapshots."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    kept = []
+    cfg = SnapshotConfig(steps=(10, 20), window=2, html=False) if snapshots else None
+    with MemoryWriter(run_dir, every=1, census_every=census_every, top_k=5, large_tensor_mb=0.01,
+                      snapshot=cfg) as writer:
+        writer.watch(model, opt)
+        for step in range(steps):
+            x = torch.randn(32, 64)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if leak:
+                kept.append(torch.zeros(64 * 1024))  # 256 KiB per step, never freed
+            writer.add_scalar("Loss/train", loss.item(), step)
+            writer.log_memory(step)
+
+
+def write_ranks(group_dir: Path, ranks: int = 2, steps: int = 12) -> None:
+    """One run per rank, ``<group>/rank<r>``, the later ranks holding more memory."""
+    for r in range(ranks):
+        with MemoryWriter(group_dir / f"rank{r}", every=1, census_every=4, custom_layout=False) as w:
+            big = [torch.zeros(256 * 1024 * (r + 1))]  # rank r holds (r + 1) MiB more
+            for step in range(steps):
+                w.log_memory(step)
+            del big
+
+
+#: The one spike of the long run: (step, RSS in GB).
+SPIKE = (777, 9.0)
+
+
+def write_long(run_dir: Path, steps: int = 1000) -> None:  # TensorBoard keeps 1000 per tag
+    """A run of ``steps`` records with flat RSS and one spike (SPIKE): thinning must keep it."""
+    with MemoryWriter(run_dir, custom_layout=False, census_every=0) as w:
+        for step in range(steps):
+            rss = SPIKE[1] if step == SPIKE[0] else 1.0 + (step % 10) * 1e-3
+            w.write_scalars({"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss,
+                             # CUDA readings as a GPU run writes them; the allocator counted an OOM at 500
+                             "Memory/vram_allocated_GB": 2.0, "Memory/vram_reserved_GB": 3.0,
+                             "Memory/vram_peak_allocated_GB": 2.5, "Memory/vram_ooms": float(step >= 500)}, step)
+
+
+#: The step at which write_oom's run runs out of memory.
+OOM_STEP = 6
+
+
+def write_oom(run_dir: Path, steps: int = 10) -> None:
+    """A CPU run whose step OOM_STEP raises torch's OutOfMemoryError inside monitored_step."""
+    from tbmem import _torch_private as tp
+
+    with MemoryWriter(run_dir, every=1, census_every=0, custom_layout=False,
+                      snapshot=SnapshotConfig(html=False)) as w:
+        for step in range(steps):
+            try:
+                with w.monitored_step(step):
+                    x = torch.randn(128, 128) @ torch.randn(128, 128)
+                    if step == OOM_STEP:
+                        raise tp.OutOfMemoryError("CUDA out of memory (simulated on CPU)")
+                    del x
+            except tp.OutOfMemoryError:
+                pass
+
+
+def build_logdir(root: Path) -> dict[str, Path]:
+    """The logdir of the plugin tests, and things around it a server must never serve.
+
+    Layout: ``logs/train`` (MemoryWriter run: census, tbmem snapshots, a real PyTorch pickle
+    under ``memory_snapshot/iteration_20/``, a planted malicious pickle, symlinks to a secret
+    outside), ``logs/leaky`` (a census every step, 256 KiB kept per step), ``logs/exp/rank0``,
+    ``logs/exp/rank1``; ``outside/secret.pickle`` and ``outside/secret.txt`` next to the logdir.
+    """
+    logdir = root / "logs"
+    train = logdir / "train"
+    write_training_run(train)
+    with MemoryWriter(train, custom_layout=False, census_every=0) as w:  # a diverged loss: NaN at step 5
+        w.write_scalars({"Loss/diverged": float("nan")}, 5)
+    write_training_run(logdir / "leaky", steps=40, census_every=1, leak=True, snapshots=False)
+    write_ranks(logdir / "exp")
+    write_long(logdir / "long")
+    write_oom(logdir / "oom")
+    real = train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"
+    real.parent.mkdir(parents=True)
+    shutil.copyfile(REAL / REAL_PICKLE, real)
+    outside = root / "outside"
+    outside.mkdir()
+    secret = outside / "secret.pickle"
+    shutil.copyfile(REAL / REAL_PICKLE, secret)
+    (outside / "secret.txt").write_text("TOP-SECRET-CONTENT")
+    os.symlink(secret, train / "linked_secret.pickle")
+    os.symlink(outside, train / "linked_dir")
+    marker = root / MARKER
+    with open(train / "evil_step5.pickle", "wb") as fh:
+        pickle.dump(Planted(str(marker)), fh)
+    return {"logdir": logdir, "train": train, "outside": outside, "marker": marker, "real": real}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, bytes, dict]:
+    """(status, body, headers) of a GET; HTTP errors are returned, not raised."""
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
+def get_json(url: str):
+    import json
+
+    status, body, _ = get(url)
+    assert status == 200, (url, status, body[:500])
+    return json.loads(body)
+
+
+class Server:
+    """A real ``tensorboard`` on 127.0.0.1 (this venv's), stopped on exit."""
+
+    def __init__(self, tmp: Path, *args: str, wait_run: str = "train", command: list[str] | None = None) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = tmp / f"tensorboard-{self.port}.log"
+        command = command or [str(Path(sys.executable).with_name("tensorboard"))]
+        with open(self.log, "wb") as sink:
+            self.proc = subprocess.Popen([*command, *args, "--host", "127.0.0.1", "--port", str(self.port)],
+                                         stdout=sink, stderr=subprocess.STDOUT)
+        self._wait(wait_run)
+
+    def _wait(self, run: str) -> None:
+        import json
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                status, body, _ = get(f"{self.base}/data/plugin/scalars/tags")
+                if status == 200 and any(r == run or r.endswith("/" + run) for r in json.loads(body)):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise AssertionError(f"tensorboard did not serve the logdir: {self.log.read_text()[-4000:]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

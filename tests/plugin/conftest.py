@@ -1,0 +1,45 @@
+"""Fixtures of the plugin tests: one logdir for the session, a real tensorboard over it, a browser."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.plugin._logdir import REAL, REAL_PICKLE, Server, build_logdir
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def logdir_paths(tmp_path_factory):
+    if not (REAL / REAL_PICKLE).exists():
+        pytest.fail(f"the real snapshots are missing: {REAL}")
+    return build_logdir(tmp_path_factory.mktemp("plugin"))
+
+
+@pytest.fixture(scope="session")
+def server(logdir_paths, tmp_path_factory):
+    """tensorboard --load_fast=false (Python loader) over the session logdir."""
+    srv = Server(tmp_path_factory.mktemp("tb"), "--logdir", str(logdir_paths["logdir"]), "--load_fast", "false")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def plugin_url(server):
+    return f"{server.base}/data/plugin/tbmem"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("TBMEM_REQUIRE_BROWSER"):
+            pytest.fail("Debian's chromium is required (TBMEM_REQUIRE_BROWSER=1)")
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    from playwright import sync_api
+
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
