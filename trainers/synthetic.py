@@ -156,6 +156,7 @@ class SyntheticTrainer:
                     mon.before_backward(step, loss)
                     self.scaler.scale(loss / accum).backward()
                     if (batch_idx + 1) % accum == 0 or batch_idx + 1 == batches:
+                        mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
                         self.optimizer.zero_grad(set_to_none=True)

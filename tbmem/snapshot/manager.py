@@ -25,6 +25,7 @@ from typing import Any
 
 from tbmem import _torch_private as tp
 from tbmem._log import logger, report_once
+from tbmem.snapshot import markers
 from tbmem.snapshot.config import SnapshotConfig
 from tbmem.snapshot.cuda_capture import CudaRecorder
 from tbmem.snapshot.recorder import DispatchRecorder
@@ -86,6 +87,7 @@ class SnapshotManager:
             self._fail("snapshot:step", "tbmem: memory snapshots failed and are switched off", exc)
 
     def _on_step(self, step: int) -> None:
+        markers.mark(f"after step {step}", kind="step", auto=True)  # log_memory(step) ends a step
         cfg = self.config
         self._last_step = step
         rec = self._recorder
