@@ -148,6 +148,8 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
     if isinstance(data, list):
         segments, traces, top = data, [], {}
     elif isinstance(data, Mapping):
+        if "segments" not in data and "device_traces" not in data:
+            raise SnapshotRefused("not a torch memory snapshot: it has neither segments nor device_traces")
         segments, traces, top = data.get("segments") or [], data.get("device_traces") or [], data
     else:
         raise SnapshotRefused(f"a snapshot is a dict or a list of segments, not a {type(data).__name__}")
