@@ -56,6 +56,21 @@ FLAG_FREE_SITE = 1
 FLAG_PENDING_FREE = 2
 
 
+def _sum_by(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` grouped by ``index`` (0 <= index < length)."""
+    out = np.zeros(length, dtype=np.int64)
+    if index.shape[0] == 0:
+        return out
+    if np.bincount(index, minlength=length).max() <= 1:  # each event starts or ends one allocation
+        out[index] = values
+        return out
+    order = np.argsort(index, kind="stable")
+    idx, vals = index[order], values[order]
+    starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
+    out[idx[starts]] = np.add.reduceat(vals, starts)
+    return out
+
+
 @dataclass
 class Device:
     """One device's allocations and events."""
@@ -88,11 +103,15 @@ class Device:
     def timeline(self) -> np.ndarray:
         """Bytes alive after each event (length ``n_events``), the baseline included."""
         a = self.allocs
-        delta = np.zeros(self.n_events + 1, dtype=np.int64)
-        s, e = a["start"], a["end"]
-        np.add.at(delta, s[s >= 0], a["size"][s >= 0])
-        np.add.at(delta, e[e >= 0], -a["size"][e >= 0])
-        return self.baseline_bytes() + np.cumsum(delta[:-1])
+        s, e, size = a["start"], a["end"], a["size"]
+        n = self.n_events
+        # integer sums: bincount would go through float64, inexact past 2**53 bytes in total
+        up = np.zeros(n + 1, dtype=np.int64)
+        live = s >= 0
+        up += _sum_by(s[live], size[live], n + 1)
+        ended = e >= 0
+        up -= _sum_by(e[ended], size[ended], n + 1)
+        return self.baseline_bytes() + np.cumsum(up[:-1])
 
     def peak(self) -> tuple[int, int]:
         """(event, bytes) at the highest point; (-1, baseline) when there are no events."""
