@@ -509,15 +509,23 @@ def _write_stream(w, items, write_item):
                 pending = [nxt]
 
 
-def _run(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS GiB of the child, stdout) of a command in a fresh process."""
+_RUNNER = ("import atexit, resource, runpy, sys; "
+           "atexit.register(lambda: print('MAXRSS_KB=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+           "file=sys.stderr)); sys.argv = ['tbmem'] + sys.argv[1:]; runpy.run_module('tbmem.cli', run_name='__main__')")
+
+
+def _run(args: list[str]) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS GiB, stdout) of ``tbmem ARGS`` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, *args], capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB (max over children)
-    return wall, rss, proc.stdout
+        raise SystemExit(f"tbmem {' '.join(args)} failed: {proc.stderr[-2000:]}")
+    rss_kb = int(proc.stderr.rsplit("MAXRSS_KB=", 1)[1].split()[0])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, rss_kb / 2**20, proc.stdout
 
 
 def _only(url: str):
@@ -526,8 +534,9 @@ def _only(url: str):
     return handler
 
 
-def browser_times(path: str) -> tuple[float, float]:
-    """(seconds to the first drawn timeline, seconds of one hover) of a viewer page in headless Chromium."""
+def browser_times(path: str) -> tuple[float, float, float]:
+    """(seconds from navigation to the first drawn timeline, to the exact one, worst hover seconds) of a
+    viewer page in headless Chromium (times from the page's own clock, performance.now())."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -535,17 +544,44 @@ def browser_times(path: str) -> tuple[float, float]:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         url = "file://" + path
         page.route("**/*", _only(url))
-        t0 = time.perf_counter()
         page.goto(url, timeout=300_000)
-        page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.drawn", timeout=300_000)
-        first = time.perf_counter() - t0
+        page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout=300_000)
+        timing = page.evaluate("window.tbmemViewer.timing")
+        first = timing.get("overview", timing["drawn"]) / 1000
+        exact = timing["drawn"] / 1000
         pt = page.evaluate("window.tbmemViewer.peakPoint()")
         box = page.locator("#timeline").bounding_box()
-        hover = page.evaluate("""([x, y]) => window.tbmemViewer.timeHover(x, y)""", [pt["x"], pt["y"]])
+        hover = max(page.evaluate("""([x, y]) => window.tbmemViewer.timeHover(x, y)""", [pt["x"] + dx, pt["y"]])
+                    for dx in (0, -3, 3, -6, 6))
         page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
         page.wait_for_selector("#tooltip:not([hidden])", timeout=60_000)
         browser.close()
-    return first, hover / 1000
+    return first, exact, hover / 1000
+
+
+def _recorder_overhead(steps: int = 30) -> tuple[float, int]:
+    import torch
+
+    from tbmem.snapshot.recorder import DispatchRecorder
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.Adam(model.parameters())
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            model(torch.randn(64, 256)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        return time.perf_counter() - t0
+
+    loop()
+    base = min(loop() for _ in range(3))
+    rec = DispatchRecorder(models=lambda: [model], optimizers=lambda: [opt])
+    rec.start()
+    recorded = min(loop() for _ in range(3))
+    rec.stop()
+    return recorded / base, rec.snapshot(kind="snapshot", step=0).n_events
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -556,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpp", action="store_true", help="C++ frames in the stacks, as stacks='all'")
     ap.add_argument("--write-only", nargs=2, metavar=("N", "PATH"))
     ap.add_argument("--folder", default=None, help="where the pickles go (default: a temporary folder)")
+    ap.add_argument("--no-recorder", action="store_true", help="skip the dispatch recorder's overhead")
     args = ap.parse_args(argv)
     if args.write_only:
         with open(args.write_only[1], "wb") as fh:
@@ -563,27 +600,31 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(facts))
         return 0
     folder = args.folder or tempfile.mkdtemp(prefix="tbmem-bench-")
-    tbmem = [sys.executable, "-m", "tbmem.cli"]
     rows = []
     for n in args.sizes:
         path = os.path.join(folder, f"synthetic_{n}.pickle")
         if not os.path.exists(path):
             with open(path, "wb") as fh:
                 write_torch_pickle(fh, n, cpp=args.cpp)
-        stats_s, stats_gb, out = _run(tbmem + ["snapshot", "stats", path, "--json"])
+        stats_s, stats_cpu, stats_gb, out = _run(["snapshot", "stats", path, "--json"])
         peak = json.loads(out)["devices"][0]["peak_bytes"]
         html = path[:-7] + ".html"
-        html_s, html_gb, _ = _run(tbmem + ["snapshot", "html", path, "-o", html])
-        first, hover = (float("nan"), float("nan")) if args.no_browser else browser_times(html)
-        rows.append((n, os.path.getsize(path), stats_s, stats_gb, html_s, html_gb, os.path.getsize(html), first,
-                     hover, peak))
-    print(f"{'entries':>10} {'pickle MB':>9} {'stats s':>8} {'stats GiB':>9} {'html s':>7} {'html GiB':>8} "
-          f"{'page MB':>8} {'first draw s':>12} {'hover ms':>8}")
+        html_s, html_cpu, html_gb, _ = _run(["snapshot", "html", path, "-o", html])
+        first, exact, hover = (float("nan"),) * 3 if args.no_browser else browser_times(html)
+        rows.append((n, os.path.getsize(path), (stats_s, stats_cpu), stats_gb, (html_s, html_cpu), html_gb,
+                     os.path.getsize(html), (first, exact), hover, peak))
+    print(f"load average (1 min) before the last run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'entries':>10} {'pickle MB':>9} {'stats s (cpu)':>14} {'stats GiB':>9} {'html s (cpu)':>13} "
+          f"{'html GiB':>8} {'page MB':>8} {'first draw s':>12} {'exact draw s':>12} {'hover ms':>8}")
     for n, size, ss, sg, hs, hg, page, first, hover, _peak in rows:
-        print(f"{n:>10} {size / 2**20:>9.0f} {ss:>8.1f} {sg:>9.2f} {hs:>7.1f} {hg:>8.2f} {page / 2**20:>8.1f} "
-              f"{first:>12.2f} {hover * 1000:>8.1f}")
+        print(f"{n:>10} {size / 2**20:>9.0f} {ss[0]:>6.1f} ({ss[1]:>5.1f}) {sg:>9.2f} {hs[0]:>5.1f} ({hs[1]:>5.1f}) "
+              f"{hg:>8.2f} {page / 2**20:>8.1f} {first[0]:>12.2f} {first[1]:>12.2f} {hover * 1000:>8.1f}")
     for n, size, ss, sg, hs, hg, page, first, hover, _peak in rows:
         print(f"RESULT name=snapshot.html_vs_pickle_bytes_{n} ratio={page / size:.4f} limit=1.0")
+    if not args.no_recorder:
+        ratio, events = _recorder_overhead()
+        print(f"\ndispatch recorder: training loop time x{ratio:.2f} while recording ({events} events, MLP on CPU)")
+        print(f"RESULT name=snapshot.dispatch_recorder_step_vs_plain ratio={ratio:.4f} limit=-")
     return 0
 
 

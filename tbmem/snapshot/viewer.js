@@ -2,6 +2,7 @@
  * Every string from the snapshot reaches the page through textContent only. */
 (function () {
   "use strict";
+  var T = {start: performance.now()};
   // one colour per category name, the same in every snapshot
   var FIXED = {"python code": "#4e79a7", "backward": "#e15759", "optimizer": "#59a14f", "c++ only": "#9c755f",
     "no stack": "#bab0ac", "before trace": "#8cd17d", "activation": "#f28e2b", "no_grad": "#edc948",
@@ -10,6 +11,7 @@
   var BASELINE = "#d4d4d4";
   var FLAG_FREE_SITE = 1, FLAG_PENDING = 2, MAX_FRAMES = 14;
   var D = JSON.parse(document.getElementById("tbmem-data").textContent);
+  T.parsed = performance.now();
   var nC = D.categories.length, BASE = nC;  // band nC: memory alive before the first event
   var canvas = document.getElementById("timeline"), ctx = canvas.getContext("2d");
   var overlay = document.getElementById("overlay"), octx = overlay.getContext("2d");
@@ -46,21 +48,17 @@
     return e;
   }
 
-  // --- decoding: base64 -> zlib -> typed array (the browser's own DecompressionStream) -------------
+  // --- decoding: base64 -> zlib -> typed array (the browser's own base64 decoder and DecompressionStream) ---
+  var ARR = {"<i1": Int8Array, "<i2": Int16Array, "<i4": Int32Array, "<f8": Float64Array};
   function b64bytes(s) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(s);
     var bin = atob(s), out = new Uint8Array(bin.length);
     for (var i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
     return out;
   }
-  var ARR = {"<i1": Int8Array, "<i2": Int16Array, "<i4": Int32Array, "<f8": Float64Array};
   function column(c) {
     var stream = new Blob([b64bytes(c.z)]).stream().pipeThrough(new DecompressionStream("deflate"));
     return new Response(stream).arrayBuffer().then(function (buf) { return new ARR[c.dtype](buf); });
-  }
-  function undelta(a) {
-    var out = new Float64Array(a.length), s = 0;
-    for (var i = 0; i < a.length; i++) { s += a[i]; out[i] = s; }
-    return out;
   }
   var cache = {};
   function loadDevice(i) {
@@ -68,25 +66,60 @@
     var d = D.devices[i], names = ["start", "end", "size", "category", "stack", "flags"];
     return Promise.all([column(d.time_us)].concat(names.map(function (n) { return column(d.cols[n]); })))
       .then(function (arr) {
-        var start = undelta(arr[1]), nA = start.length;
-        var s32 = new Int32Array(nA);
-        for (var k = 0; k < nA; k++) s32[k] = start[k] - 1;
-        var t = undelta(arr[0]), nE = d.n_events, tm = new Float64Array(nE), mx = -Infinity;
-        for (k = 0; k < nE; k++) { mx = Math.max(mx, t[k]); tm[k] = mx; }  // monotone for the axis
-        var out = {d: d, nE: nE, nA: nA, time: t, tmono: tm, start: s32, end: Int32Array.from(arr[2]),
-                   size: Float64Array.from(arr[3]), cat: Int32Array.from(arr[4]), stack: Int32Array.from(arr[5]),
-                   flags: Int32Array.from(arr[6])};
-        out.band = new Int32Array(nA);
-        for (k = 0; k < nA; k++) out.band[k] = out.start[k] < 0 ? BASE : out.cat[k];
-        out.evAlloc = new Int32Array(nE).fill(-1);
-        out.evSign = new Int8Array(nE);
+        T.inflated = performance.now();
+        var nE = d.n_events, nA = d.n_allocs, k;
+        // times arrive as differences; the axis uses their running maximum (clocks may step back)
+        var dt = arr[0], time = new Float64Array(nE), tm = new Float64Array(nE), acc = 0, mx = -Infinity;
+        for (k = 0; k < nE; k++) { acc += dt[k]; time[k] = acc; if (acc > mx) mx = acc; tm[k] = mx; }
+        var ds = arr[1], start = new Int32Array(nA), sacc = 0;
+        for (k = 0; k < nA; k++) { sacc += ds[k]; start[k] = sacc - 1; }
+        var dl = arr[2], end = new Int32Array(nA);  // lifetimes: end - start, 0 = still alive
+        for (k = 0; k < nA; k++) end[k] = dl[k] === 0 ? -1 : (start[k] < 0 ? -1 : start[k]) + dl[k];
+        var out = {d: d, nE: nE, nA: nA, time: time, tmono: tm, start: start, end: end, size: arr[3],
+                   cat: arr[4], stack: arr[5], flags: arr[6]};
+        // per event: the allocation it starts or ends, the signed size, its band
+        var evAlloc = new Int32Array(nE).fill(-1), evDelta = new Float64Array(nE), band = new Int16Array(nA);
+        var evBand = new Int16Array(nE), size = out.size, cat = out.cat;
         for (k = 0; k < nA; k++) {
-          if (out.start[k] >= 0) { out.evAlloc[out.start[k]] = k; out.evSign[out.start[k]] = 1; }
-          if (out.end[k] >= 0) { out.evAlloc[out.end[k]] = k; out.evSign[out.end[k]] = -1; }
+          var bnd = start[k] < 0 ? BASE : cat[k];
+          band[k] = bnd;
+          if (start[k] >= 0) { evAlloc[start[k]] = k; evDelta[start[k]] = size[k]; evBand[start[k]] = bnd; }
+          if (end[k] >= 0) { evAlloc[end[k]] = k; evDelta[end[k]] = -size[k]; evBand[end[k]] = bnd; }
         }
+        out.band = band; out.evAlloc = evAlloc; out.evDelta = evDelta; out.evBand = evBand;
         cache[i] = out;
+        T.decoded = performance.now();
         return out;
       });
+  }
+
+  // which allocations are alive at an event: checkpoints every K events, then the events since
+  var K = 8192;
+  function buildAlive(dv) {
+    var nA = dv.nA, pos = new Int32Array(nA).fill(-1), list = new Int32Array(nA), n = 0, cps = [];
+    for (var a = 0; a < nA; a++) if (dv.start[a] < 0) { pos[a] = n; list[n++] = a; }
+    for (var e = 0; e < dv.nE; e++) {
+      if (e % K === 0) cps.push(list.slice(0, n).sort());
+      var al = dv.evAlloc[e];
+      if (al < 0) continue;
+      if (dv.evDelta[e] > 0) { pos[al] = n; list[n++] = al; }
+      else if (pos[al] >= 0) { var last = list[--n]; list[pos[al]] = last; pos[last] = pos[al]; pos[al] = -1; }
+    }
+    dv.checkpoints = cps;
+  }
+  function aliveAt(ev) {
+    if (!dev.checkpoints) buildAlive(dev);
+    var out = [], c = Math.max(0, Math.min(dev.checkpoints.length - 1, Math.floor(Math.max(ev, 0) / K)));
+    var seen = new Set(), cp = dev.checkpoints[c];
+    function consider(a) {
+      if (seen.has(a)) return;
+      seen.add(a);
+      if (dev.start[a] <= ev && (dev.end[a] < 0 || dev.end[a] > ev) && included(a)) out.push(a);
+    }
+    for (var i = 0; i < cp.length; i++) consider(cp[i]);
+    for (var e = c * K; e <= ev && e < dev.nE; e++) if (dev.evAlloc[e] >= 0 && dev.evDelta[e] > 0) consider(dev.evAlloc[e]);
+    if (ev < 0) for (var a = 0; a < dev.nA && dev.start[a] < 0; a++) consider(a);
+    return out.sort(function (x, y) { return x - y; });
   }
 
   // --- aggregation: one column per pixel, each showing the state at its highest total ---------------
@@ -105,10 +138,12 @@
     var cols = Math.max(1, nb), colBand = new Float64Array(cols * nBands), colTotal = new Float64Array(cols);
     var colEvent = new Int32Array(cols).fill(-1), best = new Float64Array(cols).fill(-1), peak = total, peakEv = -1;
     if (nE === 0) { colBand.set(cur, 0); colTotal[0] = total; }
+    var timed = timeAxis(), t0 = dev.tmono[0], span = timed ? dev.tmono[nE - 1] - t0 : 1;
+    var evDelta = dev.evDelta, evBand = dev.evBand, tm = dev.tmono, ms = minSize;
     for (var e = 0; e < nE; e++) {
-      var al = dev.evAlloc[e];
-      if (al >= 0 && included(al)) { var dd = dev.evSign[e] * dev.size[al]; cur[dev.band[al]] += dd; total += dd; }
-      var k = colOf(e, cols);
+      var dd = evDelta[e];
+      if (dd !== 0 && catOn[evBand[e]] === 1 && (dd >= ms || -dd >= ms)) { cur[evBand[e]] += dd; total += dd; }
+      var k = timed ? Math.min(cols - 1, Math.floor((tm[e] - t0) / span * cols)) : Math.min(cols - 1, Math.floor(e * cols / nE));
       if (total > best[k]) {
         best[k] = total; colTotal[k] = total; colEvent[k] = e;
         for (var c = 0; c < nBands; c++) colBand[k * nBands + c] = cur[c];
@@ -150,7 +185,9 @@
     var rect = canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
     canvas.width = overlay.width = Math.max(300, Math.round(rect.width * dpr));
     canvas.height = overlay.height = Math.max(200, Math.round(rect.height * dpr));
+    var ta = performance.now();
     M = aggregate(Math.max(1, Math.round(plotW())));
+    T.aggregate = performance.now() - ta;
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
     var w = plotW() / M.cols, h = plotH(), sy = h / M.ymax;
     var order = [BASE]; for (var c = 0; c < nC; c++) order.push(c);  // baseline at the bottom
@@ -175,8 +212,39 @@
     });
     drawXAxis(h, font, dpr2);
     drawMarkers(h, dpr2);
-    renderPeak();
+    T.drawn = performance.now();
     state.drawn = true;
+    state.exact = true;
+    // the peak table needs the alive-at index (a pass over every event): after the first paint
+    setTimeout(function () { var tp = performance.now(); renderPeak(); T.peak = performance.now() - tp; }, 0);
+  }
+
+  // before the columns are inflated: the precomputed overview (2048 columns) of the default device
+  function drawOverview(d) {
+    var o = d.overview;
+    if (!o) return false;
+    var rect = canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+    canvas.width = overlay.width = Math.max(300, Math.round(rect.width * dpr));
+    canvas.height = overlay.height = Math.max(200, Math.round(rect.height * dpr));
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+    var ymax = 1, k, b, n = o.columns.length;
+    for (k = 0; k < n; k++) { var tot = 0; for (b = 0; b <= nC; b++) tot += o.bands[b][k]; if (tot > ymax) ymax = tot; }
+    var w = plotW() / 2048, h = plotH(), sy = h / ymax;
+    for (k = 0; k < n; k++) {
+      var x0 = PAD_L + o.columns[k] * w, x1 = PAD_L + (k + 1 < n ? o.columns[k + 1] : 2048) * w, y = PAD_T + h;
+      var order = [BASE]; for (b = 0; b < nC; b++) order.push(b);
+      for (var j = 0; j < order.length; j++) {
+        var v = o.bands[order[j]][k] * sy;
+        if (v <= 0) continue;
+        ctx.fillStyle = bandColour(order[j]); ctx.fillRect(x0, y - v, Math.max(x1 - x0, 1), v); y -= v;
+      }
+    }
+    ctx.fillStyle = "#333"; ctx.font = (11 * dpr) + "px sans-serif"; ctx.textAlign = "right";
+    byteTicks(ymax).forEach(function (t) { ctx.fillText(t.text, PAD_L - 5, PAD_T + h - t.value * sy + 4 * dpr); });
+    document.getElementById("status").textContent = "overview; decoding the events...";
+    T.overview = performance.now();
+    state.drawn = true;
+    return true;
   }
 
   function drawXAxis(h, font, dpr) {
@@ -223,12 +291,6 @@
     });
   }
 
-  function aliveAt(ev) {
-    var out = [];
-    for (var a = 0; a < dev.nA; a++)
-      if (dev.start[a] <= ev && (dev.end[a] < 0 || dev.end[a] > ev) && included(a)) out.push(a);
-    return out;
-  }
   function frame(fid) {
     var f = D.frames[fid];
     return {file: D.strings[f[0]], line: f[1], name: D.strings[f[2]], kind: D.frame_kinds[fid]};
@@ -425,10 +487,12 @@
   }
 
   buildControls();
+  drawOverview(D.devices[D.default_device]);
   // hooks for tests and scripting (coordinates in CSS pixels of the canvas)
   window.tbmemViewer = {
-    data: D, state: state,
+    data: D, state: state, timing: T,
     get drawn() { return state.drawn; },
+    get exact() { return state.exact === true; },
     ready: selectDevice(D.default_device),
     selectDevice: selectDevice,
     device: function () { return dev ? dev.d.device : null; },

@@ -43,7 +43,7 @@ def _open(browser, path):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
-    page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.drawn")
+    page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.exact")
     return page, requests, errors
 
 
