@@ -43,7 +43,7 @@ def _open(browser, path):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
-    page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.exact")
+    page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout=120_000)
     return page, requests, errors
 
 
@@ -207,7 +207,7 @@ def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
     tip = hover_peak(page)
     assert "torch::unwind::unwind()" in tip
     page.select_option("#device", "0")
-    page.wait_for_function("window.tbmemViewer.device() === 'cuda:0'")
+    page.wait_for_function("window.tbmemViewer.device() === 'cuda:0'", timeout=120_000)
     assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 1536
     assert requests == [] and errors == []
 
