@@ -5,25 +5,28 @@ hold one small dict per allocator event; a 1 GB pickle holds about ten million o
 them, and unpickling it whole takes 5-6 GB of Python objects. This reader runs the
 pickle opcodes itself (the plain-data subset: no ``GLOBAL``, ``REDUCE``, ``BUILD``
 or persistent ids, refused as :class:`~tbmem.snapshot.safe_pickle.UnsafePickleError`),
-and turns every trace event it recognises straight into a row of integer columns
-(:class:`EventRows`) instead of a dict: the event's layout of keys is learned from
-the first events the general interpreter builds, then each further event is matched
-by one compiled regular expression over its opcodes. Anything the pattern does not
-cover (a first occurrence of a frame, an ``oom`` event, a FRAME boundary inside an
-event, an unusual pickler) goes through the general interpreter, so the result does
-not depend on the fast path, only the speed does.
+and turns trace events straight into rows of integer columns
+(:class:`~tbmem.snapshot.pickle_rows.EventRows`) instead of dicts: the layout of an
+event's keys is learned from the first events the interpreter builds, then runs of
+further events are parsed side by side with numpy (:mod:`tbmem.snapshot.pickle_fast`).
+Anything the vectorised parser does not cover (a first occurrence of a frame, an
+``oom`` event, an unusual pickler) goes through the interpreter, so the result does
+not depend on the fast path, only the speed does. Protocol 4/5 FRAME headers are
+removed while reading, so that no event straddles one.
 
-Limits (:class:`Limits`) bound what a file can make the reader hold: string and
-integer sizes, container sizes, the number of objects outside the trace rows. A
-file over a limit is refused with :class:`SnapshotRefused`, which says which limit.
+Limits (:class:`~tbmem.snapshot.pickle_rows.Limits`) bound what a file can make the
+reader hold: string and integer sizes, container sizes, objects outside the trace
+rows, events. A file over a limit, truncated or malformed is refused with
+:class:`~tbmem.snapshot.pickle_rows.SnapshotRefused`, which says why.
 
 Example:
     >>> import io, pickle
     >>> from tbmem.snapshot.pickle_stream import read_pickle
     >>> ev = {"action": "alloc", "addr": 64, "size": 512, "stream": 0, "time_us": 7, "frames": []}
     >>> top, rows = read_pickle(io.BytesIO(pickle.dumps({"segments": [], "device_traces": [[ev, dict(ev)]]})))
-    >>> rows.count, rows.column("size").tolist(), rows.rows_of(top["device_traces"][0]).tolist()
-    (2, [512, 512], [0, 1])
+    >>> order = rows.rows_of(top["device_traces"][0])  # the trace's rows, in trace order
+    >>> rows.column("size")[order].tolist(), rows.count
+    ([512, 512], 2)
 """
 
 from __future__ import annotations
