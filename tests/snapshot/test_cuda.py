@@ -169,3 +169,27 @@ def test_address_reuse_pairs_each_alloc_with_its_own_free():
     assert sorted(zip(a["start"].tolist(), a["end"].tolist(), a["size"].tolist())) == [
         (0, 1, 100), (2, 4, 300), (5, -1, 50)]
     assert np.array_equal(snap.timeline(), [100, 0, 300, 300, 0, 50])
+
+
+@pytest.mark.gpu
+def test_real_cuda_capture_marks_steps_and_finds_this_file(tmp_path):
+    import os
+
+    import torch
+
+    from tbmem import MemoryWriter
+    from tbmem.snapshot import SnapshotConfig, load_snapshot
+
+    torch.zeros(1, device="cuda")
+    with MemoryWriter(tmp_path, every=1, snapshot=SnapshotConfig(steps=(2,))) as writer:
+        for step in range(3):
+            x = torch.randn(1024, 1024, device="cuda") @ torch.randn(1024, 1024, device="cuda")
+            writer.log_memory(step)
+    snap = load_snapshot(tmp_path / "plugins/tbmem/snapshot_rank0_step000000002.json.gz")
+    assert snap.source == "cuda" and snap.n_events > 0 and snap.device.startswith("cuda:")
+    assert any(m["kind"] == "step" for m in snap.main.markers)
+    top = stats_doc(snap)["devices"][0]["top_allocations"][0]
+    assert top["frame"]["filename"] == os.path.abspath(__file__)
+    assert (tmp_path / "plugins/tbmem/snapshot_rank0_step000000002.pickle").exists()
+    raw = load_snapshot(tmp_path / "plugins/tbmem/snapshot_rank0_step000000002.pickle")
+    assert raw.peak_bytes() == snap.peak_bytes()
