@@ -26,8 +26,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import os
+import sys
 import sysconfig
 from functools import lru_cache
 from typing import Iterable, Sequence
@@ -60,11 +61,17 @@ def local_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
     roots: list[str] = []
     stdlibs: list[str] = []
     for name in LIBRARY_PACKAGES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        module = sys.modules.get(name)
+        locations = list(getattr(module, "__path__", None) or [])
+        if module is None:
+            # PathFinder looks along sys.path only: no import, and no meta-path hook (an import
+            # blocker, an editable-install finder) is asked about packages this process never used
+            try:
+                spec = importlib.machinery.PathFinder.find_spec(name)
+            except (ImportError, ValueError):
+                spec = None
+            locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        for loc in locations:
             roots.append(os.path.realpath(loc))
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)

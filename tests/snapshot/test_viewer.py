@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests._browser import wait_until
 from tbmem.snapshot.viewer import render_html
 from tests.snapshot._helpers import EVIL, small_snapshot
 
@@ -43,7 +44,7 @@ def _open(browser, path):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
-    page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout=120_000)
+    wait_until(page, "window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=120)
     return page, requests, errors
 
 
@@ -207,7 +208,7 @@ def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
     tip = hover_peak(page)
     assert "torch::unwind::unwind()" in tip
     page.select_option("#device", "0")
-    page.wait_for_function("window.tbmemViewer.device() === 'cuda:0'", timeout=120_000)
+    wait_until(page, "window.tbmemViewer.device() === 'cuda:0'", timeout_s=120)
     assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 1536
     assert requests == [] and errors == []
 
