@@ -35,6 +35,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _signals
 from tbmem import _torch_private as tp
+from tbmem._direct_events import DirectEvents
 from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
 from tbmem._log import logger, oom_line, report_once
@@ -45,7 +46,7 @@ from tbmem.layout import custom_scalars_layout
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
-from tbmem.tags import TAGS, to_unit
+from tbmem.tags import TAGS
 
 __all__ = ["MemoryWriter"]
 
@@ -112,6 +113,8 @@ class MemoryWriter:
         # caught where they surface, counted here and reported once (tbmem._safe_io).
         self._faults = FaultLedger(str(writer.get_logdir()))
         install_safe_io(writer, self._faults)
+        # a record flushed at once is written on this thread: no wait for TensorBoard's writer thread
+        self._direct = DirectEvents(writer) if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
@@ -257,6 +260,8 @@ class MemoryWriter:
         if not values:
             return
         self._saw(step)
+        if self._direct is not None and self._direct.write(values, step, walltime):
+            return
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
         try:
             self._writer._get_file_writer().add_summary(summary, step, walltime)
@@ -265,7 +270,8 @@ class MemoryWriter:
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
-        self.write_scalars({TAGS[k].tag: to_unit(k, v) for k, v in readings.items()}, step)
+        tags = TAGS
+        self.write_scalars({tags[k].tag: float(v) / tags[k].scale for k, v in readings.items()}, step)
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False) -> bool:
         """Write the memory readings if ``step`` is due; return whether anything was written.
