@@ -260,8 +260,6 @@ class MemoryWriter:
         if not values:
             return
         self._saw(step)
-        if self._direct is not None and self._direct.write(values, step, walltime):
-            return
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
         try:
             self._writer._get_file_writer().add_summary(summary, step, walltime)
@@ -270,8 +268,17 @@ class MemoryWriter:
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
-        tags = TAGS
-        self.write_scalars({tags[k].tag: float(v) / tags[k].scale for k, v in readings.items()}, step)
+        self.write_scalars(_tagged(readings), step)
+
+    def _write_record(self, readings: Mapping[str, float], step: int) -> None:
+        """A memory record: written on this thread when it is flushed at once anyway (the record
+        does not wait for TensorBoard's writer thread: tbmem._direct_events), else queued."""
+        values = _tagged(readings)
+        if self._direct is not None and values and not self.closed:
+            self._saw(step)
+            if self._direct.write(values, step):
+                return
+        self.write_scalars(values, step)
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False) -> bool:
         """Write the memory readings if ``step`` is due; return whether anything was written.
@@ -304,7 +311,7 @@ class MemoryWriter:
             readings = self._read(step)
             if ranks is not None:
                 ranks.on_record(step, readings)
-            self.write_readings(readings, step)
+            self._write_record(readings, step)
             if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
                 self._alerts = None
         if census_due:
@@ -475,6 +482,12 @@ class MemoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _tagged(readings: Mapping[str, float]) -> dict[str, float]:
+    """Raw readings keyed by tag-table keys as ``{tag: value in the tag's unit}``."""
+    tags = TAGS
+    return {tags[k].tag: float(v) / tags[k].scale for k, v in readings.items()}
 
 
 def _job_dir() -> str:
