@@ -155,6 +155,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     if frozen:
         ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
     param_types = {t for t in ttypes if issubclass(t, _Param)}
+    cpp_nodes = heap.cpp_node_types()
     named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
     grads: list[torch.Tensor] = []
 
@@ -243,19 +244,27 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             if fn is not None:
                 starts.append(fn)
 
+        def walk(from_nodes: list[Any]) -> None:
+            for saved, name in scan.walk_autograd(from_nodes, visited, keep, errors):
+                if type(saved) in ttypes:
+                    ledger.claim(saved, "activations", name)
+                elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
+                    for t in scan.tensors_below(saved, ttypes):
+                        ledger.claim(t, "activations", f"{name} (packed)")
+
         _each(ledger, "activations", roots, root)
         _each(ledger, "activations", tensors, output)
         _each(ledger, "activations", grads, grad_graph)
-        starts.extend(nodes)  # a graph held by nothing but a node object (``fn = loss.grad_fn``)
         visited: set[int] = set()
         keep: list[Any] = []
         errors: list[BaseException] = []
-        for saved, name in scan.walk_autograd(starts, visited, keep, errors):
-            if type(saved) in ttypes:
-                ledger.claim(saved, "activations", name)
-            elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder...
-                for t in scan.tensors_below(saved, ttypes):
-                    ledger.claim(t, "activations", f"{name} (packed)")
+        walk(starts)
+        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++
+        # node can be found again only by a full scan (see heap.forget).
+        orphans = [n for n in nodes if id(n) not in visited]
+        if any(type(n) in cpp_nodes for n in orphans):
+            heap.forget()
+        walk(orphans)
         if errors:
             ledger._note("graph", "an autograd node could not be read", errors[0])
 

@@ -62,7 +62,7 @@ from tbmem.census.layout import select_types
 
 __all__ = [
     "Found", "INCREMENTAL_SUPPORTED", "tensor_types", "storage_types", "node_types", "array_types",
-    "holder_types", "find_instances", "frozen_objects", "start_capture", "stop_capture",
+    "holder_types", "cpp_node_types", "find_instances", "frozen_objects", "forget", "start_capture", "stop_capture",
 ]
 
 # Subclasses whose instances never own memory of their own outside tracing/tests:
@@ -94,18 +94,40 @@ def storage_types() -> set[type]:
     return _subclasses(torch.UntypedStorage) | _subclasses(torch.TypedStorage)
 
 
-_CPP_NODE_TYPES: frozenset[type] | None = None
+def _cpp_node_types() -> frozenset[type]:
+    """Python types of C++ autograd nodes, less ``AccumulateGrad`` (a leaf: nothing saved, nothing below).
+
+    Their objects cannot be weakly referenced, and torch keeps each one alive as long as
+    its node once it exists (``AccumulateGrad``'s as long as its parameter is in a graph).
+    """
+    functions = getattr(torch._C, "_functions", None)
+    if functions is None:
+        return frozenset()
+    return frozenset(v for k, v in vars(functions).items() if isinstance(v, type) and k != "AccumulateGrad")
+
+
+_CPP_NODE_TYPES = _cpp_node_types()
+
+
+def cpp_node_types() -> frozenset[type]:
+    """The types of C++ autograd nodes' Python objects (no weak references to these)."""
+    return _CPP_NODE_TYPES
 
 
 def node_types() -> set[type]:
     """Types of autograd nodes: those of C++ functions (``MulBackward0``, ...) and of Python ``Function``s."""
-    global _CPP_NODE_TYPES
-    if _CPP_NODE_TYPES is None:
-        functions = getattr(torch._C, "_functions", None)
-        _CPP_NODE_TYPES = frozenset(v for v in vars(functions).values() if isinstance(v, type)) \
-            if functions is not None else frozenset()
     base = getattr(torch._C, "_FunctionBase", None)
     return set(_CPP_NODE_TYPES) | (_subclasses(base) if isinstance(base, type) else set())
+
+
+def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
+    """Weak references to ``objs``, less the C++ nodes' objects, which cannot have one (see :func:`forget`).
+
+    Raises:
+        TypeError: another object cannot be weakly referenced.
+    """
+    cpp = _CPP_NODE_TYPES.__contains__
+    return list(map(weakref.ref, itertools.filterfalse(lambda o: cpp(type(o)), objs)))
 
 
 def array_types() -> set[type]:
@@ -202,7 +224,7 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         instances, marked = _split_marker(_young_objects(), last.types, last.marker)
         if not marked:
             raise LookupError("gc.unfreeze() moved young objects to the oldest generation")
-        _promoted.extend(map(weakref.ref, instances))  # TypeError for a node of a C++ function
+        _promoted.extend(_weak_refs(instances))
         if len(_promoted) > _MAX_PROMOTED:
             raise OverflowError("too many promoted instances")
     except Exception:  # noqa: BLE001 - a gc callback must never raise; the next census scans fully
@@ -294,20 +316,24 @@ def _remember(found: Found, promotions: tuple[int, int], observed: int, frozen: 
     if not INCREMENTAL_SUPPORTED:
         return None
     try:
-        survivors = list(map(weakref.ref, found.objects))
-    except TypeError:  # instances that cannot be weakly referenced (nodes of C++ functions)
-        survivors, unreferenceable = [], []
-        for o in found.objects:
-            try:
-                survivors.append(weakref.ref(o))
-            except TypeError:
-                unreferenceable.append(o)
-        # Young ones are found again by the next scan, or seen by the callback when they are
-        # promoted (which then gives up); old ones could only be found by a full scan.
-        young = set(map(id, _young_objects()))
-        if not all(id(o) in young for o in unreferenceable):
-            return None
+        survivors = _weak_refs(found.objects)
+    except TypeError:  # an instance that cannot be weakly referenced: full scans from now on
+        return None
     return _LastScan(promotions, observed, frozen, holders, types, survivors, _Marker())
+
+
+def forget() -> None:
+    """Make the next scan a full one.
+
+    The census calls this when it found a graph that only the Python object of a C++
+    autograd node holds (``fn = loss.grad_fn`` with every tensor of the graph gone): such
+    an object cannot be weakly referenced, so once it is in the oldest generation only a
+    full scan finds it again. Objects of C++ nodes that belong to graphs a tensor holds
+    are left out of the incremental bookkeeping: those graphs are walked from the tensor.
+    """
+    global _last
+    with _lock:
+        _last = None
 
 
 def _full(types: frozenset[type]) -> Found:

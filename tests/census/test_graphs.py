@@ -140,3 +140,44 @@ def test_checkpointed_graphs_give_no_spurious_notes(no_automatic_gc, tbmem_log, 
     assert census.notes == []
     assert not [r for r in tbmem_log.records if "could not be measured" in r.getMessage()]
     assert census.by_category["activations"] >= loss.untyped_storage().nbytes()
+
+
+@pytest.fixture
+def capture() -> Any:
+    from tbmem.census import heap
+
+    heap.start_capture()
+    try:
+        yield
+    finally:
+        heap.stop_capture()
+
+
+def test_a_graph_held_only_by_an_old_node_object_is_found_by_later_censuses(no_automatic_gc, capture) -> None:
+    """Defect 10 once the node object is in the oldest generation (it cannot be weakly referenced)."""
+    x = torch.randn(5_000, requires_grad=True)
+    expected = sum(_saved_storages(lambda: x.exp().exp().sum()).values())
+    node = x.exp().exp().sum().grad_fn
+    assert take_census().by_category["activations"] == expected
+    gc.collect(1)  # promotes the node object, as a later collection would
+    assert any(o is node for o in gc.get_objects(generation=2))
+    again = take_census()
+    assert again.heap_scan == "full" and again.by_category["activations"] == expected
+    del node
+
+
+def test_node_objects_of_graphs_tensors_hold_do_not_stop_incremental_scans(no_automatic_gc, capture) -> None:
+    """The census's own walk leaves node objects (torch keeps them with their nodes); they must not cost a full
+    scan at every census."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scans = []
+    for step in range(4):
+        loss = model(torch.randn(8, 16)).square().sum()
+        scans.append(take_census(models=[model], optimizers=[opt], roots=[loss]).heap_scan)
+        if step == 1:
+            gc.collect(1)  # the graph's node objects (and the parameters' AccumulateGrad) get old
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert scans == ["full", "incremental", "incremental", "incremental"]
