@@ -63,8 +63,9 @@ class Ledger:
         """Whether this very object was claimed already (cheap skip before measuring)."""
         return id(obj) in self._seen
 
-    def _note(self, key: str, message: str, exc: BaseException | None = None) -> None:
-        if report_once(f"census:{key}", f"tbmem census: {message}", exc=exc):
+    def _note(self, key: str, message: str, exc: BaseException | None = None, *, warn: bool = True) -> None:
+        """Add a note to the census; a failure (``warn``) is also logged, once per key."""
+        if warn and report_once(f"census:{key}", f"tbmem census: {message}", exc=exc):
             self.notes.append(message)
         elif message not in self.notes and len(self.notes) < 20:
             self.notes.append(message)
@@ -156,8 +157,9 @@ class Ledger:
         if orphans:
             self.blind_spots[FOREIGN_OWNER] = sum(key[2] for key in orphans)
             self._note("foreign", f"{len(orphans)} tensors over memory torch did not allocate (torch.from_numpy, "
-                                  "frombuffer, DLPack, mmap) whose owner no scan found: their own bytes are "
-                                  "counted, whatever else their owner holds is not")
+                                  "frombuffer, DLPack, mmap) whose owner no scan found: the bytes they span are "
+                                  f"counted ({FOREIGN_OWNER}); an owner larger than that span (an array a "
+                                  "tensor views part of) holds more, which no scan can see", warn=False)
 
     def bytes_on(self, device: str) -> int:
         """Census bytes on one device (for the unattributed reading)."""

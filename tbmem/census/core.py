@@ -320,7 +320,7 @@ def _autocast_blind_spot(ledger: Ledger, tensors: list[Any]) -> None:
         ledger._note("autocast", f"inside a CPU autocast region: its cache of {str(dtype).removeprefix('torch.')} "
                                  f"weight copies is invisible to any scan ({AUTOCAST_CACHE}: at most "
                                  f"{bound / 2**20:.2f} MB; casts also saved for backward are counted as "
-                                 "activations)")
+                                 "activations)", warn=False)
 
 
 def _chain(*its: Iterable[Any]) -> Iterable[Any]:
