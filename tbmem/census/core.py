@@ -28,7 +28,7 @@ import torch
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.census import heap, scan
+from tbmem.census import heap, scan, walk
 from tbmem.census.categorize import Ledger
 from tbmem.census.report import Census
 
@@ -244,12 +244,12 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             if fn is not None:
                 starts.append(fn)
 
-        def walk(from_nodes: list[Any]) -> None:
+        def walk_from(from_nodes: list[Any]) -> None:
             for saved, name in scan.walk_autograd(from_nodes, visited, keep, errors):
                 if type(saved) in ttypes:
                     ledger.claim(saved, "activations", name)
                 elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
-                    for t in scan.tensors_below(saved, ttypes):
+                    for t in walk.tensors_below(saved, ttypes):
                         ledger.claim(t, "activations", f"{name} (packed)")
 
         _each(ledger, "activations", roots, root)
@@ -258,13 +258,13 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         visited: set[int] = set()
         keep: list[Any] = []
         errors: list[BaseException] = []
-        walk(starts)
+        walk_from(starts)
         # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++
         # node can be found again only by a full scan (see heap.forget).
         orphans = [n for n in nodes if id(n) not in visited]
         if any(type(n) in cpp_nodes for n in orphans):
             heap.forget()
-        walk(orphans)
+        walk_from(orphans)
         if errors:
             ledger._note("graph", "an autograd node could not be read", errors[0])
 
@@ -279,9 +279,9 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     def arrays() -> None:
         atypes = heap.array_types()
         if numpy_scan == "all":
-            sources: Iterable[Any] = _chain(scan.all_arrays(atypes), scan.frame_arrays(atypes))
+            sources: Iterable[Any] = _chain(walk.all_arrays(atypes), walk.frame_arrays(atypes))
         else:
-            sources = _chain(scan.frame_arrays(atypes), scan.holder_arrays(holders, atypes))
+            sources = _chain(walk.frame_arrays(atypes), walk.holder_arrays(holders, atypes))
         for arr, name in sources:
             ledger.claim_array(arr, name)
 
