@@ -59,15 +59,16 @@ def _item_addresses(objs: list[Any]) -> np.ndarray:
     return _words(items or 0, len(objs))
 
 
+# All of the address space from one word in: word ``a // _PTR`` of it is the word after the one at
+# address ``a``, where an object's type pointer follows its reference count. Only the words an index
+# names are ever read.
+_ADDRESS_SPACE = _words(_PTR, ((1 << (8 * _PTR - 2)) - _PTR) // _PTR)
+_SHIFT = np.asarray(_PTR.bit_length() - 1, dtype=_UINT)
+
+
 def _type_addresses(addresses: np.ndarray) -> np.ndarray:
     """``id(type(o))`` for each object address: the word after the reference count."""
-    lo = int(addresses.min())
-    hi = int(addresses.max())
-    memory = _words(lo, (hi - lo) // _PTR + 2)
-    index = addresses - np.asarray(lo, dtype=_UINT)
-    index //= _PTR
-    index += 1
-    return memory[index]
+    return _ADDRESS_SPACE[addresses >> _SHIFT]
 
 
 def _layout_is_as_expected() -> bool:
@@ -114,9 +115,11 @@ def select_types(objs: list[Any], types: Collection[type]) -> list[Any]:
     wanted = np.array(sorted(map(id, types)), dtype=_UINT)
     table = np.zeros(1 << _TABLE_BITS, dtype=bool)
     mask = np.asarray((1 << _TABLE_BITS) - 1, dtype=_UINT)
-    table[(wanted >> 3) & mask] = True
+    table[(wanted >> _SHIFT) & mask] = True
     kinds = _type_addresses(_item_addresses(objs))
-    candidates = np.flatnonzero(table[(kinds >> 3) & mask])
+    hashed = kinds >> _SHIFT
+    hashed &= mask
+    candidates = np.flatnonzero(table[hashed])
     candidate_kinds = kinds[candidates]
     slot = np.minimum(np.searchsorted(wanted, candidate_kinds), len(wanted) - 1)
     chosen = list(map(objs.__getitem__, candidates[wanted[slot] == candidate_kinds].tolist()))
