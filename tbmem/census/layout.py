@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import sys
 import sysconfig
@@ -59,16 +60,23 @@ def _item_addresses(objs: list[Any]) -> np.ndarray:
     return _words(items or 0, len(objs))
 
 
-# All of the address space from one word in: word ``a // _PTR`` of it is the word after the one at
-# address ``a``, where an object's type pointer follows its reference count. Only the words an index
-# names are ever read.
-_ADDRESS_SPACE = _words(_PTR, ((1 << (8 * _PTR - 2)) - _PTR) // _PTR)
 _SHIFT = np.asarray(_PTR.bit_length() - 1, dtype=_UINT)
 
 
+def _address_space() -> np.ndarray:
+    """All of the address space from one word in: its word ``a // _PTR`` is the word after the one at
+    address ``a`` (where an object's type pointer follows its reference count). Only the words an
+    index names are ever read."""
+    return _words(_PTR, ((1 << (8 * _PTR - 2)) - _PTR) // _PTR)
+
+
 def _type_addresses(addresses: np.ndarray) -> np.ndarray:
-    """``id(type(o))`` for each object address: the word after the reference count."""
-    return _ADDRESS_SPACE[addresses >> _SHIFT]
+    """``id(type(o))`` for each object address: the word after the reference count.
+
+    The view of the address space is made per call, never kept: a census walking every
+    array (``numpy_scan="all"``) would otherwise find a 4-exabyte one.
+    """
+    return _address_space()[addresses >> _SHIFT]
 
 
 def _layout_is_as_expected() -> bool:
@@ -103,6 +111,18 @@ def _plain(objs: list[Any], types: Collection[type]) -> list[Any]:
     return list(itertools.compress(objs, map(contains, map(type, objs))))
 
 
+_MASK = np.asarray((1 << _TABLE_BITS) - 1, dtype=_UINT)
+
+
+@functools.lru_cache(maxsize=8)
+def _lookup(types: frozenset[type]) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted type addresses, and a table of their hashes (a cheap first test)."""
+    wanted = np.array(sorted(map(id, types)), dtype=_UINT)
+    table = np.zeros(1 << _TABLE_BITS, dtype=bool)
+    table[(wanted >> _SHIFT) & _MASK] = True
+    return wanted, table
+
+
 def select_types(objs: list[Any], types: Collection[type]) -> list[Any]:
     """The items of ``objs`` whose exact type is in ``types``, in order.
 
@@ -112,13 +132,10 @@ def select_types(objs: list[Any], types: Collection[type]) -> list[Any]:
     """
     if not _FAST or len(objs) < _MIN_FAST or not types:
         return _plain(objs, types)
-    wanted = np.array(sorted(map(id, types)), dtype=_UINT)
-    table = np.zeros(1 << _TABLE_BITS, dtype=bool)
-    mask = np.asarray((1 << _TABLE_BITS) - 1, dtype=_UINT)
-    table[(wanted >> _SHIFT) & mask] = True
+    wanted, table = _lookup(types if isinstance(types, frozenset) else frozenset(types))
     kinds = _type_addresses(_item_addresses(objs))
     hashed = kinds >> _SHIFT
-    hashed &= mask
+    hashed &= _MASK
     candidates = np.flatnonzero(table[hashed])
     candidate_kinds = kinds[candidates]
     slot = np.minimum(np.searchsorted(wanted, candidate_kinds), len(wanted) - 1)
