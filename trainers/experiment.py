@@ -127,12 +127,13 @@ def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | 
     path = Path(log_dir) if log_dir is not None else default_log_dir(run)
     dist = setup(device.type)  # under torchrun: the process group (gloo on CPU, nccl on CUDA)
     try:
-        return _run(run, device, path, dist)
+        return _run(run, device, path, dist, progress)
     finally:
         dist.close()
 
 
-def _run(run: RunConfig, device: torch.device, path: Path, dist: Any) -> Outcome:
+def _run(run: RunConfig, device: torch.device, path: Path, dist: Any,
+         progress: RunProgress | None) -> Outcome:
     from trainers.data import ensure_simulations, select_backend_device
     from trainers.monitoring import TrainerMonitoring
 

@@ -85,6 +85,15 @@ def test_png_figure(logdir, capsys, tmp_path):
     assert code == 2 and "Traceback" not in err and err.startswith("tbmem report:")
 
 
+def test_png_into_a_missing_folder_still_prints_the_table_and_says_why(logdir, capsys, tmp_path):
+    missing = tmp_path / "nonexistent" / "dir" / "x.png"
+    code, out, err = run(capsys, logdir, "--png", missing)
+    assert code == 2
+    assert "peak RAM RSS" in out and "LEAKS" in out  # the summary is not lost with the figure
+    assert "figure written" not in out
+    assert err == f"tbmem report: cannot write the figure: {missing}: No such file or directory\n"
+
+
 def test_errors_are_one_line_and_exit_2(logdir, tmp_path, capsys):
     code, out, err = run(capsys, tmp_path / "nope")
     assert (code, out) == (2, "") and "does not exist" in err and len(err.splitlines()) == 1
