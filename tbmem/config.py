@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["MemoryWriterConfig", "PEAK_MODES"]
+__all__ = ["MemoryWriterConfig", "PEAK_MODES", "unknown_keys"]
 
 PEAK_MODES = ("window", "run")
 
@@ -100,10 +100,29 @@ class MemoryWriterConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "MemoryWriterConfig":
         """Build from a plain mapping (a Hydra/OmegaConf node), naming any unknown key."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}"
-            )
+        problem = unknown_keys(cls, values)
+        if problem:
+            raise ValueError(problem)
         return cls(**dict(values))
+
+
+def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:
+    """A message naming the keys of ``values`` that ``cls`` has no field for, the closest match of
+    each and every valid key; None when all are known.
+
+    Example:
+        >>> print(unknown_keys(MemoryWriterConfig, {"evry": 5}))  # doctest: +ELLIPSIS
+        unknown MemoryWriterConfig key 'evry' (did you mean 'every'?); valid keys: alerts, census_every, ...
+    """
+    import difflib
+
+    known = sorted(f.name for f in dataclasses.fields(cls))
+    unknown = sorted(str(k) for k in values if k not in known)
+    if not unknown:
+        return None
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return (f"unknown {cls.__name__} key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+            f"valid keys: {', '.join(known)}")

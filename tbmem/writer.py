@@ -40,7 +40,7 @@ from tbmem._fastcrc import install as install_fast_crc
 from tbmem._log import logger, oom_line, report_once
 from tbmem._safe_io import FaultLedger, describe, guard_forwarded
 from tbmem._safe_io import install as install_safe_io
-from tbmem.config import MemoryWriterConfig
+from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import custom_scalars_layout
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
@@ -94,6 +94,8 @@ class MemoryWriter:
             raise TypeError("pass either config= or config fields as keywords, not both")
         if writer is not None and log_dir is not None:
             raise ValueError("pass either log_dir= or writer=, not both")
+        if config is None and unknown_keys(MemoryWriterConfig, options):
+            raise TypeError(f"MemoryWriter(): {unknown_keys(MemoryWriterConfig, options)}")
         self.config = config if config is not None else MemoryWriterConfig(**options)
         if self.config.fast_crc:
             install_fast_crc()
@@ -492,4 +494,6 @@ def _check_writable(log_dir: str) -> None:
         with tempfile.NamedTemporaryFile(dir=log_dir, prefix=".tbmem-write-test-"):
             pass
     except OSError as exc:
-        raise OSError(exc.errno, f"MemoryWriter log_dir {log_dir!r} is not writable: {exc.strerror}") from exc
+        # one message, no chained traceback: what the user must fix is the folder, not tbmem
+        raise type(exc)(exc.errno, f"MemoryWriter cannot write event files to log_dir {log_dir!r}: "
+                                   f"{exc.strerror or exc}") from None

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -113,6 +114,36 @@ def test_unwritable_log_dir_raises_oserror(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(OSError, match="log_dir"):
         MemoryWriter(blocker / "logs")
+
+
+def test_misspelt_keyword_names_the_closest_and_every_valid_key(tmp_path):
+    with pytest.raises(TypeError) as info:
+        MemoryWriter(tmp_path / "x", evry=5)
+    message = str(info.value)
+    assert "'evry' (did you mean 'every'?)" in message
+    assert all(name in message for name in ("census_every", "large_tensor_mb", "snapshot", "top_k"))
+    assert not (tmp_path / "x").exists()  # nothing created for a writer that never started
+
+
+def test_mapping_with_misspelt_keys_names_each(tmp_path):
+    with pytest.raises(ValueError, match=r"'cencus_every' \(did you mean 'census_every'\?\), 'zzz';"):
+        MemoryWriterConfig.from_mapping({"zzz": 1, "cencus_every": 5})
+
+
+def test_log_dir_that_cannot_be_created_is_one_clear_error(tmp_path):
+    with pytest.raises(OSError) as info:
+        MemoryWriter("/proc/forbidden")
+    assert str(info.value).endswith("MemoryWriter cannot write event files to log_dir '/proc/forbidden': "
+                                    "No such file or directory")
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained traceback
+    # what the user sees: the traceback ends in that one line, with no "direct cause" above it
+    out = subprocess.run([sys.executable, "-c", "from tbmem import MemoryWriter; MemoryWriter('/proc/forbidden')"],
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert out.returncode == 1
+    assert "direct cause" not in out.stderr and "During handling" not in out.stderr
+    assert out.stderr.count("Traceback") == 1
+    assert out.stderr.rstrip().splitlines()[-1].startswith("FileNotFoundError: [Errno 2] MemoryWriter cannot write")
 
 
 class _Clock:
