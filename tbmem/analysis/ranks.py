@@ -234,8 +234,9 @@ def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes") -> "Axes":
         ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=line.get_color(),
                         alpha=0.25, step=None)
     ax.set_ylim(bottom=0)
-    if ax.get_lines():
-        ax.legend(loc="upper right", fontsize="small")
+    from tbmem.analysis.plot import legend_outside
+
+    legend_outside(ax)
     ax.set_title(f"job {job.job}: {len(job.ranks)} ranks (band: min..max over the ranks)")
     ax.set_xlabel("step")
     ax.set_ylabel("GB")
