@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table"]
+__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table",
+           "x_axis"]
 
 GiB = float(2**30)
 MiB = float(2**20)
@@ -40,6 +41,8 @@ class Tag:
         meaning: What the value is, in one sentence.
         when: Which component writes it, and how often.
         scale: Divisor from the raw reading (bytes, seconds, ...) to ``unit``.
+        x: What the event's step counts: ``"step"`` (training steps, or loss evaluations) or
+            ``"epoch"`` (per-epoch tags): series of the two never share an x axis.
     """
 
     key: str
@@ -48,6 +51,7 @@ class Tag:
     meaning: str
     when: str
     scale: float = 1.0
+    x: str = "step"
 
 
 _EVERY = "MemoryWriter, every `every` steps"
@@ -153,7 +157,7 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="batch_time", tag="Perf/batch_time_s", unit="s",
         meaning="Wall time of one batch (EpochPerformanceMonitor).", when="per batch"),
     Tag(key="epoch_time", tag="Perf/epoch_time_s", unit="s",
-        meaning="Wall time of one epoch.", when="per epoch"),
+        meaning="Wall time of one epoch.", when="per epoch", x="epoch"),
     Tag(key="op_time", tag="Perf/Operation/{name}_s", unit="s",
         meaning="Wall time of one tracked operation (PerformanceMonitor, track_performance).",
         when="per tracked operation"),
@@ -164,7 +168,7 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="batch_loss", tag="Loss/batch", unit="loss",
         meaning="Loss passed to on_batch_end.", when="per batch"),
     Tag(key="epoch_peak_gpu", tag="Memory/Epoch/gpu_peak_MB", unit="MB", scale=MiB,
-        meaning="Peak allocated device memory in the epoch (CPU: peak RSS).", when="per epoch"),
+        meaning="Peak allocated device memory in the epoch (CPU: peak RSS).", when="per epoch", x="epoch"),
     Tag(key="op_cpu_delta", tag="Memory/Operation/{name}_cpu_delta_MB", unit="MB", scale=MiB,
         meaning="RSS change over a tracked operation or checkpoint interval.", when="per tracked operation"),
     Tag(key="op_gpu_delta", tag="Memory/Operation/{name}_gpu_delta_MB", unit="MB", scale=MiB,
@@ -176,11 +180,11 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Size of the snapshot file written at this step.", when="each snapshot"),
     # --- trainers -------------------------------------------------------------------------
     Tag(key="train_loss", tag="Loss/train", unit="loss", meaning="Mean training loss of an epoch.",
-        when="SyntheticTrainer, per epoch"),
+        when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="val_loss", tag="Loss/val", unit="loss", meaning="Validation loss.",
-        when="SyntheticTrainer, per epoch"),
+        when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="learning_rate", tag="Train/learning_rate", unit="1", meaning="Learning rate.",
-        when="SyntheticTrainer, per epoch"),
+        when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="eval_loss", tag="Loss/evaluation", unit="loss",
         meaning="Loss of one L-BFGS-B loss evaluation (step = evaluation index).",
         when="PhysicalTrainer, per loss evaluation"),
@@ -223,6 +227,21 @@ def ranks_tag(stat: str, tag: str) -> str:
     if stat not in RANK_STATS:
         raise ValueError(f"stat must be one of {RANK_STATS}, got {stat!r}")
     return TAGS[f"ranks_{stat}"].tag.format(name=tag)
+
+
+def x_axis(tag: str) -> str:
+    """``"epoch"`` for a per-epoch tag of the table, else ``"step"`` (tags outside the table included).
+
+    Example:
+        >>> x_axis("Loss/train"), x_axis("Memory/RAM/process_rss_GB"), x_axis("Loss/my_own")
+        ('epoch', 'step', 'step')
+    """
+    for row in _ROWS:
+        if row.x != "step":
+            prefix, templated, suffix = row.tag.partition("{name}")
+            if tag == row.tag or (templated and tag.startswith(prefix) and tag.endswith(suffix)):
+                return row.x
+    return "step"
 
 
 def to_unit(key: str, raw: float) -> float:
