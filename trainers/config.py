@@ -242,13 +242,20 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     values = {k: v for k, v in dict(cfg).items() if k != "hydra"}
     top = _from_mapping(RunConfig, "", values)
     tbmem_cfg = _tbmem_config(dict(top.tbmem or {}))
-    return dataclasses.replace(
+    run = dataclasses.replace(
         top,
         data=_from_mapping(DataConfig, "data", top.data),
         model=_from_mapping(ModelConfig, "model", top.model),
         trainer_params=_from_mapping(TrainerParams, "trainer_params", top.trainer_params),
         tbmem=tbmem_cfg,
     )
+    # across groups, here rather than in the trainers: a start that fails leaves nothing behind
+    keys = ("train_sim", "val_sim") if run.trainer_type == "synthetic" else ("train_sim",)
+    for key in keys:
+        bad = [i for i in getattr(run.trainer_params, key) if i >= run.data.num_sims]
+        if bad:
+            _fail(f"trainer_params.{key}", f"names simulations {bad} but data.num_sims is {run.data.num_sims}")
+    return run
 
 
 def _tbmem_config(values: dict[str, Any]) -> Any:
