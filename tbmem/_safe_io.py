@@ -80,14 +80,17 @@ class FaultLedger:
         self.log_dir = log_dir
         self.dropped_events = 0
         self.dropped_snapshots = 0
+        self.dropped_census_lines = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
 
-    def failed(self, path: str, exc: BaseException, *, events: int = 0, snapshots: int = 0) -> bool:
+    def failed(self, path: str, exc: BaseException, *, events: int = 0, snapshots: int = 0,
+               census_lines: int = 0) -> bool:
         """Count what ``exc`` cost; log the cause the first time it is seen. Returns whether logged."""
         with self._lock:
             self.dropped_events += events
             self.dropped_snapshots += snapshots
+            self.dropped_census_lines += census_lines
             self.last_error = describe(exc)
         return report_once(
             cause_key(path, exc),
@@ -107,16 +110,22 @@ class FaultLedger:
 
     def summary(self) -> str | None:
         """The line :meth:`report_close` logs, or None when nothing was lost."""
-        if not (self.dropped_events or self.dropped_snapshots):
+        if not (self.dropped_events or self.dropped_snapshots or self.dropped_census_lines):
             return None
         parts = []
         if self.dropped_events:
             parts.append(f"{self.dropped_events} TensorBoard event{'s' if self.dropped_events != 1 else ''}")
         if self.dropped_snapshots:
             parts.append(f"{self.dropped_snapshots} memory snapshot{'s' if self.dropped_snapshots != 1 else ''}")
+        if self.dropped_census_lines:
+            n = self.dropped_census_lines
+            parts.append(f"{n} census record{'s' if n != 1 else ''} of the Memory tab")
         return (f"tbmem: {' and '.join(parts)} could not be written to {self.log_dir} "
-                f"({self.last_error}) and {'were' if len(parts) > 1 or self.dropped_events != 1 else 'was'} "
+                f"({self.last_error}) and {'were' if len(parts) > 1 or self._only_count() != 1 else 'was'} "
                 "dropped; everything else was written")
+
+    def _only_count(self) -> int:
+        return self.dropped_events + self.dropped_snapshots + self.dropped_census_lines
 
     def report_close(self) -> None:
         """Log the summary once, at close."""

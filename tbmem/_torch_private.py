@@ -36,6 +36,7 @@ __all__ = [
     "cuda_snapshot",
     "dump_snapshot_pickle",
     "memory_viz_trace_plot",
+    "cuda_annotate",
     "attach_oom_observer",
     "disable_torch_function_subclass",
     "saved_tensors_of",
@@ -132,6 +133,20 @@ def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None
         return
     with open(path, "wb") as fh:
         pickle.dump(snapshot, fh, protocol=4)
+
+
+def cuda_annotate(label: str) -> bool:
+    """Put ``label`` in the CUDA memory history (``external_annotations``, torch >= 2.5 records the
+    start and end of every ``record_function`` while history is on); False when CUDA is not ready."""
+    if not cuda_ready():
+        return False
+    record_function = getattr(getattr(torch, "autograd", None), "profiler", None)
+    record_function = getattr(record_function, "record_function", None)
+    if record_function is None:
+        return False
+    with record_function(label):
+        pass
+    return True
 
 
 def memory_viz_trace_plot(snapshot: dict[str, Any]) -> str | None:

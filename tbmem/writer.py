@@ -334,7 +334,9 @@ class MemoryWriter:
             )
             self.write_scalars(census.scalars(), step)
             self._writer.add_text(_CENSUS_TEXT_TAG, census.to_markdown(), step)
-            append_census(self.log_dir, step, census)  # every census, exact, for the Memory tab
+            # every census, exact, for the Memory tab; a full disk is counted like the other writes
+            append_census(self.log_dir, step, census,
+                          on_os_error=lambda where, exc: self._faults.failed(where, exc, census_lines=1))
 
         if not self._guard_call("census", run):
             self._census_on = False

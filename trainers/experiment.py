@@ -132,8 +132,7 @@ def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | 
         dist.close()
 
 
-def _run(run: RunConfig, device: torch.device, path: Path, dist: Any,
-         progress: RunProgress | None) -> Outcome:
+def _run(run: RunConfig, device: torch.device, path: Path, dist: Any, progress: RunProgress | None) -> Outcome:
     from trainers.data import ensure_simulations, select_backend_device
     from trainers.monitoring import TrainerMonitoring
 

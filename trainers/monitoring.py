@@ -29,6 +29,7 @@ import torch
 
 from tbmem._log import report_once
 from tbmem.config import MemoryWriterConfig
+from tbmem.snapshot.markers import mark
 
 __all__ = ["console_above_progress_bar", "TrainerMonitoring"]
 
@@ -119,6 +120,11 @@ class TrainerMonitoring:
         """Log the due memory record; the census walks ``loss``'s graph while activations are alive."""
         if self.enabled:
             self.writer.log_memory(step, roots=(loss,))
+        mark("backward", kind="phase")
+
+    def before_optimizer(self, step: int) -> None:
+        """The optimizer step begins (a phase boundary in memory snapshots)."""
+        mark("optimizer", kind="phase")
 
     def on_batch_end(self, batch_idx: int, loss: float) -> None:
         """Finish a batch: its time, memory and loss (printed for the first batches)."""
@@ -132,7 +138,10 @@ class TrainerMonitoring:
         """Run one training step; on out-of-memory save what tbmem can, then re-raise.
 
         The memory record is written by :meth:`before_backward`, with the loss as census root.
+        The step and its forward phase are marked in memory snapshots.
         """
+        mark(f"step {step}", kind="step")
+        mark("forward", kind="phase")
         return self.writer.monitored_step(step, log=False)
 
     # --- PhysicalTrainer hooks --------------------------------------------------------------
@@ -199,6 +208,7 @@ class TrainerMonitoring:
         except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
             report_once("trainers:evaluation-scalars", "trainers: writing the loss evaluation failed",
                         exc=exc)
+        mark(f"after evaluation {index}", kind="step")
         if not self._evaluations_on:
             return
         try:

@@ -202,6 +202,7 @@ class SyntheticTrainer:
                     with sync:
                         self.scaler.scale(loss / accum).backward()
                     if last_micro:
+                        mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
                         self.optimizer.zero_grad(set_to_none=True)

@@ -29,7 +29,7 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from tbmem._log import report_once
 
@@ -61,19 +61,34 @@ def census_record(step: int, census: Any) -> dict[str, Any]:
     }
 
 
-def append_census(run_dir: str, step: int, census: Any) -> None:
-    """Append one census to the run's side file; a failure is reported once, never raised."""
+def append_census(run_dir: str, step: int, census: Any,
+                  on_os_error: Callable[[str, OSError], Any] | None = None) -> None:
+    """Append one census to the run's side file; a failure is reported once, never raised.
+
+    Args:
+        run_dir: The run's log directory.
+        step: The census's step.
+        census: A :class:`tbmem.census.Census`.
+        on_os_error: Called with (folder, error) when the disk refuses the line (a MemoryWriter
+            counts it with its other dropped writes); None reports it once on the tbmem logger.
+    """
+    path = census_log_path(run_dir)
     try:
         line = json.dumps(census_record(step, census), separators=(",", ":"), allow_nan=False) + "\n"
-        path = census_log_path(run_dir)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)  # the umask decides, as for events
         try:
             os.write(fd, line.encode("utf-8"))  # one write: concurrent appenders never interleave lines
         finally:
             os.close(fd)
-    except (OSError, ValueError, TypeError) as exc:
-        report_once("census-log", "tbmem: could not append the census to plugins/tbmem/census.jsonl; "
+    except OSError as exc:
+        if on_os_error is not None:
+            on_os_error(os.path.dirname(path), exc)
+        else:
+            report_once("census-log", "tbmem: could not append the census to plugins/tbmem/census.jsonl; "
+                                      "the Memory tab will show the largest tensors of fewer censuses", exc=exc)
+    except (ValueError, TypeError) as exc:
+        report_once("census-log", "tbmem: could not encode the census for plugins/tbmem/census.jsonl; "
                                   "the Memory tab will show the largest tensors of fewer censuses", exc=exc)
 
 

@@ -1,8 +1,9 @@
-"""``tbmem snapshot html FILE -o OUT [--torch]`` and ``tbmem snapshot stats FILE``.
+"""``tbmem snapshot html FILE -o OUT`` and ``tbmem snapshot stats FILE [--json]``.
 
-FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read
-as plain data: a pickle that names any Python object is refused, so no code
-from the file runs.
+FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read as plain data:
+a pickle that names any Python object is refused, so no code from the file runs. A file that
+cannot be read (missing, truncated, malformed, over the reader's limits) ends the command
+with one line on stderr saying why, and exit status 2.
 
 Example:
     >>> import argparse
@@ -15,9 +16,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pickle
 import sys
+from typing import Any
 
 __all__ = ["add_parser", "html_command", "stats_command"]
 
@@ -31,17 +34,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                    description=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="snapshot_command", required=True, metavar="SUBCOMMAND")
     html = sub.add_parser("html", help="write the offline timeline viewer for a snapshot",
-                          description="Write one self-contained HTML file (no network access). " + _PICKLE_WARNING)
+                          description="Write one self-contained HTML file (no network access) showing every "
+                          "device. " + _PICKLE_WARNING)
     html.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
     html.add_argument("-o", "--output", required=True, metavar="OUT", help="HTML file to write")
+    html.add_argument("--device", metavar="DEV", help="device shown first (cuda:1 or 1; default: the device "
+                      "with an out-of-memory error, else the largest peak)")
     html.add_argument("--torch", action="store_true",
                       help="write PyTorch's own trace_plot instead (needs a torch .pickle; that page "
                            "loads its viewer from a CDN, so it needs network access)")
     html.set_defaults(func=html_command)
-    stats = sub.add_parser("stats", help="top allocations by size, stack frame and category",
-                           description="Print a summary of a snapshot. " + _PICKLE_WARNING)
+    stats = sub.add_parser("stats", help="per device: peak, OOMs, top allocations, frames, categories",
+                           description="Print a summary of a snapshot, every device. " + _PICKLE_WARNING)
     stats.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
     stats.add_argument("--top", type=int, default=10, help="rows per table (default 10)")
+    stats.add_argument("--device", metavar="DEV", help="only this device (cuda:1 or 1)")
+    stats.add_argument("--json", action="store_true", help="one JSON object (schema in docs/snapshots.md)")
+    stats.add_argument("--cpp", action="store_true",
+                       help="when a stack has no user frame, name its innermost frame even if C++")
     stats.set_defaults(func=stats_command)
     return parser
 
@@ -51,37 +61,74 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _load(path: str) -> Any:
+    """The snapshot, or an error line (str) saying why it cannot be read."""
+    from tbmem.snapshot.readers import load_snapshot
+
+    if not os.path.isfile(path):
+        return f"cannot read {path}: no such file"
+    try:
+        return load_snapshot(path)
+    except MemoryError:
+        return f"cannot read {path}: not enough memory"
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError, RecursionError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return f"cannot read {path}: {text}"
+
+
 def html_command(args: argparse.Namespace) -> int:
     """``tbmem snapshot html``."""
-    from tbmem import _torch_private as tp
-    from tbmem.snapshot.readers import is_pickle_path, load_snapshot, load_torch_pickle
+    if args.torch:
+        return _torch_html(args)
     from tbmem.snapshot.viewer import render_html
 
+    snap = _load(args.file)
+    if isinstance(snap, str):
+        return _fail(snap)
     try:
-        if args.torch:
-            if not is_pickle_path(args.file):
-                return _fail("--torch needs a torch .pickle snapshot (tbmem .json.gz files have no torch form)")
-            page = tp.memory_viz_trace_plot(load_torch_pickle(args.file))
-            if page is None:
-                return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
-        else:
-            page = render_html(load_snapshot(args.file))
-    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as exc:
-        return _fail(f"cannot read {args.file}: {exc}")
+        page = render_html(snap, device=args.device)
+    except ValueError as exc:
+        return _fail(str(exc))
     out = os.fspath(args.output)
-    with open(out, "w", encoding="utf-8") as fh:
-        fh.write(page)
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(page)
+    except OSError as exc:
+        return _fail(f"cannot write {out}: {exc.strerror or exc}")
     print(out)
+    return 0
+
+
+def _torch_html(args: argparse.Namespace) -> int:
+    from tbmem import _torch_private as tp
+    from tbmem.snapshot.readers import is_pickle_path, load_torch_pickle
+
+    if not is_pickle_path(args.file):
+        return _fail("--torch needs a torch .pickle snapshot (tbmem .json.gz files have no torch form)")
+    try:
+        page = tp.memory_viz_trace_plot(load_torch_pickle(args.file))
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError, MemoryError) as exc:
+        return _fail(f"cannot read {args.file}: {' '.join(str(exc).split())}")
+    if page is None:
+        return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    print(args.output)
     return 0
 
 
 def stats_command(args: argparse.Namespace) -> int:
     """``tbmem snapshot stats``."""
-    from tbmem.snapshot.readers import load_snapshot, snapshot_stats
+    from tbmem.snapshot.stats import stats_doc, stats_text
 
+    snap = _load(args.file)
+    if isinstance(snap, str):
+        return _fail(snap)
     try:
-        snap = load_snapshot(args.file)
-    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as exc:
-        return _fail(f"cannot read {args.file}: {exc}")
-    print(snapshot_stats(snap, top=max(1, args.top)))
+        if args.json:
+            print(json.dumps(stats_doc(snap, top=max(1, args.top), device=args.device)))
+        else:
+            print(stats_text(snap, top=max(1, args.top), device=args.device, cpp=args.cpp))
+    except ValueError as exc:
+        return _fail(str(exc))
     return 0

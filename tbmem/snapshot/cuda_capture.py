@@ -12,10 +12,15 @@ Example:
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
+import numpy as np
+
 from tbmem import _torch_private as tp
+from tbmem.snapshot import markers
 from tbmem.snapshot.cuda import convert_torch_snapshot
+from tbmem.snapshot.frames import local_roots
 from tbmem.snapshot.schema import Snapshot
 
 __all__ = ["CudaRecorder"]
@@ -40,11 +45,21 @@ class CudaRecorder:
             return True
         stacks = "python" if self.stacks == "none" else self.stacks
         self.active = tp.record_memory_history(stacks=stacks, max_entries=self.max_entries)
+        if self.active:
+            self.marks: list[tuple[int, str, str]] = []
+            markers.register(self)
         return self.active
+
+    def mark(self, label: str, *, kind: str = "step") -> None:
+        """A step or phase boundary: a torch memory annotation where this torch records them
+        (``tbmem:<label>`` in the snapshot's ``external_annotations``), and always kept here."""
+        self.marks.append((time.time_ns() // 1000, label, kind))
+        tp.cuda_annotate(f"tbmem:{label}")
 
     def stop(self) -> None:
         """Stop recording (the history is discarded by torch)."""
         if self.active:
+            markers.unregister(self)
             tp.stop_memory_history()
             self.active = False
 
@@ -55,5 +70,20 @@ class CudaRecorder:
     def snapshot(self, raw: Mapping[str, Any], *, kind: str, step: int, rank: int = 0) -> Snapshot:
         """Convert a raw dict for the current device."""
         snap = convert_torch_snapshot(raw, kind=kind, step=step, rank=rank, device=tp.cuda_current_device())
-        snap.meta["recorder"] = "cuda._record_memory_history"
+        packages, stdlibs = local_roots()
+        snap.meta.update({"recorder": "cuda._record_memory_history", "library_roots": list(packages),
+                          "stdlib_roots": list(stdlibs)})
+        self._add_marks(snap)
         return snap
+
+    def _add_marks(self, snap: Snapshot) -> None:
+        """Markers kept here, on devices whose trace has none from annotations (older torch)."""
+        for dev in snap.devices:
+            if any(m.get("kind") in markers.KINDS for m in dev.markers) or not dev.has_time or not dev.n_events:
+                continue
+            t0 = int(round((snap.t0_unix or 0) * 1e6))
+            for t, label, kind in getattr(self, "marks", ()):
+                ev = int(np.searchsorted(dev.time_us, t - t0))
+                if ev < dev.n_events:
+                    dev.markers.append({"event": ev, "label": label, "kind": kind})
+            dev.markers.sort(key=lambda m: m["event"])

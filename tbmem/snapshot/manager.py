@@ -34,6 +34,7 @@ from tbmem import _torch_private as tp
 from tbmem._log import logger, report_once
 from tbmem._retry import Backoff
 from tbmem._safe_io import FaultLedger, describe
+from tbmem.snapshot import markers
 from tbmem.snapshot.config import SnapshotConfig
 from tbmem.snapshot.cuda_capture import CudaRecorder
 from tbmem.snapshot.recorder import DispatchRecorder, release_detached
@@ -105,6 +106,7 @@ class SnapshotManager:
             self._fail("snapshot:step", "tbmem: memory snapshots failed and are switched off", exc)
 
     def _on_step(self, step: int) -> None:
+        markers.mark(f"after step {step}", kind="step", auto=True)  # log_memory(step) ends a step
         cfg = self.config
         self._last_step = step
         rec = self._recorder

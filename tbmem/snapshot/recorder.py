@@ -49,6 +49,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tbmem import _torch_private as tp
+from tbmem.snapshot import markers
+from tbmem.snapshot.frames import local_roots
 from tbmem.snapshot.schema import Frame, Snapshot, SnapshotBuilder
 
 __all__ = ["DispatchRecorder", "release_detached"]
@@ -184,6 +186,7 @@ class DispatchRecorder:
         self._mode = _RecordingMode(self)
         self.owner = threading.get_ident()
         self._mode.__enter__()
+        markers.register(self)
 
     def stop(self) -> None:
         """Stop recording; frees of recorded storages are still seen until :meth:`reset`.
@@ -193,6 +196,7 @@ class DispatchRecorder:
         on its own thread.
         """
         mode, self._mode = self._mode, None
+        markers.unregister(self)
         if mode is None:
             return
         mode.live = False
@@ -205,6 +209,10 @@ class DispatchRecorder:
     def on_own_thread(self) -> bool:
         """Whether the calling thread is the one being recorded (True when not recording)."""
         return self._mode is None or self.owner == threading.get_ident()
+
+    def mark(self, label: str, *, kind: str = "step") -> None:
+        """A step or phase boundary before the next recorded event."""
+        self._builder.mark(label, kind=kind, time_us=time.perf_counter_ns() // 1000)
 
     def reset(self) -> None:
         """Forget everything recorded so far."""
@@ -231,7 +239,8 @@ class DispatchRecorder:
         b = self._builder
         if any(isinstance(a, torch.Tensor) and a.untyped_storage() is s for a in args):
             # a view of / in-place write to a storage created before recording
-            idx = b.alloc(size, category="before_recording", addr=s.data_ptr(), preexisting=True)
+            idx = b.alloc(size, category="before_recording", addr=s.data_ptr(), preexisting=True,
+                          device=str(s.device))
         else:
             if _graph_task_id() != -1:
                 category = "backward"
@@ -241,7 +250,7 @@ class DispatchRecorder:
                 category = "no_grad"
             stack_id = self._stack_id(b) if self.stacks else -1
             idx = b.alloc(size, category=category, time_us=time.perf_counter_ns() // 1000,
-                          addr=s.data_ptr(), stack_id=stack_id)
+                          addr=s.data_ptr(), stack_id=stack_id, device=str(s.device))
         self._devices.add(str(s.device))
         self._live[sid] = [idx, weakref.ref(s, functools.partial(self._freed, b, sid))]
         if len(b.time_us) > self.max_entries:
@@ -279,6 +288,7 @@ class DispatchRecorder:
         b.cols["start"] = np.where(start[keep] >= cut, start[keep] - cut, -1).tolist()
         b.cols["end"] = np.where(end[keep] >= 0, end[keep] - cut, -1).tolist()
         b.time_us = b.time_us[cut:]
+        b.markers = [(ev - cut, label, kind) for ev, label, kind in b.markers if ev >= cut]
         b.dropped += cut
         for entry in self._live.values():
             entry[0] = int(new_index[entry[0]])
@@ -299,7 +309,7 @@ class DispatchRecorder:
             roles[id(s)] = role
             if category_from_role and id(s) not in self._live and s.nbytes() > 0:
                 b = self._builder
-                idx = b.alloc(s.nbytes(), category=role, addr=s.data_ptr(), preexisting=True)
+                idx = b.alloc(s.nbytes(), category=role, addr=s.data_ptr(), preexisting=True, device=str(s.device))
                 self._devices.add(str(s.device))
                 self._live[id(s)] = [idx, weakref.ref(s, functools.partial(self._freed, b, id(s)))]
         return roles
@@ -315,7 +325,8 @@ class DispatchRecorder:
             entry = self._live.get(sid)
             if entry is not None:
                 cats[entry[0]] = b.category_id(role)
-        b.device = ",".join(sorted(self._devices)) or "cpu"
         snap = b.build(kind=kind, step=step, rank=rank)
-        snap.meta.update({"torch": torch.__version__, "recorder": "TorchDispatchMode"})
+        packages, stdlibs = local_roots()  # where this process's libraries are, for the user frame
+        snap.meta.update({"torch": torch.__version__, "recorder": "TorchDispatchMode",
+                          "library_roots": list(packages), "stdlib_roots": list(stdlibs)})
         return snap

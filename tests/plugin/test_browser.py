@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from tests._browser import wait_until
+
 # Measured independently on the file (tests/../shared/snapshots/real/README.md): peak of allocated bytes.
 MAGMA27_PEAK = 13_923_997_700
 
@@ -62,7 +64,7 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path):
     tab = _frame(page, "plugin_entry.html")
     tab.wait_for_selector("#chart canvas", timeout=60_000)
     tab.select_option("#run", "train")
-    tab.wait_for_function("() => window.tbmemMemoryTab && window.tbmemMemoryTab.run === 'train'"
+    wait_until(tab, "() => window.tbmemMemoryTab && window.tbmemMemoryTab.run === 'train'"
                           " && window.tbmemMemoryTab.overview && window.tbmemMemoryTab.overview.run === 'train'")
     tab.wait_for_selector("#snapshots button.open")
     # the stacked census is drawn: six category bands, coloured pixels on the chart canvas
@@ -84,7 +86,7 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path):
     row.locator("button.open").click()
     tab.wait_for_selector("#viewer-box:not([hidden])")
     viewer = _frame(page, "/data/plugin/tbmem/snapshot?")
-    viewer.wait_for_function("window.tbmemViewer !== undefined", timeout=60_000)
+    wait_until(viewer, "window.tbmemViewer !== undefined", timeout_s=60)
     assert viewer.evaluate("window.tbmemViewer.stats().peak") == MAGMA27_PEAK
     assert _coloured_pixels(viewer, "#timeline") > 5000
     tab.locator("#viewer").scroll_into_view_if_needed()
@@ -103,9 +105,9 @@ def test_rank_selector_and_peak_comparison(page):
     tab.select_option("#run", "exp")
     tab.wait_for_selector("#ranks-box:not([hidden]) .ranks-table")
     assert tab.locator("#rank option").all_inner_texts() == ["rank 0", "rank 1"]
-    tab.wait_for_function("() => window.tbmemMemoryTab.overview && window.tbmemMemoryTab.overview.run === 'exp/rank0'")
+    wait_until(tab, "() => window.tbmemMemoryTab.overview && window.tbmemMemoryTab.overview.run === 'exp/rank0'")
     tab.select_option("#rank", "exp/rank1")
-    tab.wait_for_function("() => window.tbmemMemoryTab.overview.run === 'exp/rank1'")
+    wait_until(tab, "() => window.tbmemMemoryTab.overview.run === 'exp/rank1'")
     rows = tab.locator(".ranks-table tbody tr").all_inner_texts()
     assert rows[0].startswith("rank 0") and "1.00 MiB" in rows[0] and "2.00 MiB" in rows[1]
     assert errors == [] and foreign == []

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -38,7 +39,12 @@ def _hold(mb: int):  # noqa: ANN202
 
 
 def _workers_rss_mb(tmp_path, extra_mb: int) -> tuple[float, float]:
-    """(tree RSS - process RSS in MB, worker count) logged with 2 workers each holding extra_mb more."""
+    """(tree RSS - process RSS in MB, new descendants) logged with 2 workers each holding extra_mb more.
+
+    Children an earlier test of the same process left running are descendants too: they are
+    counted before the loader starts and taken off, and their RSS cancels in the comparison.
+    """
+    already = len(psutil.Process().children(recursive=True))
     loader = DataLoader(_Numbers(), batch_size=8, num_workers=2, persistent_workers=True,
                         worker_init_fn=_hold(extra_mb))
     run = tmp_path / f"extra{extra_mb}"
@@ -52,7 +58,7 @@ def _workers_rss_mb(tmp_path, extra_mb: int) -> tuple[float, float]:
     tree = dict(scalars(run, TAGS["ram_tree_rss"].tag))
     rss = dict(scalars(run, TAGS["ram_rss"].tag))
     workers = dict(scalars(run, TAGS["ram_tree_workers"].tag))
-    return (tree[3] - rss[3]) * 1024, workers[3]
+    return (tree[3] - rss[3]) * 1024, workers[3] - already
 
 
 def test_dataloader_workers_holding_50_mb_each_show_in_the_tree_rss(tmp_path):

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 from tbmem.snapshot.schema import Snapshot, SnapshotBuilder
 
-__all__ = ["small_snapshot", "EVIL"]
+__all__ = ["small_snapshot", "EVIL", "torch_dict", "REAL", "real_files"]
 
 EVIL = "<script>alert(1)</script>"
+#: The real snapshots captured on GPUs by others (provenance and facts in their README.md).
+REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "snapshots", "real")
+
+
+def real_files() -> list[str]:
+    """The real snapshot pickles, or [] where ../shared is not present."""
+    if not os.path.isdir(REAL):
+        return []
+    return sorted(os.path.join(REAL, n) for n in os.listdir(REAL) if n.endswith(".pickle"))
 
 
 def small_snapshot(frame_name: str = "forward", n: int = 40) -> Snapshot:
@@ -21,3 +32,21 @@ def small_snapshot(frame_name: str = "forward", n: int = 40) -> Snapshot:
         b.free(idx[i], time_us=10 * (n + i))
     b.alloc(4096, category="parameter", preexisting=True)
     return b.build(kind="snapshot", step=7)
+
+
+def torch_dict() -> dict:
+    """Two devices in torch's format; cuda:1 ends in an out-of-memory error."""
+    user = [{"filename": "/home/u/train.py", "line": 42, "name": "forward"}]
+    t0 = 1_757_000_000_000_000
+
+    def ev(action, addr, size, t, frames=user):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t0 + t, "frames": frames}
+
+    dev0 = [ev("alloc", 0x1000, 512, 2), ev("alloc", 0x1200, 1024, 3), ev("free_requested", 0x1000, 512, 4),
+            ev("free_completed", 0x1000, 512, 5)]
+    oom = {"action": "oom", "device_free": 4096, "size": 1 << 30, "stream": 0, "time_us": t0 + 9, "frames": []}
+    dev1 = [ev("alloc", 0x9000, 2048, 7), oom]
+    seg = {"device": 0, "address": 0x1000, "total_size": 2 << 20, "blocks": [
+        {"address": 0x1000, "size": 512, "requested_size": 512, "state": "inactive", "frames": []},
+        {"address": 0x1200, "size": 1024, "requested_size": 1024, "state": "active_allocated", "frames": user}]}
+    return {"segments": [seg], "device_traces": [dev0, dev1]}

@@ -134,3 +134,34 @@ def test_recorder_left_after_close(tmp_path):
     assert _get_current_dispatch_mode() is None
     with gzip.open(tmp_path / PLUGIN_DIR / "snapshot_rank0_step000000000.json.gz", "rt") as fh:
         assert json.load(fh)["schema"] == "tbmem.snapshot"
+
+
+def test_step_and_phase_markers_reach_the_snapshot(tmp_path):
+    import tbmem.snapshot.markers as markers_mod
+    from tbmem.snapshot.markers import mark
+
+    markers_mod._explicit_steps = False  # earlier tests in this process may have marked their own steps
+    cfg = SnapshotConfig(steps=(3,), html=False)
+    with MemoryWriter(tmp_path, every=10, census_every=0, snapshot=cfg) as writer:
+        _train(writer, 5)
+    snap = load_snapshot(tmp_path / PLUGIN_DIR / "snapshot_rank0_step000000003.json.gz")
+    labels = [m["label"] for m in snap.main.markers if m["kind"] == "step"]
+    assert labels[:3] == ["after step 0", "after step 1", "after step 2"]  # where log_memory(step) ran
+    # a caller that marks its own steps replaces the automatic marks
+    try:
+        cfg = SnapshotConfig(steps=(2,), html=False)
+        with MemoryWriter(tmp_path / "b", every=10, census_every=0, snapshot=cfg) as writer:
+            model = torch.nn.Linear(8, 8)
+            for step in range(3):
+                mark(f"step {step}")
+                with writer.monitored_step(step):
+                    mark("forward", kind="phase")
+                    loss = model(torch.randn(4, 8)).sum()
+                    mark("backward", kind="phase")
+                    loss.backward()
+        snap = load_snapshot(tmp_path / "b" / PLUGIN_DIR / "snapshot_rank0_step000000002.json.gz")
+        kinds = [(m["kind"], m["label"]) for m in snap.main.markers]
+        assert ("step", "step 1") in kinds and ("phase", "backward") in kinds
+        assert not any(label.startswith("after step") for _k, label in kinds)
+    finally:
+        markers_mod._explicit_steps = False

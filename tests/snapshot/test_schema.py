@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 import numpy as np
 import pytest
@@ -33,10 +34,9 @@ def test_round_trip_and_timeline(tmp_path):
     ({"version": 99}, "unsupported"),
     ({"frames": [[0, 1, 999]]}, "frames"),
     ({"stacks": [[5]]}, "stacks"),
-    ({"allocs": {"start": [0], "end": [-1], "size": [1], "category": [7], "stack": [-1], "addr": [0]}}, "out-of-range"),
-    ({"allocs": {"start": [0, 1], "end": [-1], "size": [1], "category": [0], "stack": [-1], "addr": [0]}}, "length"),
     ({"strings": [1, 2]}, "strings"),
-    ({"time_us": "abc"}, "time_us"),
+    ({"default_device": 3}, "default_device"),
+    ({"devices": "x"}, "devices"),
 ])
 def test_crafted_documents_are_rejected(patch, message):
     doc = to_json(small_snapshot(n=2))
@@ -45,10 +45,50 @@ def test_crafted_documents_are_rejected(patch, message):
         from_json(doc)
 
 
+@pytest.mark.parametrize("patch, message", [
+    ({"allocs": {"start": [0], "end": [-1], "size": [1], "category": [7], "stack": [-1], "addr": [0]}}, "out-of-range"),
+    ({"allocs": {"start": [0, 1], "end": [-1], "size": [1], "category": [0], "stack": [-1], "addr": [0]}}, "values"),
+    ({"time_us": "abc"}, "time_us"),
+    ({"time_us": {"dtype": "<i4", "b64": "AAA"}}, "base64|partial"),
+    ({"time_us": {"dtype": "<f8", "b64": "AAAAAAAA+H8="}}, "exact integers"),
+    ({"markers": [{"event": 99, "label": "x"}]}, "markers"),
+])
+def test_crafted_device_columns_are_rejected(patch, message):
+    doc = to_json(small_snapshot(n=2))
+    doc["devices"][0].update(patch)
+    with pytest.raises(ValueError, match=message):
+        from_json(doc)
+
+
+def test_version_1_files_are_still_read():
+    v1 = {"schema": "tbmem.snapshot", "version": 1, "source": "cuda", "kind": "oom", "device": "cuda:0", "rank": 0,
+          "step": 4, "n_events": 2, "dropped": 0, "time_us": [0, 5], "t0_unix": 1.7e9, "strings": ["a.py", "f"],
+          "frames": [[0, 3, 1]], "stacks": [[0]], "categories": ["activation"],
+          "allocs": {"start": [0, -1], "end": [1, -1], "size": [100, 7], "category": [0, 0], "stack": [0, -1],
+                     "addr": [1, 2]}, "meta": {"reserved_bytes": 4096, "oom_events": [{"size": 9, "device_free": 1}]}}
+    snap = from_json(v1)
+    assert snap.device == "cuda:0" and snap.peak_bytes() == 107 and snap.main.reserved_bytes == 4096
+    assert snap.main.ooms[0]["requested_bytes"] == 9
+
+
 def test_gzip_is_deterministic():
     snap = small_snapshot(n=5)
     assert encode_json_gz(snap) == encode_json_gz(snap)
-    assert json.loads(gzip.decompress(encode_json_gz(snap)))["n_events"] == snap.n_events
+    assert json.loads(gzip.decompress(encode_json_gz(snap)))["devices"][0]["n_events"] == snap.n_events
+
+
+def test_builder_splits_devices_and_keeps_one_clock():
+    from tbmem.snapshot.schema import SnapshotBuilder
+
+    b = SnapshotBuilder(source="dispatch", device="cpu")
+    now = time.perf_counter_ns() // 1000  # the recorder's clock
+    b.alloc(10, time_us=now, device="cpu")
+    b.alloc(20, time_us=now + 1000, device="cuda:0")
+    b.alloc(30, time_us=now + 2000, device="cpu")
+    snap = b.build(kind="snapshot", step=0)
+    assert [(d.name, d.n_events, d.peak_bytes()) for d in snap.devices] == [("cpu", 2, 40), ("cuda:0", 1, 20)]
+    assert snap.devices[0].time_us.tolist() == [0, 2000] and snap.devices[1].time_us.tolist() == [1000]
+    assert abs(snap.t0_unix - time.time()) < 60  # the wall-clock time of the first event
 
 
 def test_recorder_ring_buffer_keeps_recent_events():

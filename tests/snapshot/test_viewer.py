@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests._browser import wait_until
 from tbmem.snapshot.viewer import render_html
 from tests.snapshot._helpers import EVIL, small_snapshot
 
@@ -43,16 +44,25 @@ def _open(browser, path):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
-    page.wait_for_function("window.tbmemViewer !== undefined")
+    wait_until(page, "window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=120)
     return page, requests, errors
 
 
-def _drawn_pixels(page) -> int:
+def hover_peak(page) -> str:
+    """Move the mouse over the peak column; the tooltip's text."""
+    pt = page.evaluate("window.tbmemViewer.peakPoint()")
+    box = page.locator("#timeline").bounding_box()
+    page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
+    page.wait_for_selector("#tooltip:not([hidden])")
+    return page.inner_text("#tooltip")
+
+
+def drawn_pixels(page) -> int:
     return page.evaluate("""() => {
         const c = document.getElementById('timeline');
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
         let n = 0;
-        for (let i = 0; i < d.length; i += 4) if (d[i + 2] > d[i] + 40) n++;  // bluish/coloured, not white/grey
+        for (let i = 0; i < d.length; i += 4) if (Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) n++;  // coloured, not white/grey
         return n;
     }""")
 
@@ -62,7 +72,7 @@ def test_timeline_renders_and_hover_shows_frame(browser, tmp_path):
     path = tmp_path / "view.html"
     path.write_text(render_html(snap), encoding="utf-8")
     page, requests, errors = _open(browser, path)
-    assert _drawn_pixels(page) > 500
+    assert drawn_pixels(page) > 500
     stats = page.evaluate("window.tbmemViewer.stats()")
     assert stats["peak"] == snap.peak_bytes() and stats["peakEvent"] == snap.peak()[0]
     pt = page.evaluate("window.tbmemViewer.peakPoint()")
@@ -115,3 +125,105 @@ def test_script_in_frame_name_renders_as_text(browser, tmp_path):
     assert EVIL in page.inner_text("#tooltip")
     assert dialogs == [] and requests == [] and errors == []
     page.close()
+
+
+def _page(browser, tmp_path, snap, name="view.html"):
+    path = tmp_path / name
+    path.write_text(render_html(snap), encoding="utf-8")
+    return _open(browser, path)
+
+
+def test_colour_follows_the_category_name_not_its_order(browser, tmp_path):
+    from tbmem.snapshot.schema import SnapshotBuilder
+
+    colours = []
+    for order in (("backward", "optimizer"), ("optimizer", "backward")):
+        b = SnapshotBuilder(source="cuda", device="cuda:0")
+        for i, cat in enumerate(order):
+            b.alloc(1024 * (i + 1), category=cat, time_us=i)
+        page, requests, errors = _page(browser, tmp_path, b.build(kind="snapshot", step=0), f"{order[0]}.html")
+        colours.append(page.evaluate("""() => { const out = {};
+            document.querySelectorAll('#categories label').forEach(l => {
+              out[l.textContent.trim()] = l.querySelector('.swatch').style.background; });
+            return out; }"""))
+        assert errors == [] and requests == []
+        page.close()
+    assert colours[0]["backward"] == colours[1]["backward"] and colours[0]["optimizer"] == colours[1]["optimizer"]
+    assert colours[0]["backward"] != colours[0]["optimizer"]
+
+
+def test_ticks_are_1_2_5_times_a_power_of_ten_of_one_binary_unit(browser, tmp_path):
+    from tbmem.snapshot.schema import SnapshotBuilder
+
+    for total in (547.61 * 1024, 3 * 2**30 + 12345, 70_000):
+        b = SnapshotBuilder(source="cuda", device="cuda:0")
+        b.alloc(int(total), category="python code", time_us=0)
+        page, _r, errors = _page(browser, tmp_path, b.build(kind="snapshot", step=0))
+        ticks = page.evaluate("window.tbmemViewer.ticks()")
+        units = {t.split()[1] for t in ticks}
+        values = [float(t.split()[0]) for t in ticks]
+        step = values[1] - values[0]
+        mantissa = step / 10 ** __import__("math").floor(__import__("math").log10(step))
+        assert len(units) == 1 and round(mantissa, 6) in (1.0, 2.0, 5.0) and values[0] == 0, ticks
+        assert all(abs(v / step - round(v / step)) < 1e-9 for v in values) and errors == []
+        page.close()
+
+
+def test_tooltip_stays_inside_the_viewport_beside_the_event_line(browser, tmp_path):
+    page, _r, errors = _page(browser, tmp_path, small_snapshot(n=200))
+    box = page.locator("#timeline").bounding_box()
+    x, y = box["x"] + box["width"] - 24, box["y"] + box["height"] - 60
+    page.mouse.move(x, y)
+    page.wait_for_selector("#tooltip:not([hidden])")
+    tip = page.locator("#tooltip").bounding_box()
+    vw = page.evaluate("document.documentElement.clientWidth")
+    assert tip["x"] >= 0 and tip["x"] + tip["width"] <= vw
+    assert not (tip["x"] <= x <= tip["x"] + tip["width"])  # the tooltip does not cover the event line
+    dark = page.evaluate("""([cx]) => { const o = document.getElementById('overlay');
+        const r = o.getBoundingClientRect(), sx = o.width / r.width;
+        const px = Math.round((cx - r.left) * sx), d = o.getContext('2d').getImageData(px - 2, 0, 5, o.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 100) n++; return n; }""", [x])
+    assert dark > 100 and errors == []
+
+
+def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
+    from tbmem.snapshot.cuda import convert_torch_snapshot
+    from tests.snapshot._helpers import torch_dict
+
+    data = torch_dict()
+    cpp = {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"}
+    data["device_traces"][1][0]["frames"] = [cpp] + data["device_traces"][1][0]["frames"]
+    page, requests, errors = _page(browser, tmp_path, convert_torch_snapshot(data, kind="oom", step=3))
+    assert page.evaluate("window.tbmemViewer.device()") == "cuda:1"  # the OOM device first
+    assert "OUT OF MEMORY" in page.inner_text("#summary") and "1.00 GiB" in page.inner_text("#summary")
+    red = page.evaluate("""() => { const c = document.getElementById('timeline');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] > 190 && d[i + 1] < 40 && d[i + 2] < 40) n++; return n; }""")
+    assert red > 50  # the OOM marker
+    tip = hover_peak(page)
+    assert "C++ frames hidden" in tip and "torch::unwind" not in tip
+    page.check("#cpp")
+    assert "torch::unwind" in hover_peak(page) or True  # same position: re-hover below
+    page.mouse.move(0, 0)
+    tip = hover_peak(page)
+    assert "torch::unwind::unwind()" in tip
+    page.select_option("#device", "0")
+    wait_until(page, "window.tbmemViewer.device() === 'cuda:0'", timeout_s=120)
+    assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 1536
+    assert requests == [] and errors == []
+
+
+def test_time_axis_and_step_markers(browser, tmp_path):
+    from tbmem.snapshot.schema import SnapshotBuilder
+
+    b = SnapshotBuilder(source="dispatch", device="cpu")
+    for step in range(3):
+        b.mark(f"step {step}", kind="step")
+        b.alloc(1 << 20, category="activation", time_us=step * 1_000_000)
+    page, _r, errors = _page(browser, tmp_path, b.build(kind="snapshot", step=0))
+    markers = page.evaluate("window.tbmemViewer.data.devices[0].markers")
+    assert [m["label"] for m in markers] == ["step 0", "step 1", "step 2"]
+    text = page.evaluate("""() => { const c = document.getElementById('timeline'); return c.toDataURL().length; }""")
+    assert text > 1000 and errors == []
+    page.select_option("#axis", "event")
+    assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 3 << 20

@@ -1,0 +1,533 @@
+"""The vectorised part of the snapshot pickle reader: many trace events parsed at once with numpy.
+
+A torch trace event is a small dict pickled as ``EMPTY_DICT MEMOIZE MARK (key value)* SETITEMS``
+whose keys, after the first event, are references to memoised strings: the same bytes in every
+event of one layout. :func:`scan` finds every place in a buffer where an event of a learned
+:class:`Layout` may start, parses all of them side by side (one numpy operation per field, not
+per event), and records where each ends; :meth:`Scan.take` then hands the interpreter a run of
+consecutive events starting where it stands, already decoded. An event the vectorised parser
+cannot fully account for (an inline string where a reference is expected, a value it does not
+decode, a FRAME header inside it) is simply not part of a run: the general interpreter in
+:mod:`tbmem.snapshot.pickle_stream` reads it instead, so results never depend on this module.
+
+Example:
+    >>> import struct
+    >>> layout = Layout(["size", "frames"], [b"h\\x00", b"h\\x01"])
+    >>> buf = b"}\\x94(h\\x00K\\x07h\\x01]\\x94u" * 2
+    >>> s = scan(buf, 0, [layout])
+    >>> int(s.chain[s.index_at(0)]), s.size[:2].tolist()
+    (2, [7, 7])
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from tbmem.snapshot.pickle_rows import ACTION_CODE, EVENT, NO_TIME, EventRows, StackRef
+
+__all__ = ["Layout", "Scan", "State", "scan", "commit", "MAX_FRAMES"]
+
+#: Longest frames list the vectorised parser follows (longer ones go to the interpreter).
+MAX_FRAMES = 512
+_K, _M, _J, _L1 = 0x4B, 0x4D, 0x4A, 0x8A
+_H, _JJ = 0x68, 0x6A
+_STR, _MEMO = 0x8C, 0x94
+_NONE, _TRUE, _FALSE = 0x4E, 0x88, 0x89
+_EMPTY_LIST, _MARK, _APPENDS, _APPEND, _SETITEMS = 0x5D, 0x28, 0x65, 0x61, 0x75
+
+
+class Layout:
+    """The keys of one kind of event, in file order, with the bytes of their memo references."""
+
+    def __init__(self, keys: Sequence[str], key_refs: Sequence[bytes]) -> None:
+        self.keys = list(keys)
+        self.raw_refs = [bytes(r) for r in key_refs]
+        if any(len(r) > 8 for r in self.raw_refs):
+            raise ValueError("a key reference is at most 5 bytes (LONG_BINGET)")
+
+
+class Scan:
+    """Events parsed side by side in one buffer; rows are candidates in increasing position.
+
+    Per candidate: ``start``/``end`` (buffer positions), ``ok`` (fully parsed), ``chain`` (how
+    many ok candidates follow back to back from it), the field values ``addr``, ``size``,
+    ``time`` (``has_time``), ``action_ref`` (memo index of the action string), and frames as
+    either ``list_ref`` (memo index of an existing list, -1 if new) or the new list's frame
+    memo references, the bytes ``span_pos .. span_pos + span_len`` of the buffer. ``inline`` counts the memo
+    entries each event's inline strings add, ``inline_before_frames`` those written before
+    its frames value; ``meta_ref``/``meta_inline`` carry ``user_metadata``.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.start = np.zeros(n, dtype=np.int64)
+        self.end = np.zeros(n, dtype=np.int64)
+        self.ok = np.zeros(n, dtype=bool)
+        self.chain = np.zeros(n, dtype=np.int64)
+        self.layout = np.zeros(n, dtype=np.int8)
+        self.addr = np.zeros(n, dtype=np.int64)
+        self.size = np.zeros(n, dtype=np.int64)
+        self.time = np.zeros(n, dtype=np.int64)
+        self.has_time = np.zeros(n, dtype=bool)
+        self.action_ref = np.full(n, -1, dtype=np.int64)
+        self.list_ref = np.full(n, -1, dtype=np.int64)
+        self.span_pos = np.zeros(n, dtype=np.int64)  # a new frames list's reference bytes
+        self.span_len = np.zeros(n, dtype=np.int64)
+        self.span_hash = np.zeros((n, 2), dtype=np.uint64)  # two 64-bit hashes of those bytes
+        self.inline = np.zeros(n, dtype=np.int64)
+        self.inline_before_frames = np.zeros(n, dtype=np.int64)
+        self.meta_ref = np.full(n, -1, dtype=np.int64)
+        # per key of the layouts (by key name): position and length of an inline string value, -1 if none
+        self.str_pos: dict[str, np.ndarray] = {}
+        self.str_len: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    def finish(self, B: "_Bytes") -> None:
+        """Compute the chains: events back to back, or separated only by a FRAME header (9 bytes)
+        and/or the end of one batch of list items and the start of the next (``APPENDS MARK``)."""
+        ok = self.ok
+        n = len(self)
+        link = np.zeros(n, dtype=bool)
+        self.batch_end = np.zeros(n, dtype=bool)  # an APPENDS follows this event
+        if n > 1:
+            gap = self.start[1:] - self.end[:-1]
+            w = B.word(self.end[:-1])
+            first = w & _U8
+            appends = (w & _U16) == np.uint64(0x2865)  # "e("
+            frame_after = ((w >> _SH16) & _U8) == 0x95
+            link[:-1] = ok[:-1] & ok[1:] & ((gap == 0) | ((gap == 9) & (first == 0x95)) | ((gap == 2) & appends)
+                                          | ((gap == 11) & appends & frame_after))
+            self.batch_end[:-1] = link[:-1] & appends & ((gap == 2) | (gap == 11))
+        # chain[i] = 1 + number of consecutive links from i (0 when not ok)
+        idx = np.arange(n)
+        breaks = np.where(~link, idx, n)
+        next_break = np.minimum.accumulate(breaks[::-1])[::-1]
+        self.chain = np.where(ok, next_break - idx + 1, 0)
+        self.chain = np.minimum(self.chain, n - idx)
+
+    def index_at(self, pos: int) -> int:
+        """Candidate index of an ok event starting at ``pos``, or -1."""
+        i = int(np.searchsorted(self.start, pos))
+        return i if i < len(self) and self.start[i] == pos and self.ok[i] else -1
+
+
+class _Bytes:
+    """The buffer, read 8 bytes at a time at any positions (little-endian words; zeros past the end)."""
+
+    def __init__(self, buf: bytes, hi: int) -> None:
+        self.hi = hi
+        size = (hi + 8) // 8 * 8 + 16
+        padded = np.zeros(size, dtype=np.uint8)
+        padded[:hi] = np.frombuffer(buf, dtype=np.uint8, count=hi)
+        self.byte = padded
+        self._words = padded.view("<u8")
+        self._last = self._words.shape[0] - 2
+
+    def word(self, p: np.ndarray) -> np.ndarray:
+        """The 8 bytes at each position, as uint64 (two aligned loads and shifts)."""
+        q = np.minimum(p >> 3, self._last)
+        r = ((p & 7) * 8).astype(np.uint64)
+        lo = self._words[q] >> r
+        hi = self._words[q + 1] << (np.uint64(64) - r)
+        return np.where(r == 0, lo, lo | hi)
+
+
+_U8, _U16, _U32 = np.uint64(0xFF), np.uint64(0xFFFF), np.uint64(0xFFFFFFFF)
+_SH8, _SH16 = np.uint64(8), np.uint64(16)
+
+
+def _int_at(B: _Bytes, p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(value, length; 0 = not an integer opcode) of K, M, J and LONG1 (1-8 bytes) at ``p``."""
+    op = w & _U8
+    arg = w >> _SH8
+    n1 = (arg & _U8).astype(np.int64)
+    length = np.select([op == _K, op == _M, op == _J, (op == _L1) & (n1 >= 1) & (n1 <= 8)], [2, 3, 5, 2 + n1], 0)
+    val = np.select([op == _K, op == _M, op == _J],
+                    [n1, (arg & _U16).astype(np.int64), (arg & _U32).astype(np.uint32).astype(np.int32)], 0)
+    lg = np.flatnonzero(length * (op == _L1))
+    if lg.shape[0]:
+        u = B.word(p[lg] + 2)
+        nb = n1[lg]
+        bits = (8 * nb).astype(np.uint64)
+        short = nb < 8
+        u = np.where(short, u & ((np.uint64(1) << np.where(short, bits, 0).astype(np.uint64)) - np.uint64(1)), u)
+        v = u.astype(np.int64)
+        neg = short & (((u >> np.maximum(bits - np.uint64(1), np.uint64(0))) & np.uint64(1)) == 1)
+        v[neg] -= np.left_shift(np.int64(1), (8 * nb[neg]).astype(np.int64))
+        val[lg] = v
+    return val.astype(np.int64), length
+
+
+def _ref_at(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(memo index, length; -1, 0 = not a reference) of BINGET/LONG_BINGET."""
+    op = w & _U8
+    arg = w >> _SH8
+    return (np.where(op == _H, (arg & _U8).astype(np.int64), np.where(op == _JJ, (arg & _U32).astype(np.int64), -1)),
+            np.where(op == _H, 2, np.where(op == _JJ, 5, 0)))
+
+
+def _key_matches(w: np.ndarray, ref: bytes) -> np.ndarray:
+    value = np.uint64(int.from_bytes(ref, "little"))
+    mask = np.uint64((1 << (8 * len(ref))) - 1)
+    return (w & mask) == value
+
+
+def _parse_layout(B: _Bytes, cand: np.ndarray, layout: Layout, out: Scan, rows: np.ndarray) -> None:
+    n = cand.shape[0]
+    p = cand + 3
+    ok = np.ones(n, dtype=bool)
+    time_seen = False
+    for key, ref in zip(layout.keys, layout.raw_refs):
+        ok &= _key_matches(B.word(p), ref)
+        p = p + len(ref)
+        w = B.word(p)
+        if key == "frames":
+            _parse_frames(B, p, w, ok, out, rows)
+            p = out.end[rows]
+            continue
+        if key in ("addr", "device_free", "size", "time_us", "stream"):
+            val, length = _int_at(B, p, w)
+            ok &= length > 0
+            if key in ("addr", "device_free"):
+                out.addr[rows] = val
+            elif key == "size":
+                out.size[rows] = val
+            elif key == "time_us":
+                out.time[rows] = val
+                time_seen = True
+            p = p + length
+            continue
+        # any other value: a memo reference, an inline short string, None/True/False or an integer
+        op = w & _U8
+        idx, rlen = _ref_at(w)
+        is_str = op == _STR
+        slen = ((w >> _SH8) & _U8).astype(np.int64) + 3
+        if is_str.any():
+            ok &= ~is_str | (B.byte[np.minimum(p + slen - 1, B.hi)] == _MEMO)
+        single = (op == _NONE) | (op == _TRUE) | (op == _FALSE)
+        _ival, ilen = _int_at(B, p, w)
+        length = np.where(rlen > 0, rlen, np.where(is_str, slen, np.where(single, 1, ilen)))
+        ok &= length > 0
+        if key == "action":
+            ok &= rlen > 0  # the action string itself must be a reference (inline: first occurrence)
+            out.action_ref[rows] = idx
+        else:
+            out.inline[rows] += is_str
+            if key not in out.str_pos:
+                out.str_pos[key] = np.full(len(out), -1, dtype=np.int64)
+                out.str_len[key] = np.zeros(len(out), dtype=np.int64)
+            out.str_pos[key][rows] = np.where(is_str, p + 2, -1)
+            out.str_len[key][rows] = np.where(is_str, slen - 3, 0)
+            if key == "user_metadata":
+                out.meta_ref[rows] = np.where(rlen > 0, idx, -1)
+        p = p + length
+    ok &= B.byte[np.minimum(p, B.hi)] == _SETITEMS
+    end = p + 1
+    ok &= end <= B.hi
+    out.ok[rows] = ok & out.ok[rows]
+    out.end[rows] = end
+    out.has_time[rows] = time_seen
+    if not time_seen:
+        out.time[rows] = 0
+
+
+_P1, _P2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def _hash_spans(B: _Bytes, pos: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Two independent 64-bit hashes of each byte span (equal spans, equal hashes), shape (n, 2)."""
+    n = pos.shape[0]
+    h1 = length.astype(np.uint64) * _P2
+    h2 = length.astype(np.uint64) ^ _P1
+    active = np.flatnonzero(length > 0)
+    k = 0
+    while active.shape[0]:
+        left = length[active] - 8 * k
+        w = B.word(pos[active] + 8 * k)
+        tail = left < 8
+        if tail.any():
+            bits = (8 * np.where(tail, left, 0)).astype(np.uint64)
+            w = np.where(tail, w & ((np.uint64(1) << bits) - np.uint64(1)), w)
+        h1[active] = (h1[active] ^ w) * _P1
+        h2[active] = (h2[active] + w) * _P2 ^ (h2[active] >> np.uint64(29))
+        active = active[left > 8]
+        k += 1
+    return np.stack([h1, h2], axis=1) if n else np.zeros((0, 2), dtype=np.uint64)
+
+
+def _parse_frames(B: _Bytes, p: np.ndarray, w: np.ndarray, ok: np.ndarray, out: Scan, rows: np.ndarray) -> None:
+    """The frames value: a reference to a list seen before, or a new list of frame references."""
+    op = w & _U8
+    idx, rlen = _ref_at(w)
+    out.list_ref[rows] = idx
+    end = p + rlen
+    new = op == _EMPTY_LIST
+    ok &= (rlen > 0) | (new & (((w >> _SH8) & _U8) == _MEMO))
+    q = p + 2
+    c = (w >> _SH16) & _U8
+    multi = new & (c == _MARK)
+    single = new & ((c == _H) | (c == _JJ))
+    empty = new & ~multi & ~single
+    end = np.where(empty, q, end)
+    span_pos = np.where(multi, q + 1, q)
+    span_len = np.zeros(p.shape[0], dtype=np.int64)
+    if single.any():
+        s = np.flatnonzero(single)
+        _r, l = _ref_at(B.word(q[s]))
+        after = q[s] + l
+        ok[s] &= B.byte[np.minimum(after, B.hi)] == _APPEND
+        span_len[s] = l
+        end[s] = after + 1
+    if multi.any():
+        m = np.flatnonzero(multi)
+        pos = q[m] + 1
+        active = np.arange(m.shape[0])
+        depth = 0
+        while active.shape[0] and depth <= MAX_FRAMES:
+            pa = pos[active]
+            wa = B.word(pa)
+            stop = (wa & _U8) == _APPENDS
+            _r, l = _ref_at(wa)
+            bad = ~stop & (l == 0)
+            ok[m[active[bad]]] = False
+            done = active[stop]
+            end[m[done]] = pos[done] + 1
+            span_len[m[done]] = pos[done] - span_pos[m[done]]
+            go = ~stop & ~bad
+            pos[active[go]] = pa[go] + l[go]
+            active = active[go]
+            depth += 1
+        ok[m[active]] = False  # longer than MAX_FRAMES: left to the interpreter
+    out.end[rows] = end
+    out.span_pos[rows] = np.where(new, span_pos, 0)
+    out.span_len[rows] = np.where(new, span_len, 0)
+    out.span_hash[rows] = _hash_spans(B, out.span_pos[rows], out.span_len[rows])
+    out.inline_before_frames[rows] = out.inline[rows]
+    out.ok[rows] = ok
+
+
+def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """Parse every candidate event in ``buf[lo:hi]`` for the given layouts (first match wins)."""
+    hi = len(buf) if hi is None else hi
+    B = _Bytes(buf, hi)
+    cand = lo + np.flatnonzero(B.byte[lo:hi] == 0x7D)
+    w = B.word(cand)
+    cand = cand[((w >> _SH8) & _U8 == _MEMO) & ((w >> _SH16) & _U8 == _MARK)]
+    out = Scan(cand.shape[0])
+    out.start[:] = cand
+    assigned = np.zeros(cand.shape[0], dtype=bool)
+    w = B.word(cand + 3)
+    for li, layout in enumerate(layouts):
+        match = ~assigned & _key_matches(w, layout.raw_refs[0])
+        rows = np.flatnonzero(match)
+        if rows.shape[0] == 0:
+            continue
+        assigned |= match
+        out.layout[rows] = li
+        out.ok[rows] = True
+        _parse_layout(B, cand[rows], layout, out, rows)
+    out.ok &= assigned
+    out.finish(B)
+    return out
+
+
+def _lookup(u: np.ndarray, table: np.ndarray, keys: np.ndarray, missing: int) -> np.ndarray:
+    """``table[j]`` where ``keys == u[j]`` (``u`` sorted, unique); ``missing`` for other keys."""
+    if u.shape[0] == 0:
+        return np.full(keys.shape, missing, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(u, keys), u.shape[0] - 1)
+    return np.where(u[pos] == keys, table[pos], missing)
+
+
+def _resolve(memo: list, keys: np.ndarray, base: int, value_of, missing: int) -> np.ndarray:
+    """``value_of(memo[k])`` for each memo index ``k < base`` (each distinct index looked up once)."""
+    u = np.unique(keys[(keys >= 0) & (keys < base)])
+    table = np.array([value_of(memo[k]) for k in u.tolist()], dtype=np.int64)
+    return _lookup(u, table, keys, missing)
+
+
+def _strings(buf: bytes, pos: np.ndarray, length: np.ndarray, cache: dict[Any, str]) -> np.ndarray:
+    """Decode inline strings, each distinct value once (values of at most 8 bytes compared as words)."""
+    out = np.empty(pos.shape[0], dtype=object)
+    short = length <= 8
+    if short.any():
+        B = np.frombuffer(buf, dtype=np.uint8)
+        idx = np.flatnonzero(short)
+        words = np.zeros(idx.shape[0], dtype=np.uint64)
+        for k in range(8):
+            use = length[idx] > k
+            byte = B[np.minimum(pos[idx] + k, B.shape[0] - 1)].astype(np.uint64)
+            words |= np.where(use, byte << np.uint64(8 * k), np.uint64(0))
+        keys = words ^ (length[idx].astype(np.uint64) << np.uint64(59))
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        values = np.empty(uniq.shape[0], dtype=object)
+        for j, (key, k) in enumerate(zip(uniq.tolist(), first.tolist())):
+            value = cache.get(("w", key))
+            if value is None:
+                p0, n0 = int(pos[idx[k]]), int(length[idx[k]])
+                value = cache[("w", key)] = _decode(buf[p0:p0 + n0])
+            values[j] = value
+        out[idx] = values[inverse.reshape(-1)]
+    for i in np.flatnonzero(~short).tolist():
+        raw = buf[int(pos[i]):int(pos[i] + length[i])]
+        value = cache.get(raw)
+        if value is None:
+            if len(cache) > 100_000:
+                cache.clear()
+            value = cache[raw] = _decode(raw)
+        out[i] = value
+    return out
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+class State:
+    """What the fast path remembers between runs: stacks by reference bytes, decoded strings."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[int, tuple[int, int]] = {}  # first hash -> (second hash, stack id)
+        self.strings: dict[Any, str] = {}
+        self.stack_refs: list[StackRef] = []
+        self.ref_array: np.ndarray | None = None
+
+    def forget(self) -> None:
+        """A memo entry was overwritten (protocol <= 3 PUT): references may mean something else now."""
+        self.stacks.clear()
+
+
+_REFS = re.compile(rb"h.|j....", re.DOTALL)
+
+
+def _new_stack(key: bytes, memo: list, base: int, rows: EventRows) -> int:
+    """Stack id of the frame references ``key`` (-1 if one is not a frame dict stored before)."""
+    fids = []
+    for r in _REFS.findall(key):
+        idx = r[1] if r[0] == _H else int.from_bytes(r[1:], "little")
+        v = memo[idx] if idx < base else None
+        if type(v) is not dict:
+            return -1
+        fids.append(rows.frame_id(v))
+    return rows.intern_stack(tuple(fids))
+
+
+def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: list, rows: EventRows,
+           state: State) -> int:
+    """Turn the run of events starting at candidate ``i`` into rows and memo entries.
+
+    Returns how many events were taken (0: the first one needs the general interpreter). An
+    event whose references do not resolve to what torch writes ends the run before it.
+    """
+    n = int(sc.chain[i])
+    sel = np.arange(i, i + n)
+    base = len(memo)
+    stack_refs = state.stack_refs
+    cache = state.strings
+    new = sc.list_ref[sel] < 0
+    count = 1 + sc.inline[sel] + new
+    off = base + np.concatenate(([0], np.cumsum(count)[:-1]))
+    list_memo = np.where(new, off + 1 + sc.inline_before_frames[sel], -1)
+    good = np.ones(n, dtype=bool)
+    # frames of new lists: the same reference bytes are the same stack (frame dicts stored earlier)
+    sid = np.full(n, -1, dtype=np.int64)
+    if new.any():
+        where = np.flatnonzero(new)
+        hashes = sc.span_hash[sel[where]]
+        uniq, first, inverse = np.unique(hashes[:, 0], return_index=True, return_inverse=True)
+        known = state.stacks
+        table = np.empty(uniq.shape[0], dtype=np.int64)
+        for j, (h, k) in enumerate(zip(uniq.tolist(), first.tolist())):
+            hit = known.get(h)
+            if hit is None or hit[0] != int(hashes[k, 1]):
+                e = int(sel[where[k]])
+                span = buf[int(sc.span_pos[e]):int(sc.span_pos[e] + sc.span_len[e])]
+                hit = (int(hashes[k, 1]), _new_stack(span, memo, base, rows))
+                if hit[1] >= 0:
+                    known[h] = hit
+            table[j] = hit[1]
+        got = table[inverse.reshape(-1)]
+        # a second hash guards against two stacks sharing the first
+        got[hashes[:, 1] != hashes[first[inverse.reshape(-1)], 1]] = -1
+        sid[where] = got
+        good[where[sid[where] < 0]] = False
+    # references to lists: earlier memo entries, or new lists of this very run
+    ref = sc.list_ref[sel]
+    outside = ~new & (ref < base)
+    if outside.any():
+        got = _resolve(memo, ref[outside], base, lambda v: v.sid if type(v) is StackRef
+                       else rows.stack_id(v) if type(v) is list else -3, -3)
+        sid[outside] = got
+        good[np.flatnonzero(outside)[got == -3]] = False
+    inside = ~new & (ref >= base)
+    if inside.any():
+        where = np.flatnonzero(inside)
+        src = _lookup(list_memo[new], np.flatnonzero(new), ref[inside], -1)
+        ok_inside = (src >= 0) & (src < where)
+        sid[where] = np.where(ok_inside, sid[np.maximum(src, 0)], -1)
+        good[where[~ok_inside]] = False
+    # action strings
+    action = _resolve(memo, sc.action_ref[sel], base, lambda v: ACTION_CODE.get(v, 0) if type(v) is str else -1, -1)
+    good &= action >= 0
+    # user_metadata
+    meta = np.full(n, -1, dtype=np.int64)
+    if "user_metadata" in sc.str_pos:
+        spos = sc.str_pos["user_metadata"][sel]
+        inl = spos >= 0
+        if inl.any():
+            texts = _strings(buf, spos[inl], sc.str_len["user_metadata"][sel][inl], cache)
+            uniq, inverse = np.unique(texts.astype(str), return_inverse=True)
+            ids = np.array([rows.string_id(t) if t else -1 for t in uniq.tolist()], dtype=np.int64)
+            meta[inl] = ids[inverse.reshape(-1)]
+        mref = sc.meta_ref[sel]
+        isref = (mref >= 0) & ~inl
+        if isref.any():
+            for j in np.flatnonzero(isref).tolist():
+                v = memo[int(mref[j])] if mref[j] < base else None
+                if type(v) is str:
+                    meta[j] = rows.string_id(v) if v else -1
+                else:
+                    good[j] = False
+    bad = np.flatnonzero(~good)
+    n = int(bad[0]) if bad.shape[0] else n
+    if n == 0:
+        return 0
+    sel, count, new, sid = sel[:n], count[:n], new[:n], sid[:n]
+    # memo entries, in file order: the event dict, then per key its inline string or new list
+    total = int(count.sum())
+    entries = np.empty(total, dtype=object)
+    entries[:] = EVENT
+    off = off[:n] - base
+    cursor = off + 1
+    for li, layout in enumerate(layouts):
+        mine = sc.layout[sel] == li
+        if not mine.any():
+            continue
+        for key in layout.keys:
+            if key == "frames":
+                put = mine & new
+                if put.any():
+                    top = int(sid[put].max())
+                    stack_refs.extend(StackRef(k) for k in range(len(stack_refs), top + 1))
+                    if state.ref_array is None or state.ref_array.shape[0] != len(stack_refs):
+                        state.ref_array = np.array(stack_refs + [None], dtype=object)[:-1]
+                    entries[cursor[put]] = state.ref_array[sid[put]]
+                cursor = cursor + put
+            elif key in sc.str_pos:
+                spos = sc.str_pos[key][sel]
+                put = mine & (spos >= 0)
+                if put.any():
+                    entries[cursor[put]] = _strings(buf, spos[put], sc.str_len[key][sel][put], cache)
+                cursor = cursor + put
+    memo.extend(entries.tolist())
+    time = np.where(sc.has_time[sel], sc.time[sel], NO_TIME)
+    rows.add_block(action=action[:n], addr=sc.addr[sel], size=sc.size[sel], time=time, stack=sid,
+                   meta=meta[:n])
+    return n
