@@ -32,7 +32,9 @@ class MemoryWriterConfig:
         peak_mode: ``"window"``: peaks cover the steps since the previous record
             (resets torch's peak counters and Linux's VmHWM); ``"run"``: whole-run peaks.
         census_every: Take a tensor census at steps divisible by this; 0 disables it.
-        large_tensor_mb: Storages at or above this many MB count as large tensors.
+        large_tensor_mb: Storages at or above this many MB count as large tensors. None (the
+            default): 1% of the first census's total, at most 100 MB, then fixed for the run
+            (the census table says which threshold applies).
         top_k: How many of the largest tensors the census text lists.
         uss: Also read the process's USS (costs about 4 ms per record).
         nvml: Also read device memory through NVML (needs the ``nvml`` extra).
@@ -54,7 +56,7 @@ class MemoryWriterConfig:
     every: int = 10
     peak_mode: str = "window"
     census_every: int = 500
-    large_tensor_mb: float = 100.0
+    large_tensor_mb: float | None = None
     top_k: int = 10
     uss: bool = False
     nvml: bool = False
@@ -77,8 +79,9 @@ class MemoryWriterConfig:
             raise ValueError(f"{name}.census_every must be an integer >= 0 (0 disables), got {ce!r}")
         if self.peak_mode not in PEAK_MODES:
             raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")
-        if not isinstance(self.large_tensor_mb, (int, float)) or self.large_tensor_mb <= 0:
-            raise ValueError(f"{name}.large_tensor_mb must be > 0, got {self.large_tensor_mb!r}")
+        mb = self.large_tensor_mb
+        if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb <= 0):
+            raise ValueError(f"{name}.large_tensor_mb must be > 0 or None (relative), got {mb!r}")
         if self.device is not None and (not isinstance(self.device, int) or self.device < 0):
             raise ValueError(f"{name}.device must be None or a device index >= 0, got {self.device!r}")
         if isinstance(self.snapshot, Mapping):

@@ -37,6 +37,7 @@ from tbmem import _signals
 from tbmem import _torch_private as tp
 from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
+from tbmem._large import LargeThreshold
 from tbmem._log import logger, oom_line, report_once
 from tbmem._safe_io import FaultLedger, describe, guard_forwarded
 from tbmem._safe_io import install as install_safe_io
@@ -123,6 +124,7 @@ class MemoryWriter:
         self._snapshots: Any = None
         self._alerts: Any = None
         self._last_record: tuple[float, int] | None = None
+        self._large = LargeThreshold(self.config.large_tensor_mb)
         self._active = self.config.enabled
         if self._active:
             self._setup()
@@ -269,7 +271,8 @@ class MemoryWriter:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
         self.write_scalars({TAGS[k].tag: to_unit(k, v) for k, v in readings.items()}, step)
 
-    def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False) -> bool:
+    def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
+                   where: str | None = None) -> bool:
         """Write the memory readings if ``step`` is due; return whether anything was written.
 
         Args:
@@ -277,6 +280,8 @@ class MemoryWriter:
             roots: Tensors (a loss before ``backward``) whose autograd graph the
                 census walks to count saved activations.
             force: Write a record even if ``step`` is not due.
+            where: When in the step this is called (``"after backward, before zero_grad"``), said
+                in the census table: what the census can see depends on it.
         """
         if self.closed:
             self._after_close("log_memory")
@@ -304,7 +309,7 @@ class MemoryWriter:
             if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
                 self._alerts = None
         if census_due:
-            self._take_census(step, roots)
+            self._take_census(step, roots, where or "where the training loop called log_memory")
         if cfg.flush_each_record:
             self.flush()
         return True
@@ -321,17 +326,20 @@ class MemoryWriter:
         self._last_record = (now, step)
         return readings
 
-    def _take_census(self, step: int, roots: Iterable[torch.Tensor]) -> None:
+    def _take_census(self, step: int, roots: Iterable[torch.Tensor], where: str) -> None:
         cfg = self.config
 
         def run() -> None:
+            import dataclasses
+
             from tbmem.census import take_census
             from tbmem.plugin.census_log import append_census
 
             census = take_census(
                 models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),
-                large_tensor_bytes=int(cfg.large_tensor_mb * 2**20), top_k=cfg.top_k, device=cfg.device,
+                top_k=cfg.top_k, device=cfg.device,
             )
+            census = dataclasses.replace(self._large.apply(census), where=where)
             self.write_scalars(census.scalars(), step)
             self._writer.add_text(_CENSUS_TEXT_TAG, census.to_markdown(), step)
             # every census, exact, for the Memory tab; a full disk is counted like the other writes
@@ -382,7 +390,7 @@ class MemoryWriter:
             self._flush_quietly()
             raise
         if log:
-            self.log_memory(step)
+            self.log_memory(step, where="after the step (monitored_step)")
 
     def handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error and say so in one line; never raises.

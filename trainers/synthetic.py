@@ -205,6 +205,8 @@ class SyntheticTrainer:
                         mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
+                    mon.before_zero_grad(step, loss)  # the record: gradients and optimizer state alive
+                    if last_micro:
                         self.optimizer.zero_grad(set_to_none=True)
                 value = loss.item()
                 mon.on_batch_end(batch_idx, value)
