@@ -41,7 +41,8 @@ class MemoryWriterConfig:
         device: CUDA device index to read; None means the current device.
         flush_each_record: Flush event files after each memory record, so a run
             killed hard (SIGKILL, OOM killer) keeps every record written before.
-        custom_layout: Write the custom-scalars layout that groups tbmem's charts.
+        custom_layout: Write the custom-scalars layout that groups tbmem's charts, for the tags the
+            run writes (updated when a new kind of reading appears; see tbmem.layout).
         fast_crc: Checksum event records with the compiled ``google-crc32c`` instead of
             TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes).
         snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`

@@ -42,7 +42,7 @@ from tbmem._log import logger, oom_line, report_once
 from tbmem._safe_io import FaultLedger, describe, guard_forwarded
 from tbmem._safe_io import install as install_safe_io
 from tbmem.config import MemoryWriterConfig, unknown_keys
-from tbmem.layout import custom_scalars_layout
+from tbmem.layout import LayoutTracker
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
@@ -120,6 +120,7 @@ class MemoryWriter:
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
         self._probes: list[Probe] = []
         self._census_on = False
+        self._layout: LayoutTracker | None = None
         self._stop_capture: Any = None
         self._snapshots: Any = None
         self._alerts: Any = None
@@ -161,9 +162,8 @@ class MemoryWriter:
             heap.start_capture()
             self._stop_capture = weakref.finalize(self, heap.stop_capture)
         ranks = self._ranks
-        if cfg.custom_layout:
-            self._writer.add_custom_scalars(custom_scalars_layout(
-                rank_tags=ranks.config.tags if ranks is not None and ranks.writes_aggregates else ()))
+        # the custom-scalars layout follows what the run writes (tbmem.layout): see write_scalars
+        self._layout = LayoutTracker() if cfg.custom_layout else None
         if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
             from tbmem.snapshot import SnapshotManager
 
@@ -261,11 +261,22 @@ class MemoryWriter:
         if not values:
             return
         self._saw(step)
+        if self._layout is not None:
+            self._update_layout(values)
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
         try:
             self._writer._get_file_writer().add_summary(summary, step, walltime)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
+
+    def _update_layout(self, values: Mapping[str, float]) -> None:
+        try:
+            layout = self._layout.see(values)
+            if layout is not None:
+                self._writer.add_custom_scalars(layout)
+        except Exception as exc:  # noqa: BLE001 - a chart layout is never worth a training run
+            report_once("writer:layout", "tbmem: writing the custom-scalars layout failed; it is off", exc=exc)
+            self._layout = None
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""

@@ -67,10 +67,10 @@ def test_vram_tags_with_a_fake_device(tmp_path, monkeypatch):
         writer.log_memory(0)
     acc = read_events(tmp_path)
     value = {t: acc.Scalars(t)[0].value for t in acc.Tags()["scalars"]}
-    assert value["Memory/vram_allocated_GB"] == pytest.approx(fake.allocated / 2**30)
-    assert value["Memory/vram_reserved_GB"] == pytest.approx(4.0)
+    assert value["Memory/GPU/vram_allocated_GB"] == pytest.approx(fake.allocated / 2**30)
+    assert value["Memory/GPU/vram_reserved_GB"] == pytest.approx(4.0)
     assert value["Memory/fragmentation_percent"] == pytest.approx(25.0)
-    assert value["Memory/vram_percent"] == pytest.approx(5.0)
+    assert value["Memory/GPU/vram_percent"] == pytest.approx(5.0)
 
 
 def test_wraps_an_existing_summary_writer(tmp_path):
@@ -315,22 +315,12 @@ def test_a_run_that_dies_keeps_its_records(tmp_path, death):
 
 
 def test_custom_scalars_layout_is_written(tmp_path):
-    with MemoryWriter(tmp_path) as writer:
-        writer.log_memory(0)
-    (path,) = _event_files(tmp_path)
-    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tests.test_layout import layouts
 
-    layouts = []
-    for event in event_file_loader.EventFileLoader(path).Load():
-        for value in event.summary.value:
-            if value.tag == "custom_scalars__config__":
-                layout = layout_pb2.Layout()
-                layout.ParseFromString(value.tensor.string_val[0])
-                layouts.append(layout)
-    assert len(layouts) == 1
-    charts = {c.title: list(c.multiline.tag) for cat in layouts[0].category for c in cat.chart}
-    assert "Memory/vram_allocated_GB" in charts["VRAM allocated / reserved / peaks (GB)"]
-    assert RSS in charts["Process RSS / peak / USS (GB)"]
+    with MemoryWriter(tmp_path, census_every=0) as writer:
+        writer.log_memory(0)
+    (layout,) = layouts(tmp_path)
+    assert "tbmem: process memory" in layout and "tbmem: GPU memory" not in layout  # a CPU run
 
 
 def test_watch_holds_models_weakly(tmp_path):

@@ -213,7 +213,7 @@ def _render(header: list[str], rows: list[list[str]]) -> str:
 
 
 #: Tags drawn per job as a band over the ranks (label, tag).
-BAND_TAGS = (("VRAM allocated", "Memory/vram_allocated_GB"), ("RAM RSS", "Memory/RAM/process_rss_GB"),
+BAND_TAGS = (("VRAM allocated", "Memory/GPU/vram_allocated_GB"), ("RAM RSS", "Memory/RAM/process_rss_GB"),
              ("process tree RSS", "Memory/RAM/process_tree_rss_GB"))
 
 

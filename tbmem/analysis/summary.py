@@ -142,8 +142,8 @@ def _census(series: dict[str, "pd.DataFrame"]) -> tuple[int | None, float | None
 def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> RunSummary:
     series = {str(tag): g for tag, g in df.groupby("tag", sort=False)}
     memory_steps = df[df["tag"].str.startswith(MEMORY_PREFIX)]["step"]
-    alloc, alloc_step = _peak(series, ("Memory/vram_peak_allocated_GB", "Memory/vram_allocated_GB"))
-    reserved, _ = _peak(series, ("Memory/vram_peak_reserved_GB", "Memory/vram_reserved_GB"))
+    alloc, alloc_step = _peak(series, ("Memory/GPU/vram_peak_allocated_GB", "Memory/GPU/vram_allocated_GB"))
+    reserved, _ = _peak(series, ("Memory/GPU/vram_peak_reserved_GB", "Memory/GPU/vram_reserved_GB"))
     rss, rss_step = _peak(series, ("Memory/RAM/process_peak_rss_GB", "Memory/RAM/process_rss_GB"))
     tree, _ = _peak(series, ("Memory/RAM/process_tree_rss_GB",))
     workers, _ = _peak(series, ("Memory/RAM/process_tree_workers",))

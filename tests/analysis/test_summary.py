@@ -16,10 +16,10 @@ STEP_MS = {s: 20.0 + (s % 70) / 2 for s in STEPS}  # float32-exact
 
 def gpu_values(step: int) -> dict[str, float]:
     values = {
-        "Memory/vram_allocated_GB": 1.0 + (step == 120) * 0.5,
-        "Memory/vram_peak_allocated_GB": 1.25 + (step == 90) * 1.5,  # the window peak beats allocated
-        "Memory/vram_reserved_GB": 3.0,
-        "Memory/vram_peak_reserved_GB": 3.0 + (step == 150),
+        "Memory/GPU/vram_allocated_GB": 1.0 + (step == 120) * 0.5,
+        "Memory/GPU/vram_peak_allocated_GB": 1.25 + (step == 90) * 1.5,  # the window peak beats allocated
+        "Memory/GPU/vram_reserved_GB": 3.0,
+        "Memory/GPU/vram_peak_reserved_GB": 3.0 + (step == 150),
         "Memory/fragmentation_percent": 10.0 + (step == 40) * 22.5,
         "Memory/RAM/process_rss_GB": 2.0,
         "Perf/step_time_ms": STEP_MS[step],

@@ -42,7 +42,7 @@ def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
     kept = due[-snap.max_snapshots:]  # older ones are pruned; their scalars stay
     assert len(due) > len(kept) and artifacts == [f"snapshot_rank0_step{s:09d}.json.gz" for s in kept]
     assert all((out.log_dir / "plugins" / "tbmem" / a.replace(".json.gz", ".html")).exists() for a in artifacts)
-    assert [e.step for e in acc.Scalars("Memory/Snapshot/events")] == due
+    assert [e.step for e in acc.Scalars("Snapshot/events")] == due
 
     printed = capsys.readouterr().out
     assert "Batch 0:" in printed and "Epoch end:" in printed
