@@ -7,22 +7,24 @@ latest layout. So a CPU run gets no VRAM section and no chart is empty.
 
 Every chart has one unit, named in its title. TensorBoard draws every line of a run in the
 run's colour in custom-scalars charts (lines of one chart differ only by marker), so a
-chart shows one reading, or one reading with a band: ``Margin`` charts draw
-allocated VRAM as a line shaded up to reserved, and RSS shaded up to its peak. A family with
-more than :data:`MAX_SEPARATE` members (a model's modules) shares one chart, titled so.
+chart shows one reading; a family with more than :data:`MAX_SEPARATE` members (a model's
+modules) shares one chart, titled so. (``Margin`` charts, a line with a band, would show
+allocated VRAM shaded up to reserved in one colour, but TensorBoard draws them after every
+other chart of their section, below the census; only the ranks' section uses them.)
 
-Sections, in order: GPU memory, process memory, tensors (census), speed, GPU allocator,
-system, snapshots, and on rank 0 of a multi-rank job, ranks (one margin chart per aggregated
-reading: the mean as the line, min..max as the band).
+Sections, in order: memory (VRAM, then the process's RSS, then the census), speed, GPU
+allocator, system, snapshots, and on rank 0 of a multi-rank job, ranks (one margin chart per
+aggregated reading: the mean as the line, min..max as the band). TensorBoard merges the layouts
+of a logdir's runs in run order, a later run's new charts after the first run's in their section.
 
 Example:
     >>> from tbmem.layout import custom_scalars_layout
     >>> cpu = custom_scalars_layout(["Memory/RAM/process_rss_GB", "Memory/RAM/process_peak_rss_GB",
     ...                              "Perf/step_time_ms"])
     >>> list(cpu)
-    ['tbmem: process memory', 'tbmem: speed']
-    >>> cpu["tbmem: process memory"]
-    {'Process RSS, shaded up to its peak since the previous record (GB)': ['Margin', ['^Memory/RAM/process_rss_GB$', '^Memory/RAM/process_rss_GB$', '^Memory/RAM/process_peak_rss_GB$']]}
+    ['tbmem: memory', 'tbmem: speed']
+    >>> cpu["tbmem: memory"]["Process RSS (GB)"]
+    ['Multiline', ['^Memory/RAM/process_rss_GB$']]
     >>> charts = custom_scalars_layout(rank_tags=("ram_rss",))["tbmem: ranks"]
     >>> charts["Process RSS across ranks (GB): mean, min..max"]
     ['Margin', ['Ranks/Memory/RAM/process_rss_GB/mean', 'Ranks/Memory/RAM/process_rss_GB/min', 'Ranks/Memory/RAM/process_rss_GB/max']]
@@ -61,10 +63,6 @@ def _exact(key: str) -> str:
 
 def _single(key: str) -> list[Any]:
     return ["Multiline", [_exact(key)]]
-
-
-def _band(value: str, upper: str) -> list[Any]:
-    return ["Margin", [_exact(value), _exact(value), _exact(upper)]]
 
 
 def _member(key: str, name: str) -> str:
@@ -135,7 +133,8 @@ def _family_charts(seen: _Seen, family: str) -> dict[str, list]:
         members = [c for c in _CATEGORY_ORDER if c in members] + sorted(set(members) - set(_CATEGORY_ORDER)) \
             if members is not None else list(_CATEGORY_ORDER)
     if members is not None and (len(members) <= MAX_SEPARATE or family == "census_category"):
-        return {f"Census: {name} ({tag.unit})": ["Multiline", [_member(family, name)]] for name in members}
+        label = "Census" if family == "census_category" else f"Census by {by}"
+        return {f"{label}: {name} ({tag.unit})": ["Multiline", [_member(family, name)]] for name in members}
     prefix, _, suffix = tag.tag.partition("{name}")
     title = f"Census by {by} ({tag.unit}; one line per {by}, told apart by marker)"
     return {title: ["Multiline", [f"^{re.escape(prefix)}.*{re.escape(suffix)}$"]]}
@@ -154,19 +153,17 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
     seen = _Seen(tags)
     has = seen.has
     gpu = _charts(seen, [
-        ("VRAM allocated, shaded up to reserved (GB)", "vram_allocated",
-         _band("vram_allocated", "vram_reserved") if has("vram_reserved") else _single("vram_allocated")),
-        ("Peak VRAM allocated since the previous record, shaded up to peak reserved (GB)", "vram_peak_allocated",
-         _band("vram_peak_allocated", "vram_peak_reserved") if has("vram_peak_reserved")
-         else _single("vram_peak_allocated")),
+        ("VRAM allocated (GB)", "vram_allocated", _single("vram_allocated")),
+        ("VRAM reserved by the caching allocator (GB)", "vram_reserved", _single("vram_reserved")),
+        ("Peak VRAM allocated since the previous record (GB)", "vram_peak_allocated", _single("vram_peak_allocated")),
+        ("Peak VRAM reserved since the previous record (GB)", "vram_peak_reserved", _single("vram_peak_reserved")),
         ("VRAM reserved, of the device's memory (%)", "vram_percent", _single("vram_percent")),
         ("Device memory used, as nvidia-smi reports it (GB)", "vram_nvml_used", _single("vram_nvml_used")),
         ("Out-of-memory errors since start (count)", "vram_ooms", _single("vram_ooms")),
     ])
-    rss = (_band("ram_rss", "ram_peak_rss") if has("ram_peak_rss") else _single("ram_rss"))
     process = _charts(seen, [
-        ("Process RSS, shaded up to its peak since the previous record (GB)" if has("ram_peak_rss")
-         else "Process RSS (GB)", "ram_rss", rss),
+        ("Process RSS (GB)", "ram_rss", _single("ram_rss")),
+        ("Peak RSS since the previous record (GB)", "ram_peak_rss", _single("ram_peak_rss")),
         ("Process USS: freed if the process ended (GB)", "ram_uss", _single("ram_uss")),
         ("RSS of the process and its DataLoader workers (GB)", "ram_tree_workers", _single("ram_tree_rss")),
         ("Processes below the training process (count)", "ram_tree_workers", _single("ram_tree_workers")),
@@ -208,9 +205,11 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
         ("Events in the snapshot (count)", "snapshot_events", _single("snapshot_events")),
         ("Snapshot file size (MB)", "snapshot_size", _single("snapshot_size")),
     ])
-    layout = {"tbmem: GPU memory": gpu, "tbmem: process memory": process, "tbmem: tensors (census)": tensors,
-              "tbmem: speed": speed, "tbmem: GPU allocator": allocator, "tbmem: system": system,
-              "tbmem: snapshots": snapshots}
+    # One memory category: TensorBoard merges the layouts of a logdir's runs in run order, appending
+    # what a later run adds at the end of its category; the census of a later run still lands in
+    # the memory category, above speed and system.
+    layout = {"tbmem: memory": {**gpu, **process, **tensors}, "tbmem: speed": speed,
+              "tbmem: GPU allocator": allocator, "tbmem: system": system, "tbmem: snapshots": snapshots}
     ranked = list(dict.fromkeys([*rank_tags, *seen.ranked]))
     if ranked:
         layout["tbmem: ranks"] = rank_charts(ranked)
@@ -223,7 +222,7 @@ class LayoutTracker:
     Example:
         >>> tracker = LayoutTracker()
         >>> sorted(tracker.see({"Memory/RAM/process_rss_GB": 0.4}))
-        ['tbmem: process memory']
+        ['tbmem: memory']
         >>> tracker.see({"Memory/RAM/process_rss_GB": 0.5}) is None  # nothing new: nothing to write
         True
     """

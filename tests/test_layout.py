@@ -58,11 +58,14 @@ def test_a_cpu_run_gets_no_vram_section_and_no_empty_chart(tmp_path):
     _cpu_run(tmp_path)
     *_, layout = layouts(tmp_path)
     tags = read_events(tmp_path).Tags()["scalars"]
-    assert not [c for c in layout if "GPU" in c]
-    assert list(layout) == ["tbmem: process memory", "tbmem: tensors (census)", "tbmem: speed", "tbmem: system"]
+    assert not [t for charts in layout.values() for t in charts if re.search("VRAM|GPU|Device memory|nvidia", t)]
+    assert list(layout) == ["tbmem: memory", "tbmem: speed", "tbmem: system"]
     for category, charts in layout.items():
-        for title, (_, regexes) in charts.items():
-            assert all(_matches(r, tags) for r in regexes), (category, title)  # no "Matches (0)"
+        for title, (kind, series) in charts.items():
+            if kind == "Margin":  # looked up by exact name
+                assert set(series) <= set(tags), (category, title)
+            else:
+                assert all(_matches(r, tags) for r in series), (category, title)  # no "Matches (0)"
 
 
 def test_every_chart_has_one_unit_and_one_reading_per_colour():
@@ -78,16 +81,21 @@ def test_every_chart_has_one_unit_and_one_reading_per_colour():
     assert "Large tensors (count)" in titles and "Large tensors, total (MB)" in titles
 
 
-def test_vram_is_a_line_shaded_up_to_reserved_with_a_fake_gpu(tmp_path, monkeypatch):
+def test_a_gpu_run_shows_vram_first(tmp_path, monkeypatch):
     install_fake_cuda(monkeypatch)
     with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
         writer.log_memory(0)
     (layout,) = layouts(tmp_path)
-    assert list(layout)[0] == "tbmem: GPU memory"  # what a GPU user looks for first comes first
-    kind, series = layout["tbmem: GPU memory"]["VRAM allocated, shaded up to reserved (GB)"]
-    allocated, reserved = (f"^{re.escape(TAGS[k].tag)}$" for k in ("vram_allocated", "vram_reserved"))
-    assert (kind, series) == ("Margin", [allocated, allocated, reserved])
+    memory = list(layout["tbmem: memory"])
+    assert memory[:2] == ["VRAM allocated (GB)", "VRAM reserved by the caching allocator (GB)"]
+    assert memory.index("Process RSS (GB)") > memory.index("Out-of-memory errors since start (count)")
+    assert layout["tbmem: memory"]["VRAM allocated (GB)"] == ("Multiline", [f"^{re.escape(TAGS['vram_allocated'].tag)}$"])
     assert "Fragmentation: reserved memory not holding tensors (%)" in layout["tbmem: GPU allocator"]
+
+
+def test_memory_charts_are_not_margin_charts_which_tensorboard_draws_last():
+    layout = custom_scalars_layout()
+    assert all(kind == "Multiline" for kind, _ in layout["tbmem: memory"].values())
 
 
 def test_a_speed_section(tmp_path):
@@ -106,7 +114,8 @@ def test_the_layout_is_rewritten_when_the_census_first_appears(tmp_path):
     first, second, third = layouts(tmp_path)
     assert "Step time, mean since the previous record (ms)" not in first.get("tbmem: speed", {})
     assert "Step time, mean since the previous record (ms)" in second["tbmem: speed"]
-    assert "tbmem: tensors (census)" not in second and "tbmem: tensors (census)" in third
+    census = "Census total (MB)"
+    assert census not in second["tbmem: memory"] and census in third["tbmem: memory"]
 
 
 def test_tensorboard_shows_the_latest_layout_of_a_run(tmp_path):
@@ -127,13 +136,14 @@ def test_tensorboard_shows_the_latest_layout_of_a_run(tmp_path):
         logdir=str(tmp_path), multiplexer=multiplexer, data_provider=provider))
     served = plugin.layout_impl(context.RequestContext(), "")
     served = json.loads(served) if isinstance(served, (str, bytes)) else served
-    assert "tbmem: tensors (census)" in [c["title"] for c in served["category"]]
+    memory = next(c for c in served["category"] if c["title"] == "tbmem: memory")
+    assert "Census total (MB)" in [chart["title"] for chart in memory["chart"]]
 
 
 def test_census_categories_get_a_chart_each_in_priority_order(tmp_path):
     _cpu_run(tmp_path)
     *_, layout = layouts(tmp_path)
-    titles = [t for t in layout["tbmem: tensors (census)"] if t.startswith("Census: ")][:6]
+    titles = [t for t in layout["tbmem: memory"] if t.startswith("Census: ")][:6]
     assert titles == [f"Census: {c} (MB)" for c in ("parameters", "gradients", "optimizer_state", "buffers",
                                                    "activations", "other")]
 
@@ -141,8 +151,8 @@ def test_census_categories_get_a_chart_each_in_priority_order(tmp_path):
 def test_families_get_a_chart_each_up_to_a_few_members():
     few = [TAGS["census_dtype"].tag.format(name=n) for n in ("float32", "int64")]
     many = [TAGS["census_module"].tag.format(name=f"model.layer{i}") for i in range(MAX_SEPARATE + 1)]
-    tensors = custom_scalars_layout(few + many)["tbmem: tensors (census)"]
-    assert "Census: float32 (MB)" in tensors and "Census: int64 (MB)" in tensors
+    tensors = custom_scalars_layout(few + many)["tbmem: memory"]
+    assert "Census by dtype: float32 (MB)" in tensors and "Census by dtype: int64 (MB)" in tensors
     (shared,) = [t for t in tensors if t.startswith("Census by module")]
     assert len(_matches(tensors[shared][1][0], many)) == MAX_SEPARATE + 1
 
@@ -151,7 +161,7 @@ def test_process_tree_charts_only_once_there_are_workers():
     tracker = LayoutTracker()
     rss, workers = TAGS["ram_rss"].tag, TAGS["ram_tree_workers"].tag
     first = tracker.see({rss: 0.4, workers: 0.0, TAGS["ram_tree_rss"].tag: 0.4})
-    assert not any("workers" in t for t in first["tbmem: process memory"])
+    assert not any("workers" in t for t in first["tbmem: memory"])
     assert tracker.see({rss: 0.4, workers: 0.0}) is None
     later = tracker.see({rss: 0.5, workers: 2.0})
-    assert "Processes below the training process (count)" in later["tbmem: process memory"]
+    assert "Processes below the training process (count)" in later["tbmem: memory"]

@@ -320,7 +320,7 @@ def test_custom_scalars_layout_is_written(tmp_path):
     with MemoryWriter(tmp_path, census_every=0) as writer:
         writer.log_memory(0)
     (layout,) = layouts(tmp_path)
-    assert "tbmem: process memory" in layout and "tbmem: GPU memory" not in layout  # a CPU run
+    assert "tbmem: memory" in layout and not [c for c in layout if "GPU" in c]  # a CPU run
 
 
 def test_watch_holds_models_weakly(tmp_path):
