@@ -80,6 +80,15 @@ def _diff(a: float, b: float, kind: str) -> str:
     return text if text.startswith("-") else f"+{text}"
 
 
+def _census_cost(s: RunSummary) -> str | None:
+    """``6.4 ms median, 0.9% of the run`` (the share this run's censuses took of its step time)."""
+    cost = s.census_cost
+    if not cost:
+        return None
+    share = f", {cost['percent']:.2g}% of the run" if "percent" in cost else ""
+    return f"{format_ms(cost['median_ms'])} median{share}"
+
+
 def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, str]]:
     rows: list[tuple[str, _Getter, str]] = [
         ("steps", lambda s: f"{s.first_step}..{s.last_step}", "text"),
@@ -97,6 +106,7 @@ def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, str]]:
         rows.append((f"  {cat}", lambda s, c=cat: s.category_mb_at_peak.get(c), "mb"))
     for stat in ("mean", "p95", "max"):
         rows.append((f"step time {stat}", lambda s, k=stat: (s.step_time_ms or {}).get(k), "ms"))
+    rows.append(("census cost", _census_cost, "text"))
     for tag in sorted({t for s in summaries for t in s.last_loss}):
         rows.append((f"last {tag}", lambda s, t=tag: s.last_loss.get(t), "g"))
     rows.append(("leaks flagged", lambda s: f"{len(s.leaks)}" if s.leaks else "none", "text"))
