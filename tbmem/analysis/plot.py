@@ -105,6 +105,8 @@ def plot_stacked(df: "pd.DataFrame", run: str, prefix: str = CATEGORY_PREFIX, *,
         ax.text(0.5, 0.5, f"no {prefix}* tags", ha="center", va="center", transform=ax.transAxes)
     if cols:
         legend_outside(ax, reverse=True)
+    if len(data) == 1:
+        _integer_steps(ax, list(data.index))
     ax.set_xlabel("step")
     ax.set_ylabel(suffix.strip("_") or "value")
     return ax
@@ -119,6 +121,7 @@ def plot_lines(df: "pd.DataFrame", run: str, tags: Sequence[tuple[str, str]], *,
     """
     ax = ax if ax is not None else _figure(1)[1][0]
     sel = df[df["run"] == run]
+    steps: set[int] = set()
     for label, tag in tags:
         g = sel[sel["tag"] == tag].dropna(subset=["value"]).sort_values("step")
         if not g.empty:
@@ -127,6 +130,9 @@ def plot_lines(df: "pd.DataFrame", run: str, tags: Sequence[tuple[str, str]], *,
                 kwargs.setdefault("marker", "o")
                 kwargs.setdefault("markersize", 3)
             ax.plot(g["step"], g["value"] * scale, label=label, **kwargs)
+            steps.update(int(s) for s in g["step"])
+    if len(steps) == 1:
+        _integer_steps(ax, sorted(steps))
     ax.set_xlabel("step")
     return ax
 

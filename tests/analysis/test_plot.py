@@ -73,3 +73,12 @@ def test_a_run_without_census_gets_one_panel(tmp_path):
     fig = plot_timeline(load_scalars(tmp_path))
     (ax,) = fig.axes
     assert ax.get_title().startswith("physical: process") and ax.get_ylim()[0] == 0
+
+
+def test_plot_lines_and_stacked_center_a_single_step(tmp_path):
+    from tbmem.analysis import plot_lines, plot_stacked
+
+    write_run(tmp_path / "one", [5], lambda s: {CATEGORY.format("parameters"): 1.0, RSS: 0.4})
+    df = load_scalars(tmp_path)
+    assert plot_lines(df, "one", [("RSS", RSS)]).get_xlim() == (4.0, 6.0)
+    assert plot_stacked(df, "one").get_xlim() == (4.0, 6.0)
