@@ -94,6 +94,8 @@ def test_at_step_gives_the_census_and_the_record(plugin_url, logdir_paths, scala
     assert census["step"] == 10 and census["source"] == "census.jsonl" and census["approx"] is False
     side = CensusLog().read(census_log_path(str(logdir_paths["train"])))[10]
     assert census["by_category"] == side["by_category"]
+    assert census["where"] == "where the training loop called log_memory"  # shown above the census table
+    assert census["large_rule"].startswith("large_tensor_mb=")  # the threshold that applies, named
     # the top-K of the side file is the census's own markdown table of that step, read from the events
     texts = load_texts(logdir_paths["logdir"], runs=["train"])
     markdown = texts[texts.step == 10].value.iloc[0]

@@ -330,7 +330,9 @@ async function selectStep(step) {
   top.replaceChildren();
   if (c) {
     if (c.top) {
-      const head = c.large_count != null ? `${c.large_count} storages at or above the large-tensor threshold (${fmtBytes(c.large_total_bytes)})` : '';
+      const threshold = c.large_tensor_bytes != null ? ` of ${fmtBytes(c.large_tensor_bytes)}` : '';
+      const rule = c.large_rule ? ` (${c.large_rule})` : '';
+      const head = c.large_count != null ? `${c.large_count} storages (${fmtBytes(c.large_total_bytes)}) at or above the large-tensor threshold${threshold}${rule}` : '';
       top.append(el('h3', { text: `Largest tensors at step ${c.step}` + (head ? ` — ${head}` : '') }),
         table(['#', 'name', 'category', 'shape', 'dtype', 'device', 'bytes'],
           c.top.map((t, i) => [String(i + 1), t.name, t.category, t.shape.length ? t.shape.join('×') : 'scalar', t.dtype, t.device, fmtBytes(t.bytes)]),
