@@ -72,6 +72,11 @@ class Census:
         notes: What could not be counted (reported once on the ``tbmem`` logger too).
         heap_scan: ``"full"`` (the whole heap was traversed) or ``"incremental"`` (the
             survivors of the last census plus the objects created since; same result).
+        blind_spots: Named limitations -> the bytes they concern, each also explained in
+            ``notes``: ``cpu_autocast_cache_max`` (inside a CPU autocast region, at most this
+            many bytes of low-precision weight copies live in autocast's cache, which torch
+            does not expose), ``foreign_memory_owner_not_found`` (counted bytes of tensors over
+            memory torch did not allocate whose owner, which may hold more, was not found).
 
     Example:
         >>> import torch
@@ -97,11 +102,13 @@ class Census:
     top_k: int = 10
     notes: list[str] = field(default_factory=list)
     heap_scan: str = "full"
+    blind_spots: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_records(cls, records: list[TensorRecord], *, large_tensor_bytes: int, top_k: int,
                      duration_s: float = 0.0, unattributed_bytes: int | None = None,
-                     notes: list[str] | None = None, heap_scan: str = "full") -> "Census":
+                     notes: list[str] | None = None, heap_scan: str = "full",
+                     blind_spots: dict[str, int] | None = None) -> "Census":
         """Aggregate storage records into a census."""
         ordered = sorted(records, key=lambda r: r.bytes, reverse=True)
         by_category = dict.fromkeys(CATEGORIES, 0)
@@ -118,7 +125,8 @@ class Census:
                    by_dtype=by_dtype, by_device=by_device, by_module=by_module,
                    large_tensors=[r for r in ordered if r.bytes >= large_tensor_bytes],
                    large_tensor_bytes=large_tensor_bytes, unattributed_bytes=unattributed_bytes,
-                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()), heap_scan=heap_scan)
+                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()), heap_scan=heap_scan,
+                   blind_spots=dict(blind_spots or {}))
 
     @property
     def large_count(self) -> int:
@@ -173,6 +181,9 @@ class Census:
                          f"| {rec.bytes / mb:.3f} |")
         if self.unattributed_bytes is not None:
             lines += ["", f"Unattributed on the device: {self.unattributed_bytes / mb:.2f} MB."]
+        if self.blind_spots:
+            lines += ["", "Blind spots: " + "; ".join(f"{name} {nbytes / mb:.2f} MB"
+                                                      for name, nbytes in self.blind_spots.items())]
         if self.notes:
-            lines += ["", "Not counted: " + "; ".join(self.notes)]
+            lines += ["", "Notes: " + "; ".join(self.notes)]
         return "\n".join(lines)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
-import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -39,12 +39,7 @@ def _hold(mb: int):  # noqa: ANN202
 
 
 def _workers_rss_mb(tmp_path, extra_mb: int) -> tuple[float, float]:
-    """(tree RSS - process RSS in MB, new descendants) logged with 2 workers each holding extra_mb more.
-
-    Children an earlier test of the same process left running are descendants too: they are
-    counted before the loader starts and taken off, and their RSS cancels in the comparison.
-    """
-    already = len(psutil.Process().children(recursive=True))
+    """(tree RSS - process RSS in MB, worker count) logged with 2 workers each holding extra_mb more."""
     loader = DataLoader(_Numbers(), batch_size=8, num_workers=2, persistent_workers=True,
                         worker_init_fn=_hold(extra_mb))
     run = tmp_path / f"extra{extra_mb}"
@@ -58,12 +53,24 @@ def _workers_rss_mb(tmp_path, extra_mb: int) -> tuple[float, float]:
     tree = dict(scalars(run, TAGS["ram_tree_rss"].tag))
     rss = dict(scalars(run, TAGS["ram_rss"].tag))
     workers = dict(scalars(run, TAGS["ram_tree_workers"].tag))
-    return (tree[3] - rss[3]) * 1024, workers[3] - already
+    return (tree[3] - rss[3]) * 1024, workers[3]
+
+
+def _measure_in_a_fresh_process(tmp_path) -> list[float]:
+    # A fresh process: children that other tests of this process left running (a TensorBoard
+    # server shutting down, a torchrun job) would be descendants too, with RSS of their own.
+    code = ("import json, pathlib, sys; from tests.probes.test_process_tree import _workers_rss_mb; "
+            "t = pathlib.Path(sys.argv[1]); print(json.dumps([*_workers_rss_mb(t, 0), *_workers_rss_mb(t, 50)]))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300, cwd=root, env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_dataloader_workers_holding_50_mb_each_show_in_the_tree_rss(tmp_path):
-    base, base_workers = _workers_rss_mb(tmp_path, 0)
-    held, held_workers = _workers_rss_mb(tmp_path, 50)
+    base, base_workers, held, held_workers = _measure_in_a_fresh_process(tmp_path)
     assert base_workers == held_workers == 2
     print(f"workers' RSS: {base:.1f} MB without, {held:.1f} MB with 2 x 50 MB")
     assert 90 <= held - base <= 115, (base, held)  # 2 x 50 MB more, and nothing in the main process
