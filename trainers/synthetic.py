@@ -171,8 +171,11 @@ class SyntheticTrainer:
         shown = p.progress and self.dist.is_root
         bar = tqdm(total=p.epochs * len(loader), desc=f"epoch 1/{p.epochs}", unit="batch", disable=not shown,
                    dynamic_ncols=True)
-        with console_above_progress_bar(shown):
-            return self._train_epochs(bar, loader, result)
+        try:
+            with console_above_progress_bar(shown):
+                return self._train_epochs(bar, loader, result)
+        finally:
+            bar.close()  # on Ctrl-C too: the bar's last line before run.py's line saying where the run stopped
 
     def _train_epochs(self, bar: Any, loader: Any, result: SyntheticResult) -> SyntheticResult:
         p, mon, writer = self.params, self.mon, self.mon.writer

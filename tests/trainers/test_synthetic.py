@@ -151,3 +151,33 @@ def test_the_tensorboard_hint_works_outside_the_venv(monkeypatch, tmp_path):
     assert command != "tensorboard" and Path(command).resolve() == beside.resolve()
     monkeypatch.setenv("PATH", str(beside.parent))
     assert tensorboard_command() == "tensorboard"
+
+
+def test_ctrl_c_line_comes_after_the_progress_bar(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "run.py", "--config-name=burgers_quick_test", "trainer=synthetic_with_memory",
+             f"runs_dir={tmp_path / 'runs'}", f"data.cache_dir={tmp_path / 'cache'}", "data.progress=false",
+             "trainer_params.epochs=500", "tbmem.snapshot.every=0"],
+            cwd=root, stdout=subprocess.DEVNULL, stderr=err, env=dict(os.environ, PYTHONPATH=str(root)),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 240
+            while b"batch/s" not in err_path.read_bytes() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        finally:
+            proc.kill()
+    lines = [ln for ln in err_path.read_text().replace("\r", "\n").splitlines() if ln.strip()]
+    assert lines[-1].startswith("Interrupted (Ctrl-C): the run stopped at step ")  # not a bar redrawn after it
+    assert any("batch/s" in ln for ln in lines[:-1])
