@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tbmem.tags import tag_for, to_unit
@@ -62,6 +63,8 @@ class Census:
         by_category: Bytes per category (every category present, zeros included).
         by_dtype, by_device, by_module: Bytes per dtype, device and watched top-level submodule.
         large_tensors: Records at or above ``large_tensor_bytes``, largest first.
+        large_rule: How that threshold was chosen (shown in the table), e.g. ``"1% of the first census"``.
+        where: When in the training step the census was taken (shown in the table).
         unattributed_bytes: On CUDA, ``memory_allocated`` minus the census bytes on that
             device (allocator rounding, tensors no scan can see); None without CUDA.
         duration_s: Wall time the census took.
@@ -92,6 +95,8 @@ class Census:
     by_module: dict[str, int]
     large_tensors: list[TensorRecord]
     large_tensor_bytes: int
+    large_rule: str = ""
+    where: str = ""
     unattributed_bytes: int | None = None
     duration_s: float = 0.0
     top_k: int = 10
@@ -133,6 +138,11 @@ class Census:
         """Bytes of those storages."""
         return sum(r.bytes for r in self.large_tensors)
 
+    def with_large_threshold(self, nbytes: int, rule: str = "") -> "Census":
+        """This census with ``large_tensors`` re-selected at ``nbytes``, saying how it was chosen."""
+        return dataclasses.replace(self, large_tensor_bytes=nbytes, large_rule=rule,
+                                   large_tensors=[r for r in self.records if r.bytes >= nbytes])
+
     def scalars(self) -> dict[str, float]:
         """TensorBoard tag -> value in the tag's unit (MB, ms, count), per the tag table."""
         out: dict[str, float] = {}
@@ -153,11 +163,14 @@ class Census:
     def to_markdown(self) -> str:
         """The top-K largest storages as a markdown table, with the totals above it."""
         mb = 2.0**20
+        rule = f" ({self.large_rule})" if self.large_rule else ""
         lines = [
             f"**Tensor census**: {self.total_bytes / mb:.2f} MB in {len(self.records)} storages "
-            f"({self.duration_s * 1e3:.1f} ms, {self.heap_scan} heap scan); {self.large_count} at or above "
-            f"{self.large_tensor_bytes / mb:g} MB ({self.large_total_bytes / mb:.2f} MB).",
+            f"({self.duration_s * 1e3:.1f} ms, {self.heap_scan} heap scan); {self.large_count} "
+            f"({self.large_total_bytes / mb:.2f} MB) at or above the large-tensor threshold of "
+            f"{self.large_tensor_bytes / mb:.3g} MB{rule}.",
             "",
+            *([f"Taken {self.where}.", ""] if self.where else []),
             "| # | name | category | shape | dtype | device | MB |",
             "|---|---|---|---|---|---|---|",
         ]

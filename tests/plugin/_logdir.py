@@ -82,8 +82,8 @@ def write_long(run_dir: Path, steps: int = 1000) -> None:  # TensorBoard keeps 1
             rss = SPIKE[1] if step == SPIKE[0] else 1.0 + (step % 10) * 1e-3
             w.write_scalars({"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss,
                              # CUDA readings as a GPU run writes them; the allocator counted an OOM at 500
-                             "Memory/vram_allocated_GB": 2.0, "Memory/vram_reserved_GB": 3.0,
-                             "Memory/vram_peak_allocated_GB": 2.5, "Memory/vram_ooms": float(step >= 500)}, step)
+                             "Memory/GPU/vram_allocated_GB": 2.0, "Memory/GPU/vram_reserved_GB": 3.0,
+                             "Memory/GPU/vram_peak_allocated_GB": 2.5, "Memory/GPU/vram_ooms": float(step >= 500)}, step)
 
 
 #: The step at which write_oom's run runs out of memory.
