@@ -4,14 +4,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# An index pip also looks at, e.g. https://download.pytorch.org/whl/cpu for torch's CPU build
+# (2.13.0+cpu satisfies constraints.txt's torch==2.13.0); empty: pip's configured indexes only.
+TORCH_INDEX ?=
 
 .PHONY: install demo test bench gpu-test clean
 
-# Reinstall when the dependency list changes. -c constraints.txt pins torch to the CPU build
-# on this machine's disk (an unpinned torch pulls a multi-GB CUDA build).
+# Reinstall when the dependency list changes. -c constraints.txt pins the versions (torch 2.13.0);
+# which torch build pip picks depends on its indexes: PyPI's Linux wheel is the multi-GB CUDA build,
+# PyTorch's CPU index (TORCH_INDEX) or a local wheel (pip's find-links) the CPU build. README.md.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[all,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 

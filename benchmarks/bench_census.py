@@ -1,14 +1,24 @@
-"""Census cost vs pytorch_memlab's MemReporter, side by side in one process, and its growth with heap size.
+"""Census cost vs pytorch_memlab's MemReporter: fresh processes, calls interleaved, and how stable the ratio is.
 
-Run: ``.venv/bin/python benchmarks/bench_census.py [--quick]``. The acceptance bar
-(issue 3) is census time <= 1/3 of ``MemReporter(model).report()`` on the same heap.
-Without pytorch_memlab installed, a faithful copy of its scan loop
-(``gc.get_objects()`` + ``isinstance(obj, torch.Tensor)`` + per-tensor storage stats)
-stands in, and the output says so.
+Run: ``.venv/bin/python benchmarks/bench_census.py [--rounds 5] [--repeats 11] [--quick]``.
+The acceptance bar (issues 3 and 12) is a full census <= 1/3 of
+``MemReporter(model).report()`` on the same heap. Without pytorch_memlab installed, a
+faithful copy of its scan loop (``gc.get_objects()`` + ``isinstance(obj, torch.Tensor)`` +
+per-tensor storage stats) stands in, and the output says so.
 
-Example output columns: heap objects, tensors, memlab ms, census ms (each
-numpy_scan mode, full heap scans), census ms right after another census (the
-incremental scan, see tbmem/census/heap.py), ratio census/memlab (full scans).
+Each round is a fresh process: it imports what a PhiFlow trainer imports (torch,
+tensorboard, phiflow), makes allocations of random sizes (so that rounds differ in heap
+layout, as separate runs do), builds a model with Adam state and 200 loose tensors, and
+times MemReporter and the census variants in turn, call by call, on the base heap and
+then with 100k and 1M extra gc-tracked objects. A round's ratio is the median census time
+over the median MemReporter time; the reported ratio is the median over rounds, with a 90%
+bootstrap interval that resamples rounds, then calls within each.
+
+Columns: heap objects, tensors, memlab ms, census ms (full heap scans, each numpy_scan
+mode), census ms right after another census (the incremental scan, see
+tbmem/census/heap.py), two references (``gc.get_objects()`` alone, the floor of any
+complete scan; ``gc.get_referrers(torch.Tensor, nn.Parameter)``, the traversal the full
+scan used before issue 12, which missed other tensor classes), ratio census/memlab (full scans).
 """
 
 from __future__ import annotations
@@ -17,19 +27,30 @@ import argparse
 import contextlib
 import gc
 import io
+import json
 import math
+import os
+import random
 import statistics
+import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = ["main"]
 
+VARIANTS = ("memlab", "census", "census_all", "census_off", "census_inc", "get_objects", "referrers")
+_LAYOUT: list[Any] = []  # allocations of random sizes: each round's heap layout differs, as separate runs' do
 
-def _memlab_reimplementation(model: torch.nn.Module) -> None:
+
+def _memlab_reimplementation(model: Any) -> None:
     """pytorch_memlab 0.3.2 MemReporter.collect_tensor + get_stats, without printing."""
+    import torch
+
     objects = gc.get_objects()
     tensors = [obj for obj in objects if isinstance(obj, torch.Tensor)]
     visited: dict[int, int] = {}
@@ -42,14 +63,14 @@ def _memlab_reimplementation(model: torch.nn.Module) -> None:
             visited.setdefault(s.data_ptr(), size)
 
 
-def _reporter() -> tuple[Callable[[torch.nn.Module], None], str]:
+def _reporter() -> tuple[Callable[[Any], None], str]:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             from pytorch_memlab import MemReporter
     except ImportError:
         return _memlab_reimplementation, "memlab scan loop (reimplemented; pytorch_memlab not installed)"
 
-    def run(model: torch.nn.Module) -> None:
+    def run(model: Any) -> None:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its isinstance() trips lazy modules' deprecation warnings
             MemReporter(model).report()
@@ -57,67 +78,138 @@ def _reporter() -> tuple[Callable[[torch.nn.Module], None], str]:
     return run, "pytorch_memlab.MemReporter(model).report()"
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median ms of each function, calls interleaved so machine load hits all alike."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print the comparison table; return 0 when the census meets the 1/3 bar on the base heap."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats, skip the 1M-object heap")
-    args = parser.parse_args(argv)
+def _worker(seed: int, repeats: int, targets: list[int]) -> dict[str, Any]:
+    """One round in this (fresh) process: times per variant per heap size, call by call."""
     with contextlib.suppress(ImportError):  # a realistic heap: what a PhiFlow trainer imports
         import torch.utils.tensorboard  # noqa: F401
 
         from phi.torch import flow  # noqa: F401
+    import torch
+
     from tbmem.census import take_census
 
+    rng = random.Random(seed)
+    # Not a local variable: the census's walk of the frames' locals would examine its items.
+    _LAYOUT[:] = [bytearray(rng.randrange(1, 1 << 20)), [object() for _ in range(rng.randrange(1, 20_000))]]
     report, label = _reporter()
     model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(32, 256)).sum().backward()
     opt.step()
-    data = [torch.randn(64, 64) for _ in range(200)]  # noqa: F841 - "other" tensors for both to find
-    repeats = 5 if args.quick else 11
+    data = [torch.randn(64, 64) for _ in range(200)]  # "other" tensors for both to find
     ballast: list[list[Any]] = []
-    targets = [0, 100_000, 1_000_000] if not args.quick else [0, 100_000]
-    print(f"baseline: {label}")
-    print("| heap objects | tensors | memlab ms | census ms | census numpy=all ms | census numpy=off ms "
-          "| census incremental ms | ratio census/memlab |")
-    print("|---|---|---|---|---|---|---|---|")
-    ok, base_ratio = True, float("nan")
+    sizes = []
     for extra in targets:
         ballast.append([[] for _ in range(extra - sum(len(b) for b in ballast))] if extra else [])
         gc.collect()
-        n_obj = len(gc.get_objects())
-        n_tensors = sum(1 for o in gc.get_objects() if type(o) in (torch.Tensor, torch.nn.Parameter))
         scans: list[str] = []
-        fns = {
+        fns: dict[str, Callable[[], Any]] = {
             "memlab": lambda: report(model),
             "census": lambda: take_census(models=[model], optimizers=[opt], full_scan=True),
             # right after the full census above: the objects created since are all young
             "census_inc": lambda: scans.append(take_census(models=[model], optimizers=[opt]).heap_scan),
             "census_all": lambda: take_census(models=[model], optimizers=[opt], numpy_scan="all", full_scan=True),
             "census_off": lambda: take_census(models=[model], optimizers=[opt], numpy_scan="off", full_scan=True),
+            # references: the floor of any complete scan (a list of every gc-tracked object), and the
+            # traversal the full scan used before issue 12 (it missed instances of other tensor classes)
+            "get_objects": lambda: len(gc.get_objects()),
+            "referrers": lambda: len(gc.get_referrers(torch.Tensor, torch.nn.Parameter)),
         }
-        ms = _interleaved(fns, repeats)
-        inc = f"{ms['census_inc']:.1f}" + ("" if set(scans) == {"incremental"} else
-                                            f" ({scans.count('incremental')}/{len(scans)} incremental)")
-        ratio = ms["census"] / ms["memlab"]
+        # census_inc must follow a census; the other calls take turns in an order rotated every call
+        units = [["memlab"], ["census", "census_inc"], ["census_all"], ["census_off"], ["get_objects"], ["referrers"]]
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for i in range(repeats):
+            for unit in units[i % len(units):] + units[:i % len(units)]:
+                for name in unit:
+                    t0 = time.perf_counter()
+                    fns[name]()
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+        sizes.append({"extra": extra, "objects": len(gc.get_objects()), "times": times,
+                      "tensors": sum(1 for o in gc.get_objects() if type(o) in (torch.Tensor, torch.nn.Parameter)),
+                      "incremental": scans.count("incremental"), "scans": len(scans)})
+    del data
+    return {"label": label, "sizes": sizes}
+
+
+def _round_ratio(times: dict[str, list[float]], idx_census: list[int], idx_memlab: list[int]) -> float:
+    census = [times["census"][i] for i in idx_census]
+    memlab = [times["memlab"][i] for i in idx_memlab]
+    return statistics.median(census) / statistics.median(memlab)
+
+
+def _interval(rounds: list[dict[str, list[float]]], rng: random.Random) -> tuple[float, float]:
+    """90% bootstrap interval of the median round ratio: resample rounds, then calls within each."""
+    stats = []
+    for _ in range(2000):
+        ratios = []
+        for _ in rounds:
+            times = rounds[rng.randrange(len(rounds))]
+            nc, nm = len(times["census"]), len(times["memlab"])
+            ratios.append(_round_ratio(times, [rng.randrange(nc) for _ in range(nc)],
+                                       [rng.randrange(nm) for _ in range(nm)]))
+        stats.append(statistics.median(ratios))
+    stats.sort()
+    return stats[len(stats) // 20], stats[-len(stats) // 20 - 1]
+
+
+def _run_round(seed: int, repeats: int, targets: list[int]) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", "--seed", str(seed), "--repeats", str(repeats),
+           "--targets", ",".join(map(str, targets))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"round {seed} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the comparison table; return 0 when the census meets the 1/3 bar on the base heap."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 5 calls, without the 1M-object heap")
+    parser.add_argument("--rounds", type=int, default=None, help="fresh processes (default 5, quick 3)")
+    parser.add_argument("--repeats", type=int, default=None, help="calls of each variant per round (default 11)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--targets", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (5 if args.quick else 11)
+    if args.worker:
+        print(json.dumps(_worker(args.seed, repeats, [int(t) for t in args.targets.split(",")])))
+        return 0
+    rounds = args.rounds or (3 if args.quick else 5)
+    targets = [0, 100_000] if args.quick else [0, 100_000, 1_000_000]
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    results = [_run_round(seed, repeats, targets) for seed in range(rounds)]
+    load_after = os.getloadavg()
+    print(f"baseline: {results[0]['label']}")
+    print(f"{rounds} rounds (fresh processes) x {repeats} calls of each variant, interleaved; "
+          f"{time.perf_counter() - started:.0f} s; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
+    print("| heap objects | tensors | memlab ms | census ms | census numpy=all ms | census numpy=off ms "
+          "| census incremental ms | gc.get_objects ms | previous scan ms | ratio census/memlab | 90% interval "
+          "| rounds min-max |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rng = random.Random(0)
+    base = (float("nan"), float("nan"), float("nan"))
+    for k, extra in enumerate(targets):
+        per_round = [r["sizes"][k] for r in results]
+        times = [s["times"] for s in per_round]
+        ms = {v: statistics.median(x for t in times for x in t[v]) for v in VARIANTS}
+        ratios = [_round_ratio(t, list(range(len(t["census"]))), list(range(len(t["memlab"])))) for t in times]
+        lo, hi = _interval(times, rng)
+        ratio = statistics.median(ratios)
+        inc_total, inc_scans = sum(s["incremental"] for s in per_round), sum(s["scans"] for s in per_round)
+        inc = f"{ms['census_inc']:.1f}" + ("" if inc_total == inc_scans else f" ({inc_total}/{inc_scans} incremental)")
+        objects = statistics.median(s["objects"] for s in per_round)
+        print(f"| {objects:,.0f} | {per_round[0]['tensors']} | {ms['memlab']:.1f} | {ms['census']:.1f} "
+              f"| {ms['census_all']:.1f} | {ms['census_off']:.1f} | {inc} | {ms['get_objects']:.1f} "
+              f"| {ms['referrers']:.1f} | {ratio:.3f} | {lo:.3f}-{hi:.3f} "
+              f"| {min(ratios):.3f}-{max(ratios):.3f} |")
         if extra == 0:
-            ok = ratio <= 1 / 3
-            base_ratio = ratio
-        print(f"| {n_obj:,} | {n_tensors} | {ms['memlab']:.1f} | {ms['census']:.1f} | {ms['census_all']:.1f} "
-              f"| {ms['census_off']:.1f} | {inc} | {ratio:.2f} |")
-    print(f"bar: census <= 1/3 of memlab on the base heap: {'met' if ok else 'NOT met'}")
-    print(f"RESULT name=census.vs_memlab_base_heap ratio={base_ratio:.4f} limit={1 / 3:.4f}")
+            base = (ratio, lo, hi)
+    ok = base[0] <= 1 / 3
+    print(f"bar: census <= 1/3 of memlab on the base heap: {'met' if ok else 'NOT met'} "
+          f"(median over rounds {base[0]:.3f}, 90% interval {base[1]:.3f}-{base[2]:.3f})")
+    print(f"RESULT name=census.vs_memlab_base_heap ratio={base[0]:.4f} limit={1 / 3:.4f}")
     return 0 if ok else 1
 
 

@@ -69,9 +69,9 @@ def write_run(logdir: Path, steps: int, censuses: int) -> Path:
         for s in range(steps):
             rss = 3.0 + 0.2 * math.sin(s / 997.0) + (0.5 if s % 7919 == 0 else 0.0)
             values = {"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss + 0.05,
-                      "Memory/RAM/system_used_GB": 12.0, "Memory/RAM/system_available_GB": 50.0,
-                      "Memory/RAM/system_percent": 19.0, "Memory/RAM/swap_used_GB": 0.0,
-                      "Memory/RAM/process_cpu_percent": 100.0, "Perf/step_time_ms": 25.0}
+                      "System/ram_used_GB": 12.0, "System/ram_available_GB": 50.0,
+                      "System/ram_percent": 19.0, "System/swap_used_GB": 0.0,
+                      "Perf/process_cpu_percent": 100.0, "Perf/step_time_ms": 25.0}
             if s % every == 0:
                 recs = [TensorRecord(name=f"layer{i}.weight", category=CATEGORIES[i % 6], shape=(1024, 256 * (i + 1)),
                                      dtype="float32" if i % 3 else "bfloat16", device="cpu",

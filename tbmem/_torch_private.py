@@ -44,6 +44,7 @@ __all__ = [
     "op_callable",
     "eval_frame_setter",
     "graph_task_id_getter",
+    "autocast_cache_dtype",
 ]
 
 #: torch.OutOfMemoryError since 2.5; torch.cuda.OutOfMemoryError before.
@@ -243,3 +244,22 @@ def saved_tensors_of(node: Any) -> Iterator[tuple[torch.Tensor, str]]:
             data = getattr(saved, "data", None)
             if data is not None:
                 yield data, attr[5:]
+
+
+def autocast_cache_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype of autocast's weight-cast cache on ``device_type``, or None when that cache is not in use.
+
+    Inside an autocast region with the cache enabled (the default), autocast keeps a
+    low-precision copy of each float32 leaf tensor requiring grad that an autocast op cast,
+    until the region ends. torch offers no way to read that cache.
+    """
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+        cached = torch.is_autocast_cache_enabled()
+        dtype = torch.get_autocast_dtype(device_type)
+    except (AttributeError, TypeError, RuntimeError):  # torch < 2.4 names these per device
+        if device_type != "cpu" or not hasattr(torch, "is_autocast_cpu_enabled"):
+            return None
+        enabled, cached = torch.is_autocast_cpu_enabled(), torch.is_autocast_cache_enabled()
+        dtype = torch.get_autocast_cpu_dtype()
+    return dtype if enabled and cached else None

@@ -148,7 +148,7 @@ class Alert:
 
 
 # tag-table key -> (tag used for the leak test's units, alert kind, config attribute, leak kind)
-_GROWTH = (("vram_allocated", "Memory/vram_allocated_GB", "growth:vram_allocated", "growth_mb_per_1k", "exact"),
+_GROWTH = (("vram_allocated", "Memory/GPU/vram_allocated_GB", "growth:vram_allocated", "growth_mb_per_1k", "exact"),
            ("ram_rss", "Memory/RAM/process_rss_GB", "growth:ram_rss", "rss_growth_mb_per_1k", "noisy"))
 
 

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["MemoryWriterConfig", "PEAK_MODES"]
+__all__ = ["MemoryWriterConfig", "PEAK_MODES", "unknown_keys"]
 
 PEAK_MODES = ("window", "run")
 
@@ -32,14 +32,17 @@ class MemoryWriterConfig:
         peak_mode: ``"window"``: peaks cover the steps since the previous record
             (resets torch's peak counters and Linux's VmHWM); ``"run"``: whole-run peaks.
         census_every: Take a tensor census at steps divisible by this; 0 disables it.
-        large_tensor_mb: Storages at or above this many MB count as large tensors.
+        large_tensor_mb: Storages at or above this many MB count as large tensors. None (the
+            default): 1% of the first census's total, at most 100 MB, then fixed for the run
+            (the census table says which threshold applies).
         top_k: How many of the largest tensors the census text lists.
         uss: Also read the process's USS (costs about 4 ms per record).
         nvml: Also read device memory through NVML (needs the ``nvml`` extra).
         device: CUDA device index to read; None means the current device.
         flush_each_record: Flush event files after each memory record, so a run
             killed hard (SIGKILL, OOM killer) keeps every record written before.
-        custom_layout: Write the custom-scalars layout that groups tbmem's charts.
+        custom_layout: Write the custom-scalars layout that groups tbmem's charts, for the tags the
+            run writes (updated when a new kind of reading appears; see tbmem.layout).
         fast_crc: Checksum event records with the compiled ``google-crc32c`` instead of
             TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes).
         snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`
@@ -54,7 +57,7 @@ class MemoryWriterConfig:
     every: int = 10
     peak_mode: str = "window"
     census_every: int = 500
-    large_tensor_mb: float = 100.0
+    large_tensor_mb: float | None = None
     top_k: int = 10
     uss: bool = False
     nvml: bool = False
@@ -77,8 +80,9 @@ class MemoryWriterConfig:
             raise ValueError(f"{name}.census_every must be an integer >= 0 (0 disables), got {ce!r}")
         if self.peak_mode not in PEAK_MODES:
             raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")
-        if not isinstance(self.large_tensor_mb, (int, float)) or self.large_tensor_mb <= 0:
-            raise ValueError(f"{name}.large_tensor_mb must be > 0, got {self.large_tensor_mb!r}")
+        mb = self.large_tensor_mb
+        if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb <= 0):
+            raise ValueError(f"{name}.large_tensor_mb must be > 0 or None (relative), got {mb!r}")
         if self.device is not None and (not isinstance(self.device, int) or self.device < 0):
             raise ValueError(f"{name}.device must be None or a device index >= 0, got {self.device!r}")
         if isinstance(self.snapshot, Mapping):
@@ -100,10 +104,29 @@ class MemoryWriterConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "MemoryWriterConfig":
         """Build from a plain mapping (a Hydra/OmegaConf node), naming any unknown key."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}"
-            )
+        problem = unknown_keys(cls, values)
+        if problem:
+            raise ValueError(problem)
         return cls(**dict(values))
+
+
+def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:
+    """A message naming the keys of ``values`` that ``cls`` has no field for, the closest match of
+    each and every valid key; None when all are known.
+
+    Example:
+        >>> print(unknown_keys(MemoryWriterConfig, {"evry": 5}))  # doctest: +ELLIPSIS
+        unknown MemoryWriterConfig key 'evry' (did you mean 'every'?); valid keys: alerts, census_every, ...
+    """
+    import difflib
+
+    known = sorted(f.name for f in dataclasses.fields(cls))
+    unknown = sorted(str(k) for k in values if k not in known)
+    if not unknown:
+        return None
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return (f"unknown {cls.__name__} key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+            f"valid keys: {', '.join(known)}")

@@ -1,13 +1,30 @@
-"""The custom-scalars layout that puts tbmem's related charts side by side in TensorBoard.
+"""TensorBoard's custom-scalars layout for what a run actually logs: tbmem's charts grouped by topic.
 
-On rank 0 of a multi-rank job the layout also has a ``tbmem: ranks`` category: one margin
-chart per aggregated reading (the mean as the line, min and max as the band around it)
-and one chart of the ranks holding the maxima.
+The layout is built from the tags the run has written (:class:`LayoutTracker`, fed by
+``MemoryWriter.write_scalars``) and written again whenever a new kind of reading appears
+(the census at its first step, VRAM once CUDA is in use, ...); TensorBoard shows a run's
+latest layout. So a CPU run gets no VRAM section and no chart is empty.
+
+Every chart has one unit, named in its title. TensorBoard draws every line of a run in the
+run's colour in custom-scalars charts (lines of one chart differ only by marker), so a
+chart shows one reading; a family with more than :data:`MAX_SEPARATE` members (a model's
+modules) shares one chart, titled so. (``Margin`` charts, a line with a band, would show
+allocated VRAM shaded up to reserved in one colour, but TensorBoard draws them after every
+other chart of their section, below the census; only the ranks' section uses them.)
+
+Sections, in order: memory (VRAM, then the process's RSS, then the census), speed, GPU
+allocator, system, snapshots, and on rank 0 of a multi-rank job, ranks (one margin chart per
+aggregated reading: the mean as the line, min..max as the band). TensorBoard merges the layouts
+of a logdir's runs in run order, a later run's new charts after the first run's in their section.
 
 Example:
     >>> from tbmem.layout import custom_scalars_layout
-    >>> sorted(custom_scalars_layout())
-    ['tbmem: RAM', 'tbmem: VRAM', 'tbmem: tensors']
+    >>> cpu = custom_scalars_layout(["Memory/RAM/process_rss_GB", "Memory/RAM/process_peak_rss_GB",
+    ...                              "Perf/step_time_ms"])
+    >>> list(cpu)
+    ['tbmem: memory', 'tbmem: speed']
+    >>> cpu["tbmem: memory"]["Process RSS (GB)"]
+    ['Multiline', ['^Memory/RAM/process_rss_GB$']]
     >>> charts = custom_scalars_layout(rank_tags=("ram_rss",))["tbmem: ranks"]
     >>> charts["Process RSS across ranks (GB): mean, min..max"]
     ['Margin', ['Ranks/Memory/RAM/process_rss_GB/mean', 'Ranks/Memory/RAM/process_rss_GB/min', 'Ranks/Memory/RAM/process_rss_GB/max']]
@@ -16,11 +33,14 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from tbmem.tags import TAGS, ranks_tag
+from tbmem.tags import RANK_STATS, TAGS, ranks_tag
 
-__all__ = ["custom_scalars_layout", "rank_charts"]
+__all__ = ["custom_scalars_layout", "rank_charts", "LayoutTracker", "MAX_SEPARATE"]
+
+#: Members of a family (dtypes, devices, modules) drawn as one chart each; more share one chart.
+MAX_SEPARATE = 4
 
 # chart titles of the aggregated readings; others are titled by their tag
 _TITLES = {
@@ -29,16 +49,24 @@ _TITLES = {
     "vram_peak_allocated": "Peak VRAM allocated", "vram_peak_reserved": "Peak VRAM reserved",
     "step_time": "Step time",
 }
+# tbmem.census.CATEGORIES (not imported: the census package imports torch)
+_CATEGORY_ORDER = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other")
+_FAMILIES = ("census_category", "census_dtype", "census_device", "census_module")
+_BY = {"census_category": "category", "census_dtype": "dtype", "census_device": "device",
+       "census_module": "module"}
 
 
-def _tags(*keys: str) -> list[str]:
-    return [TAGS[k].tag for k in keys]
+def _exact(key: str) -> str:
+    """A regex matching one tag only (custom scalars match tags by regex, from the start)."""
+    return f"^{re.escape(TAGS[key].tag)}$"
 
 
-def _family(key: str) -> list[str]:
-    """A regex matching every instance of a templated tag."""
-    prefix, _, suffix = TAGS[key].tag.partition("{name}")
-    return [f"{re.escape(prefix)}.*{re.escape(suffix)}"]
+def _single(key: str) -> list[Any]:
+    return ["Multiline", [_exact(key)]]
+
+
+def _member(key: str, name: str) -> str:
+    return f"^{re.escape(TAGS[key].tag.format(name=name))}$"
 
 
 def rank_charts(keys: Sequence[str]) -> dict[str, list]:
@@ -49,39 +77,176 @@ def rank_charts(keys: Sequence[str]) -> dict[str, list]:
         title = f"{_TITLES.get(key, tag.tag)} across ranks ({tag.unit}): mean, min..max"
         charts[title] = ["Margin", [ranks_tag("mean", tag.tag), ranks_tag("min", tag.tag),
                                     ranks_tag("max", tag.tag)]]
+    for key in keys:
+        tag = TAGS[key]
+        charts[f"Rank holding the maximum {_TITLES.get(key, tag.tag)} (rank)"] = [
+            "Multiline", [ranks_tag("argmax", tag.tag)]]
     if keys:
-        charts["Rank holding the maximum"] = ["Multiline", [ranks_tag("argmax", TAGS[k].tag) for k in keys]]
-        charts["Ranks reporting"] = ["Multiline", _tags("ranks_reporting")]
+        charts["Ranks reporting (count)"] = ["Multiline", [TAGS["ranks_reporting"].tag]]
     return charts
 
 
-def custom_scalars_layout(*, rank_tags: Sequence[str] = ()) -> dict[str, dict[str, list]]:
-    """Category -> chart title -> ``["Multiline", [tags or regexes]]`` or ``["Margin", [value, lower, upper]]``.
+class _Seen:
+    """Which keys (and which members of the families) a set of tags covers."""
+
+    def __init__(self, tags: Iterable[str] | None) -> None:
+        self.all = tags is None
+        self.keys: set[str] = set()
+        self.members: dict[str, set[str]] = {k: set() for k in _FAMILIES}
+        self.ranked: list[str] = []
+        if tags is not None:
+            by_tag = {t.tag: k for k, t in TAGS.items() if "{name}" not in t.tag}
+            ranked = set()
+            for tag in tags:
+                key = by_tag.get(tag)
+                if key is not None:
+                    self.keys.add(key)
+                    continue
+                for family in _FAMILIES:
+                    prefix, _, suffix = TAGS[family].tag.partition("{name}")
+                    if tag.startswith(prefix) and tag.endswith(suffix) and len(tag) > len(prefix) + len(suffix):
+                        self.members[family].add(tag[len(prefix):len(tag) - len(suffix)])
+                        break
+                else:
+                    if tag.startswith("Ranks/") and tag.endswith("/mean"):
+                        ranked.add(tag[len("Ranks/"):-len("/mean")])
+            self.ranked = [k for k, t in TAGS.items() if t.tag in ranked]
+
+    def has(self, key: str) -> bool:
+        return self.all or key in self.keys
+
+    def family(self, key: str) -> list[str] | None:
+        """Members seen (None: every member, drawn by one regex)."""
+        return None if self.all else sorted(self.members[key])
+
+
+def _charts(seen: _Seen, specs: Sequence[tuple[str, str, Any]]) -> dict[str, list]:
+    """``(title, key that must be seen, chart or a callable giving it)`` -> the charts whose key is seen."""
+    return {title: chart for title, key, chart in specs if seen.has(key)}
+
+
+def _family_charts(seen: _Seen, family: str) -> dict[str, list]:
+    tag = TAGS[family]
+    members = seen.family(family)
+    by = _BY[family]
+    if family == "census_category":  # six at most, always one chart each, in the census's priority order
+        members = [c for c in _CATEGORY_ORDER if c in members] + sorted(set(members) - set(_CATEGORY_ORDER)) \
+            if members is not None else list(_CATEGORY_ORDER)
+    if members is not None and (len(members) <= MAX_SEPARATE or family == "census_category"):
+        label = "Census" if family == "census_category" else f"Census by {by}"
+        return {f"{label}: {name} ({tag.unit})": ["Multiline", [_member(family, name)]] for name in members}
+    prefix, _, suffix = tag.tag.partition("{name}")
+    title = f"Census by {by} ({tag.unit}; one line per {by}, told apart by marker)"
+    return {title: ["Multiline", [f"^{re.escape(prefix)}.*{re.escape(suffix)}$"]]}
+
+
+def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Sequence[str] = ()
+                          ) -> dict[str, dict[str, list]]:
+    """Category -> chart title -> ``["Multiline", [regexes]]`` or ``["Margin", [value, lower, upper]]``.
 
     Args:
-        rank_tags: Readings aggregated across ranks (rank 0 of a job): adds ``tbmem: ranks``.
+        tags: The tags the run has written; only their charts are in the layout. None: every
+            chart tbmem can draw.
+        rank_tags: Readings aggregated across ranks whose charts are added (as if their
+            ``Ranks/<tag>/mean`` had been written).
     """
-    layout: dict[str, dict[str, list]] = {
-        "tbmem: VRAM": {
-            "VRAM allocated / reserved / peaks (GB)": ["Multiline", _tags(
-                "vram_allocated", "vram_reserved", "vram_peak_allocated", "vram_peak_reserved")],
-            "Fragmentation (%)": ["Multiline", _tags("fragmentation", "vram_percent")],
-            "Allocator pressure (count)": ["Multiline", _tags("vram_alloc_retries", "vram_ooms")],
-        },
-        "tbmem: RAM": {
-            "Process RSS / peak / USS (GB)": ["Multiline", _tags("ram_rss", "ram_peak_rss", "ram_uss")],
-            "Process vs process tree RSS (GB)": ["Multiline", _tags("ram_rss", "ram_tree_rss")],
-            "System RAM (GB)": ["Multiline", _tags(
-                "ram_system_used", "ram_system_available", "ram_swap_used")],
-            "Processes in the tree (DataLoader workers)": ["Multiline", _tags("ram_tree_workers")],
-        },
-        "tbmem: tensors": {
-            "By category (MB)": ["Multiline", _family("census_category")],
-            "By dtype (MB)": ["Multiline", _family("census_dtype")],
-            "By module (MB)": ["Multiline", _family("census_module")],
-            "Large tensors": ["Multiline", _tags("large_count", "large_total")],
-        },
-    }
-    if rank_tags:
-        layout["tbmem: ranks"] = rank_charts(rank_tags)
-    return layout
+    seen = _Seen(tags)
+    has = seen.has
+    gpu = _charts(seen, [
+        ("VRAM allocated (GB)", "vram_allocated", _single("vram_allocated")),
+        ("VRAM reserved by the caching allocator (GB)", "vram_reserved", _single("vram_reserved")),
+        ("Peak VRAM allocated since the previous record (GB)", "vram_peak_allocated", _single("vram_peak_allocated")),
+        ("Peak VRAM reserved since the previous record (GB)", "vram_peak_reserved", _single("vram_peak_reserved")),
+        ("VRAM reserved, of the device's memory (%)", "vram_percent", _single("vram_percent")),
+        ("Device memory used, as nvidia-smi reports it (GB)", "vram_nvml_used", _single("vram_nvml_used")),
+        ("Out-of-memory errors since start (count)", "vram_ooms", _single("vram_ooms")),
+    ])
+    process = _charts(seen, [
+        ("Process RSS (GB)", "ram_rss", _single("ram_rss")),
+        ("Peak RSS since the previous record (GB)", "ram_peak_rss", _single("ram_peak_rss")),
+        ("Process USS: freed if the process ended (GB)", "ram_uss", _single("ram_uss")),
+        ("RSS of the process and its DataLoader workers (GB)", "ram_tree_workers", _single("ram_tree_rss")),
+        ("Processes below the training process (count)", "ram_tree_workers", _single("ram_tree_workers")),
+    ])
+    tensors: dict[str, list] = {}
+    for family in _FAMILIES[:1]:
+        tensors.update(_family_charts(seen, family))
+    tensors.update(_charts(seen, [
+        ("Census: unattributed on the device (MB)", "census_unattributed", _single("census_unattributed")),
+        ("Census total (MB)", "census_total", _single("census_total")),
+        ("Large tensors (count)", "large_count", _single("large_count")),
+        ("Large tensors, total (MB)", "large_total", _single("large_total")),
+    ]))
+    for family in _FAMILIES[1:]:
+        tensors.update(_family_charts(seen, family))
+    speed = _charts(seen, [
+        ("Step time, mean since the previous record (ms)", "step_time", _single("step_time")),
+        ("Batch time (s)", "batch_time", _single("batch_time")),
+        ("Epoch time (s)", "epoch_time", _single("epoch_time")),
+        ("Process CPU use, 100 = one core (%)", "cpu_percent", _single("cpu_percent")),
+        ("Census duration (ms)", "census_duration", _single("census_duration")),
+    ])
+    allocator = _charts(seen, [
+        ("Fragmentation: reserved memory not holding tensors (%)", "fragmentation", _single("fragmentation")),
+        ("cudaMalloc retries after flushing the cache, since start (count)", "vram_alloc_retries",
+         _single("vram_alloc_retries")),
+        ("Active blocks (GB)", "vram_active", _single("vram_active")),
+        ("Inactive, non-releasable split blocks (GB)", "vram_inactive_split", _single("vram_inactive_split")),
+    ])
+    system = _charts(seen, [
+        ("System RAM used (GB)", "ram_system_used", _single("ram_system_used")),
+        ("System RAM available (GB)", "ram_system_available", _single("ram_system_available")),
+        ("System RAM used (%)", "ram_system_percent", _single("ram_system_percent")),
+        ("Swap used (GB)", "ram_swap_used", _single("ram_swap_used")),
+        ("Device memory free (GB)", "vram_free", _single("vram_free")),
+        ("Device memory total (GB)", "vram_total", _single("vram_total")),
+    ])
+    snapshots = _charts(seen, [
+        ("Events in the snapshot (count)", "snapshot_events", _single("snapshot_events")),
+        ("Snapshot file size (MB)", "snapshot_size", _single("snapshot_size")),
+    ])
+    # One memory category: TensorBoard merges the layouts of a logdir's runs in run order, appending
+    # what a later run adds at the end of its category; the census of a later run still lands in
+    # the memory category, above speed and system.
+    layout = {"tbmem: memory": {**gpu, **process, **tensors}, "tbmem: speed": speed,
+              "tbmem: GPU allocator": allocator, "tbmem: system": system, "tbmem: snapshots": snapshots}
+    ranked = list(dict.fromkeys([*rank_tags, *seen.ranked]))
+    if ranked:
+        layout["tbmem: ranks"] = rank_charts(ranked)
+    return {title: charts for title, charts in layout.items() if charts}
+
+
+class LayoutTracker:
+    """Follows the tags a writer writes; says when the layout must be written (again).
+
+    Example:
+        >>> tracker = LayoutTracker()
+        >>> sorted(tracker.see({"Memory/RAM/process_rss_GB": 0.4}))
+        ['tbmem: memory']
+        >>> tracker.see({"Memory/RAM/process_rss_GB": 0.5}) is None  # nothing new: nothing to write
+        True
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()  # every tag met, so an event with nothing new costs a few lookups
+        self._present: set[str] = set()  # the tags the layout is built from
+        self._written: dict[str, dict[str, list]] | None = None
+        self._workers = TAGS["ram_tree_workers"].tag
+
+    def see(self, values: Mapping[str, float]) -> dict[str, dict[str, list]] | None:
+        """Note the tags of one event; return the new layout when it changed, else None."""
+        new = [t for t in values if t not in self._seen]
+        workers = self._workers
+        # the process tree's charts only once there is a tree: without workers its RSS is the process's
+        tree_appears = workers not in self._present and values.get(workers, 0) > 0
+        if not new and not tree_appears:
+            return None
+        self._seen.update(new)
+        self._present.update(t for t in new if t != workers)
+        if tree_appears:
+            self._present.add(workers)
+        layout = custom_scalars_layout(self._present)
+        if not layout or layout == self._written:
+            return None
+        self._written = layout
+        return layout

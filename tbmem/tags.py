@@ -9,10 +9,22 @@ place. ``GB`` and ``MB`` follow the design documents and PyTorch's own
 Templated tags contain ``{name}`` (a category, dtype, module, operation or
 device) and are filled with :func:`tag_for`.
 
+Names put what a user looks for first, first. TensorBoard groups tags by their first
+component and sorts each group (upper case before lower case, 12 charts to a page of the
+Scalars tab), so the ``Memory`` group holds this process's memory and the census only:
+``Memory/GPU/*`` (VRAM), ``Memory/Large_Tensors/*``, ``Memory/RAM/*`` (RSS),
+``Memory/Tensor_*`` (the census; its categories on the first page of a CPU run); the
+machine's readings are under ``System/``, speed under ``Perf/``, the console monitors'
+under ``Monitor/``, snapshots under ``Snapshot/``. Never a CPU reading under a ``gpu``
+name. The design documents' names are kept (``Memory/Tensor_Category/*_MB``,
+``Memory/Large_Tensors/*``, ``Memory/fragmentation_percent``, ``vram_allocated`` ...);
+tags renamed since are in :data:`RENAMED` and CHANGELOG.md, and logs written before read
+back under the current names.
+
 Example:
     >>> from tbmem.tags import TAGS, tag_for
     >>> TAGS["vram_allocated"].tag
-    'Memory/vram_allocated_GB'
+    'Memory/GPU/vram_allocated_GB'
     >>> tag_for("census_category", name="parameters")
     'Memory/Tensor_Category/parameters_MB'
 """
@@ -23,7 +35,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table"]
+__all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table",
+           "x_axis", "RENAMED", "current_tag"]
 
 GiB = float(2**30)
 MiB = float(2**20)
@@ -40,6 +53,8 @@ class Tag:
         meaning: What the value is, in one sentence.
         when: Which component writes it, and how often.
         scale: Divisor from the raw reading (bytes, seconds, ...) to ``unit``.
+        x: What the event's step counts: ``"step"`` (training steps, or loss evaluations) or
+            ``"epoch"`` (per-epoch tags): series of the two never share an x axis.
     """
 
     key: str
@@ -48,6 +63,7 @@ class Tag:
     meaning: str
     when: str
     scale: float = 1.0
+    x: str = "step"
 
 
 _EVERY = "MemoryWriter, every `every` steps"
@@ -56,38 +72,34 @@ _CENSUS = "MemoryWriter, every `census_every` steps"
 _RANKS = "MemoryWriter on rank 0 of a job with more than one rank, every `every` steps"
 
 _ROWS: tuple[Tag, ...] = (
-    # --- device (CUDA caching allocator) -------------------------------------------------
-    Tag(key="vram_allocated", tag="Memory/vram_allocated_GB", unit="GB", scale=GiB,
+    # --- Memory/GPU/: this process's device memory (CUDA caching allocator), first in the Memory group ---
+    Tag(key="vram_allocated", tag="Memory/GPU/vram_allocated_GB", unit="GB", scale=GiB,
         meaning="Bytes held by live tensors (torch.cuda.memory_allocated).", when=_EVERY_CUDA),
-    Tag(key="vram_reserved", tag="Memory/vram_reserved_GB", unit="GB", scale=GiB,
+    Tag(key="vram_reserved", tag="Memory/GPU/vram_reserved_GB", unit="GB", scale=GiB,
         meaning="Bytes the caching allocator holds from the driver (memory_reserved).", when=_EVERY_CUDA),
-    Tag(key="vram_active", tag="Memory/vram_active_GB", unit="GB", scale=GiB,
-        meaning="Bytes in active blocks, including blocks awaiting stream sync.", when=_EVERY_CUDA),
-    Tag(key="vram_inactive_split", tag="Memory/vram_inactive_split_GB", unit="GB", scale=GiB,
-        meaning="Bytes in inactive, non-releasable split blocks (fragmentation).", when=_EVERY_CUDA),
-    Tag(key="vram_peak_allocated", tag="Memory/vram_peak_allocated_GB", unit="GB", scale=GiB,
+    Tag(key="vram_peak_allocated", tag="Memory/GPU/vram_peak_allocated_GB", unit="GB", scale=GiB,
         meaning="Peak allocated bytes in the window since the last record (or whole run, peak_mode='run').",
         when=_EVERY_CUDA),
-    Tag(key="vram_peak_reserved", tag="Memory/vram_peak_reserved_GB", unit="GB", scale=GiB,
+    Tag(key="vram_peak_reserved", tag="Memory/GPU/vram_peak_reserved_GB", unit="GB", scale=GiB,
         meaning="Peak reserved bytes in the window since the last record (or whole run).", when=_EVERY_CUDA),
-    Tag(key="vram_percent", tag="Memory/vram_percent", unit="%",
+    Tag(key="vram_percent", tag="Memory/GPU/vram_percent", unit="%",
         meaning="Reserved bytes as a percentage of the device's total memory.", when=_EVERY_CUDA),
+    Tag(key="vram_ooms", tag="Memory/GPU/vram_ooms", unit="count",
+        meaning="Out-of-memory errors raised by the allocator, since start.", when=_EVERY_CUDA),
+    Tag(key="vram_alloc_retries", tag="Memory/GPU/vram_alloc_retries", unit="count",
+        meaning="cudaMalloc retries after flushing the cache, since start (a sign of memory pressure).",
+        when=_EVERY_CUDA),
+    Tag(key="vram_active", tag="Memory/GPU/vram_active_GB", unit="GB", scale=GiB,
+        meaning="Bytes in active blocks, including blocks awaiting stream sync.", when=_EVERY_CUDA),
+    Tag(key="vram_inactive_split", tag="Memory/GPU/vram_inactive_split_GB", unit="GB", scale=GiB,
+        meaning="Bytes in inactive, non-releasable split blocks (fragmentation).", when=_EVERY_CUDA),
+    Tag(key="vram_nvml_used", tag="Memory/GPU/vram_nvml_used_GB", unit="GB", scale=GiB,
+        meaning="Device memory used as nvidia-smi reports it, all processes and contexts included.",
+        when="MemoryWriter, every `every` steps, with the `nvml` extra"),
     Tag(key="fragmentation", tag="Memory/fragmentation_percent", unit="%",
         meaning="(reserved - allocated) / reserved * 100: reserved memory not holding tensors.",
         when=_EVERY_CUDA),
-    Tag(key="vram_alloc_retries", tag="Memory/vram_alloc_retries", unit="count",
-        meaning="cudaMalloc retries after flushing the cache, since start (a sign of memory pressure).",
-        when=_EVERY_CUDA),
-    Tag(key="vram_ooms", tag="Memory/vram_ooms", unit="count",
-        meaning="Out-of-memory errors raised by the allocator, since start.", when=_EVERY_CUDA),
-    Tag(key="vram_total", tag="Memory/vram_total_GB", unit="GB", scale=GiB,
-        meaning="Total device memory (cudaMemGetInfo).", when=_EVERY_CUDA),
-    Tag(key="vram_free", tag="Memory/vram_free_GB", unit="GB", scale=GiB,
-        meaning="Free device memory as the driver sees it (cudaMemGetInfo).", when=_EVERY_CUDA),
-    Tag(key="vram_nvml_used", tag="Memory/vram_nvml_used_GB", unit="GB", scale=GiB,
-        meaning="Device memory used as nvidia-smi reports it, all processes and contexts included.",
-        when="MemoryWriter, every `every` steps, with the `nvml` extra"),
-    # --- host ------------------------------------------------------------------------------
+    # --- Memory/RAM/: this process's host memory --------------------------------------------------
     Tag(key="ram_rss", tag="Memory/RAM/process_rss_GB", unit="GB", scale=GiB,
         meaning="Resident set size of this process.", when=_EVERY),
     Tag(key="ram_peak_rss", tag="Memory/RAM/process_peak_rss_GB", unit="GB", scale=GiB,
@@ -96,31 +108,27 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="ram_uss", tag="Memory/RAM/process_uss_GB", unit="GB", scale=GiB,
         meaning="Unique set size: memory freed if this process exited (costs ~4 ms).",
         when="MemoryWriter, every `every` steps, with uss=True"),
-    Tag(key="ram_system_used", tag="Memory/RAM/system_used_GB", unit="GB", scale=GiB,
-        meaning="System RAM in use (psutil total - available).", when=_EVERY),
-    Tag(key="ram_system_available", tag="Memory/RAM/system_available_GB", unit="GB", scale=GiB,
-        meaning="System RAM available to new allocations without swapping.", when=_EVERY),
-    Tag(key="ram_system_percent", tag="Memory/RAM/system_percent", unit="%",
-        meaning="System RAM in use, percent.", when=_EVERY),
-    Tag(key="ram_swap_used", tag="Memory/RAM/swap_used_GB", unit="GB", scale=GiB,
-        meaning="Swap in use, system-wide.", when=_EVERY),
-    Tag(key="cpu_percent", tag="Memory/RAM/process_cpu_percent", unit="%",
-        meaning="CPU use of this process since the last record (100 = one core).", when=_EVERY),
     Tag(key="ram_tree_rss", tag="Memory/RAM/process_tree_rss_GB", unit="GB", scale=GiB,
         meaning="RSS of this process plus all its descendants (DataLoader workers, ...), summed per "
                 "process: pages processes share count once per process.", when=_EVERY),
     Tag(key="ram_tree_workers", tag="Memory/RAM/process_tree_workers", unit="count",
         meaning="Descendant processes counted in process_tree_rss (DataLoader workers and any other "
                 "child process).", when=_EVERY),
-    Tag(key="step_time", tag="Perf/step_time_ms", unit="ms", scale=1e-3,
-        meaning="Mean wall time per step since the previous record.", when=_EVERY),
-    # --- tensor census --------------------------------------------------------------------
+    # --- Memory/Tensor_*, Memory/Large_Tensors/: the tensor census (design document 004's names) ---
     Tag(key="census_category", tag="Memory/Tensor_Category/{name}_MB", unit="MB", scale=MiB,
         meaning="Bytes of live tensor storage in one category (parameters, gradients, optimizer_state, "
                 "buffers, activations, other), each storage counted once.", when=_CENSUS),
     Tag(key="census_unattributed", tag="Memory/Tensor_Category/unattributed_MB", unit="MB", scale=MiB,
         meaning="Allocator bytes on the device that no found tensor accounts for (CUDA only).",
         when=_CENSUS),
+    Tag(key="census_total", tag="Memory/Tensor_Census/total_MB", unit="MB", scale=MiB,
+        meaning="Sum of all categories.", when=_CENSUS),
+    Tag(key="large_count", tag="Memory/Large_Tensors/count", unit="count",
+        meaning="Number of storages at or above the large-tensor threshold: `large_tensor_mb`, or when "
+                "unset 1% of the first census's total (at most 100 MB); the census table names it.",
+        when=_CENSUS),
+    Tag(key="large_total", tag="Memory/Large_Tensors/total_MB", unit="MB", scale=MiB,
+        meaning="Total bytes of those large storages.", when=_CENSUS),
     Tag(key="census_dtype", tag="Memory/Tensor_DType/{name}_MB", unit="MB", scale=MiB,
         meaning="Bytes of live tensor storage by dtype.", when=_CENSUS),
     Tag(key="census_device", tag="Memory/Tensor_Device/{name}_MB", unit="MB", scale=MiB,
@@ -128,15 +136,54 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="census_module", tag="Memory/Tensor_Module/{name}_MB", unit="MB", scale=MiB,
         meaning="Parameters, gradients, optimizer state and buffers of one top-level submodule.",
         when=_CENSUS),
-    Tag(key="census_total", tag="Memory/Tensor_Census/total_MB", unit="MB", scale=MiB,
-        meaning="Sum of all categories.", when=_CENSUS),
-    Tag(key="census_duration", tag="Memory/Tensor_Census/duration_ms", unit="ms", scale=1e-3,
+    # --- Perf/: speed -----------------------------------------------------------------------------
+    Tag(key="step_time", tag="Perf/step_time_ms", unit="ms", scale=1e-3,
+        meaning="Mean wall time per step since the previous record.", when=_EVERY),
+    Tag(key="cpu_percent", tag="Perf/process_cpu_percent", unit="%",
+        meaning="CPU use of this process since the last record (100 = one core).", when=_EVERY),
+    Tag(key="census_duration", tag="Perf/census_duration_ms", unit="ms", scale=1e-3,
         meaning="Wall time the census took.", when=_CENSUS),
-    Tag(key="large_count", tag="Memory/Large_Tensors/count", unit="count",
-        meaning="Number of storages at or above `large_tensor_mb`.", when=_CENSUS),
-    Tag(key="large_total", tag="Memory/Large_Tensors/total_MB", unit="MB", scale=MiB,
-        meaning="Total bytes of those large storages.", when=_CENSUS),
-    # --- cross-rank aggregates (rank 0 of a torch.distributed job) -------------------------
+    Tag(key="batch_time", tag="Perf/batch_time_s", unit="s",
+        meaning="Wall time of one batch (EpochPerformanceMonitor).", when="per batch"),
+    Tag(key="epoch_time", tag="Perf/epoch_time_s", unit="s",
+        meaning="Wall time of one epoch.", when="per epoch", x="epoch"),
+    Tag(key="op_time", tag="Perf/Operation/{name}_s", unit="s",
+        meaning="Wall time of one tracked operation (PerformanceMonitor, track_performance).",
+        when="per tracked operation"),
+    # --- System/: the machine (other processes move these) ----------------------------------------
+    Tag(key="ram_system_used", tag="System/ram_used_GB", unit="GB", scale=GiB,
+        meaning="System RAM in use (psutil total - available).", when=_EVERY),
+    Tag(key="ram_system_available", tag="System/ram_available_GB", unit="GB", scale=GiB,
+        meaning="System RAM available to new allocations without swapping.", when=_EVERY),
+    Tag(key="ram_system_percent", tag="System/ram_percent", unit="%",
+        meaning="System RAM in use, percent.", when=_EVERY),
+    Tag(key="ram_swap_used", tag="System/swap_used_GB", unit="GB", scale=GiB,
+        meaning="Swap in use, system-wide.", when=_EVERY),
+    Tag(key="vram_free", tag="System/vram_free_GB", unit="GB", scale=GiB,
+        meaning="Free device memory as the driver sees it (cudaMemGetInfo).", when=_EVERY_CUDA),
+    Tag(key="vram_total", tag="System/vram_total_GB", unit="GB", scale=GiB,
+        meaning="Total device memory (cudaMemGetInfo).", when=_EVERY_CUDA),
+    # --- Monitor/: the console monitors' readings (when given a writer) ---------------------------
+    Tag(key="batch_gpu", tag="Monitor/batch_gpu_allocated_MB", unit="MB", scale=MiB,
+        meaning="Allocated device memory at the end of a batch (EpochMemoryMonitor).", when="per batch"),
+    Tag(key="batch_cpu", tag="Monitor/batch_cpu_rss_MB", unit="MB", scale=MiB,
+        meaning="Process RSS at the end of a batch (EpochMemoryMonitor).", when="per batch"),
+    Tag(key="batch_loss", tag="Loss/batch", unit="loss",
+        meaning="Loss passed to on_batch_end.", when="per batch"),
+    Tag(key="epoch_peak_gpu", tag="Monitor/epoch_gpu_peak_MB", unit="MB", scale=MiB,
+        meaning="Peak allocated device memory in the epoch (GPU runs only).", when="per epoch", x="epoch"),
+    Tag(key="epoch_peak_rss", tag="Monitor/epoch_cpu_peak_rss_MB", unit="MB", scale=MiB,
+        meaning="Peak RSS of the process in the epoch (CPU runs).", when="per epoch", x="epoch"),
+    Tag(key="op_cpu_delta", tag="Monitor/Operation/{name}_cpu_delta_MB", unit="MB", scale=MiB,
+        meaning="RSS change over a tracked operation or checkpoint interval.", when="per tracked operation"),
+    Tag(key="op_gpu_delta", tag="Monitor/Operation/{name}_gpu_delta_MB", unit="MB", scale=MiB,
+        meaning="Allocated device memory change over a tracked operation.", when="per tracked operation"),
+    # --- Snapshot/: memory snapshots --------------------------------------------------------------
+    Tag(key="snapshot_events", tag="Snapshot/events", unit="count",
+        meaning="Allocation/free events in the snapshot written at this step.", when="each snapshot"),
+    Tag(key="snapshot_size", tag="Snapshot/file_MB", unit="MB", scale=MiB,
+        meaning="Size of the snapshot file written at this step.", when="each snapshot"),
+    # --- Ranks/: cross-rank aggregates (rank 0 of a torch.distributed job) ------------------------
     Tag(key="ranks_max", tag="Ranks/{name}/max", unit="as {name}",
         meaning="Largest value of tag {name} over the ranks at this record.", when=_RANKS),
     Tag(key="ranks_min", tag="Ranks/{name}/min", unit="as {name}",
@@ -149,38 +196,13 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="ranks_reporting", tag="Ranks/reporting", unit="count",
         meaning="Ranks that sent at least one value at this record (a rank whose probes are off sends "
                 "none).", when=_RANKS),
-    # --- console monitors (when given a writer) -------------------------------------------
-    Tag(key="batch_time", tag="Perf/batch_time_s", unit="s",
-        meaning="Wall time of one batch (EpochPerformanceMonitor).", when="per batch"),
-    Tag(key="epoch_time", tag="Perf/epoch_time_s", unit="s",
-        meaning="Wall time of one epoch.", when="per epoch"),
-    Tag(key="op_time", tag="Perf/Operation/{name}_s", unit="s",
-        meaning="Wall time of one tracked operation (PerformanceMonitor, track_performance).",
-        when="per tracked operation"),
-    Tag(key="batch_gpu", tag="Memory/Batch/gpu_allocated_MB", unit="MB", scale=MiB,
-        meaning="Allocated device memory at the end of a batch (EpochMemoryMonitor).", when="per batch"),
-    Tag(key="batch_cpu", tag="Memory/Batch/cpu_rss_MB", unit="MB", scale=MiB,
-        meaning="Process RSS at the end of a batch (EpochMemoryMonitor).", when="per batch"),
-    Tag(key="batch_loss", tag="Loss/batch", unit="loss",
-        meaning="Loss passed to on_batch_end.", when="per batch"),
-    Tag(key="epoch_peak_gpu", tag="Memory/Epoch/gpu_peak_MB", unit="MB", scale=MiB,
-        meaning="Peak allocated device memory in the epoch (CPU: peak RSS).", when="per epoch"),
-    Tag(key="op_cpu_delta", tag="Memory/Operation/{name}_cpu_delta_MB", unit="MB", scale=MiB,
-        meaning="RSS change over a tracked operation or checkpoint interval.", when="per tracked operation"),
-    Tag(key="op_gpu_delta", tag="Memory/Operation/{name}_gpu_delta_MB", unit="MB", scale=MiB,
-        meaning="Allocated device memory change over a tracked operation.", when="per tracked operation"),
-    # --- snapshots ------------------------------------------------------------------------
-    Tag(key="snapshot_events", tag="Memory/Snapshot/events", unit="count",
-        meaning="Allocation/free events in the snapshot written at this step.", when="each snapshot"),
-    Tag(key="snapshot_size", tag="Memory/Snapshot/file_MB", unit="MB", scale=MiB,
-        meaning="Size of the snapshot file written at this step.", when="each snapshot"),
-    # --- trainers -------------------------------------------------------------------------
+    # --- trainers ---------------------------------------------------------------------------------
     Tag(key="train_loss", tag="Loss/train", unit="loss", meaning="Mean training loss of an epoch.",
-        when="SyntheticTrainer, per epoch"),
+        when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="val_loss", tag="Loss/val", unit="loss", meaning="Validation loss.",
-        when="SyntheticTrainer, per epoch"),
+        when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="learning_rate", tag="Train/learning_rate", unit="1", meaning="Learning rate.",
-        when="SyntheticTrainer, per epoch"),
+        when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="eval_loss", tag="Loss/evaluation", unit="loss",
         meaning="Loss of one L-BFGS-B loss evaluation (step = evaluation index).",
         when="PhysicalTrainer, per loss evaluation"),
@@ -190,6 +212,53 @@ _ROWS: tuple[Tag, ...] = (
 )
 
 TAGS: Mapping[str, Tag] = MappingProxyType({row.key: row for row in _ROWS})
+
+#: Tags renamed in 0.2 (old -> new; templated ones with ``{name}``), so logs written before still
+#: read back (:func:`current_tag`); CHANGELOG.md says why. ``Memory/Epoch/gpu_peak_MB`` held the
+#: peak RSS on CPU runs: it maps to the GPU tag here, and :func:`tbmem.analysis.load_scalars`
+#: reads it as ``Monitor/epoch_cpu_peak_rss_MB`` in runs without VRAM tags.
+RENAMED: Mapping[str, str] = MappingProxyType({
+    "Memory/vram_allocated_GB": "Memory/GPU/vram_allocated_GB",
+    "Memory/vram_reserved_GB": "Memory/GPU/vram_reserved_GB",
+    "Memory/vram_active_GB": "Memory/GPU/vram_active_GB",
+    "Memory/vram_inactive_split_GB": "Memory/GPU/vram_inactive_split_GB",
+    "Memory/vram_peak_allocated_GB": "Memory/GPU/vram_peak_allocated_GB",
+    "Memory/vram_peak_reserved_GB": "Memory/GPU/vram_peak_reserved_GB",
+    "Memory/vram_percent": "Memory/GPU/vram_percent",
+    "Memory/vram_alloc_retries": "Memory/GPU/vram_alloc_retries",
+    "Memory/vram_ooms": "Memory/GPU/vram_ooms",
+    "Memory/vram_nvml_used_GB": "Memory/GPU/vram_nvml_used_GB",
+    "Memory/vram_total_GB": "System/vram_total_GB",
+    "Memory/vram_free_GB": "System/vram_free_GB",
+    "Memory/RAM/system_used_GB": "System/ram_used_GB",
+    "Memory/RAM/system_available_GB": "System/ram_available_GB",
+    "Memory/RAM/system_percent": "System/ram_percent",
+    "Memory/RAM/swap_used_GB": "System/swap_used_GB",
+    "Memory/RAM/process_cpu_percent": "Perf/process_cpu_percent",
+    "Memory/Tensor_Census/duration_ms": "Perf/census_duration_ms",
+    "Memory/Batch/gpu_allocated_MB": "Monitor/batch_gpu_allocated_MB",
+    "Memory/Batch/cpu_rss_MB": "Monitor/batch_cpu_rss_MB",
+    "Memory/Epoch/gpu_peak_MB": "Monitor/epoch_gpu_peak_MB",
+    "Memory/Operation/{name}_cpu_delta_MB": "Monitor/Operation/{name}_cpu_delta_MB",
+    "Memory/Operation/{name}_gpu_delta_MB": "Monitor/Operation/{name}_gpu_delta_MB",
+    "Memory/Snapshot/events": "Snapshot/events",
+    "Memory/Snapshot/file_MB": "Snapshot/file_MB",
+})
+
+
+def current_tag(tag: str) -> str:
+    """The tag's current name: ``tag`` itself, or what :data:`RENAMED` renamed it to.
+
+    Example:
+        >>> current_tag("Memory/vram_allocated_GB"), current_tag("Memory/Operation/load_cpu_delta_MB")
+        ('Memory/GPU/vram_allocated_GB', 'Monitor/Operation/load_cpu_delta_MB')
+    """
+    new = RENAMED.get(tag)
+    if new is not None:
+        return new
+    if tag.startswith("Memory/Operation/"):
+        return "Monitor/Operation/" + tag[len("Memory/Operation/"):]
+    return tag
 
 
 def tag_for(key: str, name: str | None = None) -> str:
@@ -223,6 +292,21 @@ def ranks_tag(stat: str, tag: str) -> str:
     if stat not in RANK_STATS:
         raise ValueError(f"stat must be one of {RANK_STATS}, got {stat!r}")
     return TAGS[f"ranks_{stat}"].tag.format(name=tag)
+
+
+def x_axis(tag: str) -> str:
+    """``"epoch"`` for a per-epoch tag of the table, else ``"step"`` (tags outside the table included).
+
+    Example:
+        >>> x_axis("Loss/train"), x_axis("Memory/RAM/process_rss_GB"), x_axis("Loss/my_own")
+        ('epoch', 'step', 'step')
+    """
+    for row in _ROWS:
+        if row.x != "step":
+            prefix, templated, suffix = row.tag.partition("{name}")
+            if tag == row.tag or (templated and tag.startswith(prefix) and tag.endswith(suffix)):
+                return row.x
+    return "step"
 
 
 def to_unit(key: str, raw: float) -> float:

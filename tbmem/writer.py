@@ -38,11 +38,12 @@ from tbmem import _torch_private as tp
 from tbmem._direct_events import DirectEvents
 from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
+from tbmem._large import LargeThreshold
 from tbmem._log import logger, oom_line, report_once
 from tbmem._safe_io import FaultLedger, describe, guard_forwarded
 from tbmem._safe_io import install as install_safe_io
-from tbmem.config import MemoryWriterConfig
-from tbmem.layout import custom_scalars_layout
+from tbmem.config import MemoryWriterConfig, unknown_keys
+from tbmem.layout import LayoutTracker
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
@@ -95,6 +96,8 @@ class MemoryWriter:
             raise TypeError("pass either config= or config fields as keywords, not both")
         if writer is not None and log_dir is not None:
             raise ValueError("pass either log_dir= or writer=, not both")
+        if config is None and unknown_keys(MemoryWriterConfig, options):
+            raise TypeError(f"MemoryWriter(): {unknown_keys(MemoryWriterConfig, options)}")
         self.config = config if config is not None else MemoryWriterConfig(**options)
         if self.config.fast_crc:
             install_fast_crc()
@@ -120,10 +123,12 @@ class MemoryWriter:
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
         self._probes: list[Probe] = []
         self._census_on = False
+        self._layout: LayoutTracker | None = None
         self._stop_capture: Any = None
         self._snapshots: Any = None
         self._alerts: Any = None
         self._last_record: tuple[float, int] | None = None
+        self._large = LargeThreshold(self.config.large_tensor_mb)
         self._active = self.config.enabled
         if self._active:
             self._setup()
@@ -160,9 +165,8 @@ class MemoryWriter:
             heap.start_capture()
             self._stop_capture = weakref.finalize(self, heap.stop_capture)
         ranks = self._ranks
-        if cfg.custom_layout:
-            self._writer.add_custom_scalars(custom_scalars_layout(
-                rank_tags=ranks.config.tags if ranks is not None and ranks.writes_aggregates else ()))
+        # the custom-scalars layout follows what the run writes (tbmem.layout): see write_scalars
+        self._layout = LayoutTracker() if cfg.custom_layout else None
         if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
             from tbmem.snapshot import SnapshotManager
 
@@ -260,11 +264,22 @@ class MemoryWriter:
         if not values:
             return
         self._saw(step)
+        if self._layout is not None:
+            self._update_layout(values)
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
         try:
             self._writer._get_file_writer().add_summary(summary, step, walltime)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
+
+    def _update_layout(self, values: Mapping[str, float]) -> None:
+        try:
+            layout = self._layout.see(values)
+            if layout is not None:
+                self._writer.add_custom_scalars(layout)
+        except Exception as exc:  # noqa: BLE001 - a chart layout is never worth a training run
+            report_once("writer:layout", "tbmem: writing the custom-scalars layout failed; it is off", exc=exc)
+            self._layout = None
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
@@ -280,7 +295,8 @@ class MemoryWriter:
                 return
         self.write_scalars(values, step)
 
-    def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False) -> bool:
+    def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
+                   where: str | None = None) -> bool:
         """Write the memory readings if ``step`` is due; return whether anything was written.
 
         Args:
@@ -288,6 +304,8 @@ class MemoryWriter:
             roots: Tensors (a loss before ``backward``) whose autograd graph the
                 census walks to count saved activations.
             force: Write a record even if ``step`` is not due.
+            where: When in the step this is called (``"after backward, before zero_grad"``), said
+                in the census table: what the census can see depends on it.
         """
         if self.closed:
             self._after_close("log_memory")
@@ -315,7 +333,7 @@ class MemoryWriter:
             if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
                 self._alerts = None
         if census_due:
-            self._take_census(step, roots)
+            self._take_census(step, roots, where or "where the training loop called log_memory")
         if cfg.flush_each_record:
             self.flush()
         return True
@@ -332,17 +350,20 @@ class MemoryWriter:
         self._last_record = (now, step)
         return readings
 
-    def _take_census(self, step: int, roots: Iterable[torch.Tensor]) -> None:
+    def _take_census(self, step: int, roots: Iterable[torch.Tensor], where: str) -> None:
         cfg = self.config
 
         def run() -> None:
+            import dataclasses
+
             from tbmem.census import take_census
             from tbmem.plugin.census_log import append_census
 
             census = take_census(
                 models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),
-                large_tensor_bytes=int(cfg.large_tensor_mb * 2**20), top_k=cfg.top_k, device=cfg.device,
+                top_k=cfg.top_k, device=cfg.device,
             )
+            census = dataclasses.replace(self._large.apply(census), where=where)
             self.write_scalars(census.scalars(), step)
             self._writer.add_text(_CENSUS_TEXT_TAG, census.to_markdown(), step)
             # every census, exact, for the Memory tab; a full disk is counted like the other writes
@@ -393,7 +414,7 @@ class MemoryWriter:
             self._flush_quietly()
             raise
         if log:
-            self.log_memory(step)
+            self.log_memory(step, where="after the step (monitored_step)")
 
     def handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error and say so in one line; never raises.
@@ -513,4 +534,6 @@ def _check_writable(log_dir: str) -> None:
         with tempfile.NamedTemporaryFile(dir=log_dir, prefix=".tbmem-write-test-"):
             pass
     except OSError as exc:
-        raise OSError(exc.errno, f"MemoryWriter log_dir {log_dir!r} is not writable: {exc.strerror}") from exc
+        # one message, no chained traceback: what the user must fix is the folder, not tbmem
+        raise type(exc)(exc.errno, f"MemoryWriter cannot write event files to log_dir {log_dir!r}: "
+                                   f"{exc.strerror or exc}") from None

@@ -65,5 +65,8 @@ def test_tensorboard_serves_memory_scalars_and_layout(tensorboard):
     assert [point[1] for point in rss] == [0, 1, 2]
     assert all(0 < point[2] < 1024 for point in rss)  # GB
     layout = json.loads(_get(f"{tensorboard}/data/plugin/custom_scalars/layout"))
+    categories = [cat["title"] for cat in layout["category"]]
+    assert categories[0] == "tbmem: memory" and not [c for c in categories if "GPU" in c]  # CPU run
     titles = [c["title"] for cat in layout["category"] for c in cat["chart"]]
-    assert "Process RSS / peak / USS (GB)" in titles
+    assert "Process RSS (GB)" in titles
+    assert "Step time, mean since the previous record (ms)" in titles  # the layout written at step 1 wins

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -66,10 +67,10 @@ def test_vram_tags_with_a_fake_device(tmp_path, monkeypatch):
         writer.log_memory(0)
     acc = read_events(tmp_path)
     value = {t: acc.Scalars(t)[0].value for t in acc.Tags()["scalars"]}
-    assert value["Memory/vram_allocated_GB"] == pytest.approx(fake.allocated / 2**30)
-    assert value["Memory/vram_reserved_GB"] == pytest.approx(4.0)
+    assert value["Memory/GPU/vram_allocated_GB"] == pytest.approx(fake.allocated / 2**30)
+    assert value["Memory/GPU/vram_reserved_GB"] == pytest.approx(4.0)
     assert value["Memory/fragmentation_percent"] == pytest.approx(25.0)
-    assert value["Memory/vram_percent"] == pytest.approx(5.0)
+    assert value["Memory/GPU/vram_percent"] == pytest.approx(5.0)
 
 
 def test_wraps_an_existing_summary_writer(tmp_path):
@@ -113,6 +114,36 @@ def test_unwritable_log_dir_raises_oserror(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(OSError, match="log_dir"):
         MemoryWriter(blocker / "logs")
+
+
+def test_misspelt_keyword_names_the_closest_and_every_valid_key(tmp_path):
+    with pytest.raises(TypeError) as info:
+        MemoryWriter(tmp_path / "x", evry=5)
+    message = str(info.value)
+    assert "'evry' (did you mean 'every'?)" in message
+    assert all(name in message for name in ("census_every", "large_tensor_mb", "snapshot", "top_k"))
+    assert not (tmp_path / "x").exists()  # nothing created for a writer that never started
+
+
+def test_mapping_with_misspelt_keys_names_each(tmp_path):
+    with pytest.raises(ValueError, match=r"'cencus_every' \(did you mean 'census_every'\?\), 'zzz';"):
+        MemoryWriterConfig.from_mapping({"zzz": 1, "cencus_every": 5})
+
+
+def test_log_dir_that_cannot_be_created_is_one_clear_error(tmp_path):
+    with pytest.raises(OSError) as info:
+        MemoryWriter("/proc/forbidden")
+    assert str(info.value).endswith("MemoryWriter cannot write event files to log_dir '/proc/forbidden': "
+                                    "No such file or directory")
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained traceback
+    # what the user sees: the traceback ends in that one line, with no "direct cause" above it
+    out = subprocess.run([sys.executable, "-c", "from tbmem import MemoryWriter; MemoryWriter('/proc/forbidden')"],
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert out.returncode == 1
+    assert "direct cause" not in out.stderr and "During handling" not in out.stderr
+    assert out.stderr.count("Traceback") == 1
+    assert out.stderr.rstrip().splitlines()[-1].startswith("FileNotFoundError: [Errno 2] MemoryWriter cannot write")
 
 
 class _Clock:
@@ -284,22 +315,12 @@ def test_a_run_that_dies_keeps_its_records(tmp_path, death):
 
 
 def test_custom_scalars_layout_is_written(tmp_path):
-    with MemoryWriter(tmp_path) as writer:
-        writer.log_memory(0)
-    (path,) = _event_files(tmp_path)
-    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tests.test_layout import layouts
 
-    layouts = []
-    for event in event_file_loader.EventFileLoader(path).Load():
-        for value in event.summary.value:
-            if value.tag == "custom_scalars__config__":
-                layout = layout_pb2.Layout()
-                layout.ParseFromString(value.tensor.string_val[0])
-                layouts.append(layout)
-    assert len(layouts) == 1
-    charts = {c.title: list(c.multiline.tag) for cat in layouts[0].category for c in cat.chart}
-    assert "Memory/vram_allocated_GB" in charts["VRAM allocated / reserved / peaks (GB)"]
-    assert RSS in charts["Process RSS / peak / USS (GB)"]
+    with MemoryWriter(tmp_path, census_every=0) as writer:
+        writer.log_memory(0)
+    (layout,) = layouts(tmp_path)
+    assert "tbmem: memory" in layout and not [c for c in layout if "GPU" in c]  # a CPU run
 
 
 def test_watch_holds_models_weakly(tmp_path):

@@ -154,6 +154,7 @@ class TrainerParams:
     use_sliding_window: bool = _f(True, "bool")
     enable_memory_monitoring: bool = _f(False, "bool")
     memory_monitor_batches: int = _f(5, "int")
+    census_at: str = _f("after_backward", "str")  # or before_backward: where a step's census is taken
     optimizer: str = _f("adam", "str")
     scheduler: str = _f("cosine", "str")
     weight_decay: float = _f(0.0, "float")
@@ -186,6 +187,8 @@ class TrainerParams:
                 _fail(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)!r}")
         if self.optimizer not in ("adam", "adamw", "sgd"):
             _fail(f"{path}.optimizer", f"must be 'adam', 'adamw' or 'sgd', got {self.optimizer!r}")
+        if self.census_at not in ("after_backward", "before_backward"):
+            _fail(f"{path}.census_at", f"must be 'after_backward' or 'before_backward', got {self.census_at!r}")
         if self.scheduler not in ("cosine", "step", "none"):
             _fail(f"{path}.scheduler", f"must be 'cosine', 'step' or 'none', got {self.scheduler!r}")
         for name in ("train_sim", "val_sim"):
@@ -242,13 +245,20 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     values = {k: v for k, v in dict(cfg).items() if k != "hydra"}
     top = _from_mapping(RunConfig, "", values)
     tbmem_cfg = _tbmem_config(dict(top.tbmem or {}))
-    return dataclasses.replace(
+    run = dataclasses.replace(
         top,
         data=_from_mapping(DataConfig, "data", top.data),
         model=_from_mapping(ModelConfig, "model", top.model),
         trainer_params=_from_mapping(TrainerParams, "trainer_params", top.trainer_params),
         tbmem=tbmem_cfg,
     )
+    # across groups, here rather than in the trainers: a start that fails leaves nothing behind
+    keys = ("train_sim", "val_sim") if run.trainer_type == "synthetic" else ("train_sim",)
+    for key in keys:
+        bad = [i for i in getattr(run.trainer_params, key) if i >= run.data.num_sims]
+        if bad:
+            _fail(f"trainer_params.{key}", f"names simulations {bad} but data.num_sims is {run.data.num_sims}")
+    return run
 
 
 def _tbmem_config(values: dict[str, Any]) -> Any:

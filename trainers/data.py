@@ -63,9 +63,32 @@ def channels(cfg: DataConfig) -> int:
 
 def phi_flow() -> Any:
     """``phi.torch.flow``: importing it makes torch phiml's default backend."""
+    _phiml_log_once()
     from phi.torch import flow
 
     return flow
+
+
+def _phiml_log_once() -> None:
+    """PhiML's log lines once, without its stray "n".
+
+    PhiML gives its logger a stdout handler of its own whose format ends in ``n\\n`` (a typo for
+    a newline) and lets the records propagate too: under Hydra, whose root handler prints them
+    as well, each line appeared twice. Where the root logger has handlers (Hydra: console and
+    ``run.log``) PhiML's own is removed; elsewhere it is kept with a plain format.
+    """
+    import logging
+
+    from phiml.backend import _backend
+
+    handler = getattr(_backend, "_LOG_CONSOLE_HANDLER", None)
+    ml_logger = logging.getLogger("Φ-ML")
+    if handler is None or handler not in ml_logger.handlers:
+        return
+    if logging.getLogger().handlers:
+        ml_logger.removeHandler(handler)
+    else:
+        handler.setFormatter(logging.Formatter("%(message)s"))
 
 
 def select_backend_device(device: str) -> str:
@@ -73,6 +96,7 @@ def select_backend_device(device: str) -> str:
 
     The torch backend would otherwise put tensors on the GPU whenever CUDA exists.
     """
+    _phiml_log_once()
     from phiml.backend.torch import TORCH
 
     name = "GPU" if device == "cuda" else "CPU"

@@ -35,7 +35,7 @@ import torch
 
 from trainers.config import ConfigError, RunConfig, validate
 
-__all__ = ["Outcome", "RunProgress", "run_experiment", "resolve_device", "default_log_dir"]
+__all__ = ["Outcome", "RunProgress", "run_experiment", "resolve_device", "default_log_dir", "tensorboard_command"]
 
 
 @dataclass
@@ -147,7 +147,7 @@ def _run(run: RunConfig, device: torch.device, path: Path, dist: Any, progress: 
     p = run.trainer_params
     mon = TrainerMonitoring.create(path, enabled=p.enable_memory_monitoring,
                                    verbose_batches=p.memory_monitor_batches, tbmem_config=run.tbmem,
-                                   device=device)
+                                   device=device, census_at=p.census_at)
     if progress is not None:
         progress.log_dir, progress.writer = path, mon.writer
     start = time.perf_counter()
@@ -172,8 +172,31 @@ def _run(run: RunConfig, device: torch.device, path: Path, dist: Any, progress: 
     with contextlib.suppress(ValueError):
         shown = path.parent.resolve().relative_to(Path.cwd())
     if dist.is_root:
-        print(f"Done in {seconds:.1f} s. View the run with:\n  tensorboard --logdir {shown}", flush=True)
+        print(f"Done in {seconds:.1f} s. View the run with:\n  {tensorboard_command()} --logdir {shown}", flush=True)
     return Outcome(log_dir=path, result=result, seconds=seconds)
+
+
+def tensorboard_command() -> str:
+    """How to start this environment's ``tensorboard`` from the shell the user is in.
+
+    ``tensorboard`` when that name on PATH is the one beside this Python; else the path of
+    the one beside it (``.venv/bin/tensorboard``: a venv that was never activated), relative
+    when it lies under the working directory.
+    """
+    import shlex
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).with_name("tensorboard")  # the venv's bin/, symlinks not followed
+    if not beside.exists():
+        return "tensorboard"
+    found = shutil.which("tensorboard")
+    if found is not None and Path(found).resolve() == beside.resolve():
+        return "tensorboard"
+    shown = beside
+    with contextlib.suppress(ValueError):
+        shown = beside.relative_to(Path.cwd())
+    return shlex.quote(str(shown))
 
 
 def _plain(run: RunConfig) -> dict[str, Any]:

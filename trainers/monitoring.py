@@ -31,7 +31,15 @@ from tbmem._log import report_once
 from tbmem.config import MemoryWriterConfig
 from tbmem.snapshot.markers import mark
 
-__all__ = ["console_above_progress_bar", "TrainerMonitoring"]
+__all__ = ["console_above_progress_bar", "TrainerMonitoring", "CENSUS_POINTS"]
+
+#: Where a SyntheticTrainer step takes its memory record and census, and how its census table says it.
+CENSUS_POINTS = {
+    "after_backward": "after backward and the optimizer step, before zero_grad: parameters, gradients and "
+                      "optimizer state are alive; backward has freed the activations it saved",
+    "before_backward": "before backward: the activations saved for backward are alive; gradients are None "
+                       "(zero_grad(set_to_none=True))",
+}
 
 
 class TrainerMonitoring:
@@ -42,11 +50,17 @@ class TrainerMonitoring:
         enabled: Whether memory monitoring is on.
         verbose_batches: Batches (or loss evaluations) printed in detail.
         device: CUDA device index the monitors read, or None on CPU.
+        census_at: Where in a SyntheticTrainer step the memory record and its census are taken
+            (a key of :data:`CENSUS_POINTS`; ``trainer_params.census_at``).
     """
 
-    def __init__(self, writer: Any, *, enabled: bool, verbose_batches: int, device: int | None) -> None:
+    def __init__(self, writer: Any, *, enabled: bool, verbose_batches: int, device: int | None,
+                 census_at: str = "after_backward") -> None:
+        if census_at not in CENSUS_POINTS:
+            raise ValueError(f"census_at must be one of {sorted(CENSUS_POINTS)}, got {census_at!r}")
         self.writer = writer
         self.enabled = enabled
+        self.census_at = census_at
         self.verbose_batches = verbose_batches
         self.device = device
         self.epoch_perf: Any = None
@@ -59,7 +73,8 @@ class TrainerMonitoring:
 
     @classmethod
     def create(cls, log_dir: str | os.PathLike[str], *, enabled: bool, verbose_batches: int,
-               tbmem_config: MemoryWriterConfig, device: torch.device | None = None) -> "TrainerMonitoring":
+               tbmem_config: MemoryWriterConfig, device: torch.device | None = None,
+               census_at: str = "after_backward") -> "TrainerMonitoring":
         """Open the MemoryWriter at ``log_dir`` with ``tbmem_config`` (memory logging off unless ``enabled``)."""
         from tbmem.writer import MemoryWriter
 
@@ -71,7 +86,7 @@ class TrainerMonitoring:
             changes["device"] = index
         config = dataclasses.replace(tbmem_config, **changes)
         writer = MemoryWriter(log_dir, config=config)
-        return cls(writer, enabled=enabled, verbose_batches=verbose_batches, device=index)
+        return cls(writer, enabled=enabled, verbose_batches=verbose_batches, device=index, census_at=census_at)
 
     def _build_monitors(self) -> None:
         from tbmem.monitor import EpochMemoryMonitor, EpochPerformanceMonitor, MemoryMonitor, PerformanceMonitor
@@ -117,14 +132,23 @@ class TrainerMonitoring:
         self._call("epoch_perf", "on_batch_start", batch_idx)
 
     def before_backward(self, step: int, loss: torch.Tensor) -> None:
-        """Log the due memory record; the census walks ``loss``'s graph while activations are alive."""
-        if self.enabled:
-            self.writer.log_memory(step, roots=(loss,))
+        """With ``census_at="before_backward"``, log the due record here: the census walks ``loss``'s
+        graph while the activations saved for backward are alive (gradients are None)."""
+        if self.enabled and self.census_at == "before_backward":
+            self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["before_backward"])
         mark("backward", kind="phase")
 
     def before_optimizer(self, step: int) -> None:
         """The optimizer step begins (a phase boundary in memory snapshots)."""
         mark("optimizer", kind="phase")
+
+    def before_zero_grad(self, step: int, loss: torch.Tensor) -> None:
+        """With ``census_at="after_backward"`` (the default), log the due record here: after backward
+        and the optimizer step, before ``zero_grad``, the census sees the gradients and the optimizer
+        state next to the parameters (backward has freed the saved activations; ``loss`` is a root
+        for any graph still alive)."""
+        if self.enabled and self.census_at == "after_backward":
+            self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["after_backward"])
 
     def on_batch_end(self, batch_idx: int, loss: float) -> None:
         """Finish a batch: its time, memory and loss (printed for the first batches)."""
@@ -137,7 +161,8 @@ class TrainerMonitoring:
     def step(self, step: int) -> contextlib.AbstractContextManager[None]:
         """Run one training step; on out-of-memory save what tbmem can, then re-raise.
 
-        The memory record is written by :meth:`before_backward`, with the loss as census root.
+        The memory record is written by :meth:`before_zero_grad` or :meth:`before_backward`
+        (``census_at``), with the loss as census root.
         The step and its forward phase are marked in memory snapshots.
         """
         mark(f"step {step}", kind="step")

@@ -157,22 +157,34 @@ class SyntheticTrainer:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     def train(self) -> SyntheticResult:
-        """Run all epochs; return the losses."""
+        """Run all epochs; return the losses.
+
+        With ``trainer_params.progress`` the bar counts batches over the whole run (an epoch of
+        the full experiment takes minutes): ``epoch 3/20``, batches done, time left, the latest
+        batch's loss and the last epoch's train and validation losses. Shown on rank 0 only.
+        """
         from tqdm import tqdm
 
         p = self.params
         result = SyntheticResult()
         loader = self._loader(self.train_set, shuffle=True)
-        bar = tqdm(range(p.epochs), desc="training", unit="epoch", disable=not p.progress)
-        with console_above_progress_bar(p.progress):
-            return self._train_epochs(bar, loader, result)
+        shown = p.progress and self.dist.is_root
+        bar = tqdm(total=p.epochs * len(loader), desc=f"epoch 1/{p.epochs}", unit="batch", disable=not shown,
+                   dynamic_ncols=True)
+        try:
+            with console_above_progress_bar(shown):
+                return self._train_epochs(bar, loader, result)
+        finally:
+            bar.close()  # on Ctrl-C too: the bar's last line before run.py's line saying where the run stopped
 
     def _train_epochs(self, bar: Any, loader: Any, result: SyntheticResult) -> SyntheticResult:
         p, mon, writer = self.params, self.mon, self.mon.writer
         accum = p.gradient_accumulation_steps
         best = math.inf
         step = 0
-        for epoch in bar:
+        last_epoch = ""
+        for epoch in range(p.epochs):
+            bar.set_description(f"epoch {epoch + 1}/{p.epochs}", refresh=False)
             if isinstance(getattr(loader, "sampler", None), _distributed_sampler()):
                 loader.sampler.set_epoch(epoch)
             self.model.train()
@@ -196,9 +208,13 @@ class SyntheticTrainer:
                         mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
+                    mon.before_zero_grad(step, loss)  # the record: gradients and optimizer state alive
+                    if last_micro:
                         self.optimizer.zero_grad(set_to_none=True)
                 value = loss.item()
                 mon.on_batch_end(batch_idx, value)
+                bar.set_postfix_str(f"loss={value:.4g}{last_epoch}", refresh=False)
+                bar.update(1)
                 total += value
                 step += 1
             mon.on_epoch_end()
@@ -213,8 +229,7 @@ class SyntheticTrainer:
                 result.val_losses.append(val_loss)
                 readings["val_loss"] = val_loss
             writer.write_readings(readings, epoch)
-            bar.set_postfix(train=f"{train_loss:.4g}", val="-" if val_loss is None else f"{val_loss:.4g}",
-                            refresh=False)
+            last_epoch = f", epoch train={train_loss:.4g}" + ("" if val_loss is None else f" val={val_loss:.4g}")
             score = val_loss if val_loss is not None else train_loss
             if score < best:
                 best = score

@@ -44,6 +44,8 @@ _EXPORTS: dict[str, str] = {
     "plot_timeline": "tbmem.analysis.plot",
     "plot_stacked": "tbmem.analysis.plot",
     "plot_lines": "tbmem.analysis.plot",
+    "plot_loss_and_memory": "tbmem.analysis.loss",
+    "memory_spikes": "tbmem.analysis.loss",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
                                      NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
                                      load_texts)
+    from tbmem.analysis.loss import memory_spikes, plot_loss_and_memory
     from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
     from tbmem.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs
     from tbmem.analysis.summary import RunSummary, summarize

@@ -75,8 +75,10 @@ def report_command(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except ValueError as exc:  # a bad option value (threshold <= 0, ...)
         return _fail(f"invalid option: {exc}")
-    except OSError as exc:  # unreadable files, --png into a missing folder
-        return _fail(f"{exc.filename or ''} {exc.strerror or exc}".strip())
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: tbmem.cli ends quietly
+    except OSError as exc:  # unreadable files
+        return _fail(_os_error(exc))
 
 
 def _finite(obj: Any) -> Any:
@@ -111,10 +113,6 @@ def _report(args: argparse.Namespace) -> int:
     jobs = [] if args.compare else rank_jobs(summaries)
     in_jobs = {run for j in jobs for run in j.runs.values()}
     others = [s for s in summaries if s.run not in in_jobs]
-    if args.png:
-        from tbmem.analysis.plot import plot_timeline
-
-        plot_timeline(df, runs=[s.run for s in others], path=args.png, jobs=jobs)
     if args.json:
         doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
                "jobs": [j.to_dict() for j in jobs]}
@@ -130,7 +128,25 @@ def _report(args: argparse.Namespace) -> int:
         print(format_leaks(summaries))
         print()
         print(format_hints(hints))
-        if args.png:
+    if args.png:
+        # after the table: a figure that cannot be written does not take the summary with it
+        from tbmem.analysis.plot import plot_timeline
+
+        sys.stdout.flush()
+        try:
+            plot_timeline(df, runs=[s.run for s in others], path=args.png, jobs=jobs)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            return _fail(f"cannot write the figure: {_os_error(exc, args.png)}")
+        if not args.json:
             print(f"\nfigure written to {args.png}")
     leaked = any(s.has_leak for s in summaries)
     return EXIT_LEAK if (leaked and args.fail_on_leak) else 0
+
+
+def _os_error(exc: OSError, path: str | None = None) -> str:
+    """``PATH: reason``, the way the shell's tools say it."""
+    where = exc.filename or path
+    reason = exc.strerror or str(exc)
+    return f"{where}: {reason}" if where else reason

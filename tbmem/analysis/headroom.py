@@ -87,13 +87,13 @@ def largest_fitting(lines: list[list[float]], budget: float) -> int | None:
 def _budget_from(df: "pd.DataFrame", cpu_resident: float) -> tuple[float, str, int] | None:
     from tbmem.forecast.budget import cpu_budget, cuda_budget
 
-    free, reserved = _series(df, "Memory/vram_free_GB"), _series(df, "Memory/vram_reserved_GB")
+    free, reserved = _series(df, "System/vram_free_GB"), _series(df, "Memory/GPU/vram_reserved_GB")
     if free is not None and reserved is not None:
         step = int(free["step"].iloc[-1])
-        r = _at(df, "Memory/vram_reserved_GB", step) or 0.0
+        r = _at(df, "Memory/GPU/vram_reserved_GB", step) or 0.0
         b = cuda_budget(free=int(float(free["value"].iloc[-1]) * _GB), reserved=int(r * _GB))
         return float(b.bytes), b.explanation, step
-    avail = _series(df, "Memory/RAM/system_available_GB")
+    avail = _series(df, "System/ram_available_GB")
     if avail is not None:
         b = cpu_budget(available=int(float(avail["value"].iloc[-1]) * _GB), resident=int(cpu_resident))
         return float(b.bytes), b.explanation, int(avail["step"].iloc[-1])

@@ -140,7 +140,7 @@ def _optimizer(s: RunSummary, df: "pd.DataFrame", min_saving_mb: float) -> Hint 
 
 
 def _fragmentation(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
-    frag, retries = _series(df, "Memory/fragmentation_percent"), _series(df, "Memory/vram_alloc_retries")
+    frag, retries = _series(df, "Memory/fragmentation_percent"), _series(df, "Memory/GPU/vram_alloc_retries")
     if frag is None or retries is None:
         return None
     rose = float(retries["value"].max() - retries["value"].iloc[0])
@@ -148,8 +148,8 @@ def _fragmentation(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
     worst, step = float(frag["value"].iloc[i]), int(frag["step"].iloc[i])
     if worst < 30.0 or float(retries["value"].max()) <= 0:
         return None
-    reserved = _at(df, "Memory/vram_reserved_GB", step)
-    allocated = _at(df, "Memory/vram_allocated_GB", step)
+    reserved = _at(df, "Memory/GPU/vram_reserved_GB", step)
+    allocated = _at(df, "Memory/GPU/vram_allocated_GB", step)
     idle = (reserved - allocated) * 1024 if reserved is not None and allocated is not None else None
     idle_text = f"{idle:.1f} MB reserved but not holding tensors" if idle is not None else "memory reserved unused"
     return Hint(

@@ -50,15 +50,15 @@ EXACT_TAGS = (
     "Memory/Tensor_Category/*_MB",
     "Memory/Tensor_Census/total_MB",
     "Memory/Large_Tensors/total_MB",
-    "Memory/vram_allocated_GB",
-    "Memory/Batch/gpu_allocated_MB",
+    "Memory/GPU/vram_allocated_GB",
+    "Monitor/batch_gpu_allocated_MB",
 )
 NOISY_TAGS = (
-    "Memory/vram_reserved_GB",
-    "Memory/vram_nvml_used_GB",
+    "Memory/GPU/vram_reserved_GB",
+    "Memory/GPU/vram_nvml_used_GB",
     "Memory/RAM/process_rss_GB",
     "Memory/RAM/process_uss_GB",
-    "Memory/Batch/cpu_rss_MB",
+    "Monitor/batch_cpu_rss_MB",
 )
 _CATEGORY_PREFIX = "Memory/Tensor_Category/"
 

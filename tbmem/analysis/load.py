@@ -242,10 +242,27 @@ def _read(logdir: str | os.PathLike[str], *, runs: Iterable[str] | None, progres
     df = pd.DataFrame(cols)
     df = df.astype({"run": str, "tag": str, "step": "int64", "wall_time": "float64",
                     "value": "float64" if want == "scalars" else object})
+    if want == "scalars":
+        df = _current_names(df)
     # A run restarted in the same directory rewrites steps: keep the latest write of each
     # (run, tag, step), as TensorBoard's purge of orphaned data does.
     df = df.sort_values("wall_time", kind="stable").drop_duplicates(["run", "tag", "step"], keep="last")
     return df.sort_values(["run", "tag", "step"], kind="stable").reset_index(drop=True)
+
+
+def _current_names(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Logs written before tbmem 0.2 renamed its tags read under the current names (CHANGELOG.md)."""
+    from tbmem.tags import RENAMED, current_tag
+
+    names = {t: current_tag(t) for t in df["tag"].unique()}
+    if all(k == v for k, v in names.items()):
+        return df
+    old_epoch = "Memory/Epoch/gpu_peak_MB"  # held the peak RSS on CPU runs: a run without VRAM tags
+    gpu_runs = set(df.loc[df["tag"].str.startswith(("Memory/vram_", "Memory/GPU/")), "run"])
+    df = df.assign(tag=df["tag"].map(names))
+    cpu_epoch = (df["tag"] == RENAMED[old_epoch]) & ~df["run"].isin(gpu_runs)
+    df.loc[cpu_epoch, "tag"] = "Monitor/epoch_cpu_peak_rss_MB"
+    return df
 
 
 def load_scalars(logdir: str | os.PathLike[str], *, runs: Iterable[str] | None = None,
@@ -263,7 +280,8 @@ def load_scalars(logdir: str | os.PathLike[str], *, runs: Iterable[str] | None =
     Returns:
         Columns ``run`` (str), ``tag`` (str), ``step`` (int64), ``wall_time``
         (float64, seconds since the epoch), ``value`` (float64), sorted by run,
-        tag and step; one row per (run, tag, step).
+        tag and step; one row per (run, tag, step). Tags renamed since the logs were written
+        are read under their current names (:data:`tbmem.tags.RENAMED`).
 
     Raises:
         LogdirNotFoundError, NoEventFilesError, CorruptEventFileError: see their names.

@@ -1,5 +1,11 @@
 """Matplotlib figures of a logdir: memory timelines with the census categories stacked.
 
+Each run gets the census stacked by category in one panel and the process and allocator
+memory (RSS, VRAM) as lines in a second panel below it, on the same steps: the two are
+different quantities (tensors the census found vs what the process holds) and never share
+an axis. Legends sit to the right of the plots, never over them; each panel's unit fits its
+values (KiB, MiB or GiB). A run with one record shows it as a bar and points.
+
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot, no global
 state, no display needed), so the command line and tests can save them
 anywhere; in a notebook, ``display(fig)`` or just ``fig`` shows them.
@@ -14,8 +20,8 @@ Example:
     ...         w.write_scalars({"Memory/Tensor_Category/parameters_MB": 4.0,
     ...                          "Memory/Tensor_Category/activations_MB": step / 10}, step)
     >>> fig = plot_timeline(load_scalars(logdir))
-    >>> len(fig.axes) >= 1
-    True
+    >>> [ax.get_ylabel() for ax in fig.axes]
+    ['census (MiB)']
 """
 
 from __future__ import annotations
@@ -25,20 +31,25 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem._extras import require
 from tbmem.analysis.summary import CATEGORIES, CATEGORY_PREFIX
+from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_timeline", "draw_run", "plot_stacked", "plot_lines", "wide", "PROCESS_TAGS"]
+__all__ = ["plot_timeline", "draw_run", "run_panels", "plot_stacked", "plot_lines", "wide", "PROCESS_TAGS",
+           "legend_outside", "fit_unit"]
 
-#: Process/allocator memory drawn as lines over the stacked census (label, tag).
+#: Process/allocator memory drawn as lines in the panel below the census (label, tag).
 PROCESS_TAGS = (
-    ("VRAM allocated", "Memory/vram_allocated_GB"),
-    ("VRAM reserved", "Memory/vram_reserved_GB"),
-    ("RAM RSS", "Memory/RAM/process_rss_GB"),
+    ("VRAM allocated", TAGS["vram_allocated"].tag),
+    ("VRAM reserved", TAGS["vram_reserved"].tag),
+    ("RAM RSS", TAGS["ram_rss"].tag),
 )
+#: Series with at most this many points get a marker at each point (sparse samples stay visible).
+MARKERS_UP_TO = 60
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def wide(df: "pd.DataFrame", run: str, prefix: str, suffix: str = "") -> "pd.DataFrame":
@@ -49,17 +60,53 @@ def wide(df: "pd.DataFrame", run: str, prefix: str, suffix: str = "") -> "pd.Dat
     return out.sort_index()
 
 
+def fit_unit(largest: float, unit: str) -> tuple[str, float]:
+    """The binary unit that shows ``largest`` (in ``unit``: ``MB``/``GB``/...) as 1..1023, and the factor.
+
+    Example:
+        >>> fit_unit(0.374, "GB"), fit_unit(0.0084, "MB"), fit_unit(3.0, "GB")
+        (('MiB', 1024.0), ('KiB', 1024.0), ('GiB', 1.0))
+    """
+    index = {"B": 0, "KB": 1, "MB": 2, "GB": 3, "TB": 4}[unit]
+    factor = 1.0
+    value = abs(largest)
+    while value and value < 1 and index > 0:
+        value, factor, index = value * 1024, factor * 1024, index - 1
+    while value >= 1024 and index < len(_UNITS) - 1:
+        value, factor, index = value / 1024, factor / 1024, index + 1
+    return _UNITS[index], factor
+
+
+def legend_outside(ax: "Axes", *, reverse: bool = False, **kwargs: Any) -> None:
+    """The legend to the right of the plot, where it cannot hide data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        if reverse:  # a stack: the legend's top entry is the stack's top layer
+            handles, labels = handles[::-1], labels[::-1]
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  fontsize="small", frameon=False, **kwargs)
+
+
 def plot_stacked(df: "pd.DataFrame", run: str, prefix: str = CATEGORY_PREFIX, *, suffix: str = "_MB",
-                 ax: "Axes | None" = None, order: Sequence[str] = CATEGORIES) -> "Axes":
-    """Stacked area of one run's ``prefix*suffix`` tags (census categories by default)."""
+                 ax: "Axes | None" = None, order: Sequence[str] = CATEGORIES, scale: float = 1.0) -> "Axes":
+    """Stacked area of one run's ``prefix*suffix`` tags (census categories by default), values times
+    ``scale``; a single record is drawn as one stacked bar."""
     ax = ax if ax is not None else _figure(1)[1][0]
-    data = wide(df, run, prefix, suffix).fillna(0.0)
+    data = wide(df, run, prefix, suffix).fillna(0.0) * scale
     cols = [c for c in order if c in data.columns] + sorted(set(data.columns) - set(order))
-    if cols:
+    if cols and len(data) == 1:
+        step, bottom = data.index[0], 0.0
+        for c in cols:
+            ax.bar([step], [data[c].iloc[0]], bottom=[bottom], width=0.6, label=c, alpha=0.8)
+            bottom += data[c].iloc[0]
+    elif cols:
         ax.stackplot(data.index, *(data[c].to_numpy() for c in cols), labels=cols, alpha=0.8, step="post")
-        ax.legend(loc="upper left", fontsize="small")
     else:
         ax.text(0.5, 0.5, f"no {prefix}* tags", ha="center", va="center", transform=ax.transAxes)
+    if cols:
+        legend_outside(ax, reverse=True)
+    if len(data) == 1:
+        _integer_steps(ax, list(data.index))
     ax.set_xlabel("step")
     ax.set_ylabel(suffix.strip("_") or "value")
     return ax
@@ -67,13 +114,25 @@ def plot_stacked(df: "pd.DataFrame", run: str, prefix: str = CATEGORY_PREFIX, *,
 
 def plot_lines(df: "pd.DataFrame", run: str, tags: Sequence[tuple[str, str]], *, ax: "Axes | None" = None,
                scale: float = 1.0, **style: Any) -> "Axes":
-    """Lines of one run's ``(label, tag)`` pairs (missing tags are skipped), values times ``scale``."""
+    """Lines of one run's ``(label, tag)`` pairs (missing tags are skipped), values times ``scale``.
+
+    Each series is drawn from its own points only, so a tag sampled every 50 steps is a line
+    through its samples, not dots between gaps; sparse series get a marker at each point.
+    """
     ax = ax if ax is not None else _figure(1)[1][0]
     sel = df[df["run"] == run]
+    steps: set[int] = set()
     for label, tag in tags:
-        g = sel[sel["tag"] == tag]
+        g = sel[sel["tag"] == tag].dropna(subset=["value"]).sort_values("step")
         if not g.empty:
-            ax.plot(g["step"], g["value"] * scale, label=label, **style)
+            kwargs = dict(style)
+            if len(g) <= MARKERS_UP_TO:
+                kwargs.setdefault("marker", "o")
+                kwargs.setdefault("markersize", 3)
+            ax.plot(g["step"], g["value"] * scale, label=label, **kwargs)
+            steps.update(int(s) for s in g["step"])
+    if len(steps) == 1:
+        _integer_steps(ax, sorted(steps))
     ax.set_xlabel("step")
     return ax
 
@@ -82,14 +141,22 @@ def _figure(panels: int) -> tuple["Figure", list["Axes"]]:
     require("matplotlib", extra="analysis")
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 3.2 * panels), layout="constrained")
+    fig = Figure(figsize=(11, 2.6 * panels + 0.4), layout="constrained")
     axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
     return fig, list(axes)
 
 
+def run_panels(df: "pd.DataFrame", run: str) -> int:
+    """Panels :func:`draw_run` draws for ``run``: the census (if any) and the process/allocator lines."""
+    sel = df[df["run"] == run]
+    census = bool(sel["tag"].str.startswith(CATEGORY_PREFIX).any())
+    lines = bool(sel["tag"].isin([t for _, t in PROCESS_TAGS]).any())
+    return max(int(census) + int(lines), 1)
+
+
 def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
                   path: str | os.PathLike[str] | None = None, *, jobs: Sequence[Any] = ()) -> "Figure":
-    """One panel per run: census categories stacked (MB, left axis), VRAM and RSS lines (GB, right).
+    """Per run: the census categories stacked, and below it the VRAM and RSS lines, on the same steps.
 
     Args:
         df: From :func:`tbmem.analysis.load_scalars`.
@@ -100,35 +167,59 @@ def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
     """
     if runs is None:
         runs = sorted(df.loc[df["tag"].str.startswith("Memory/"), "run"].unique())
-    fig, axes = _figure(max(len(runs) + len(jobs), 1))
-    for ax, run in zip(axes, runs):
-        draw_run(df, run, ax)
+    counts = [run_panels(df, run) for run in runs]
+    fig, axes = _figure(max(sum(counts) + len(jobs), 1))
+    at = 0
+    for run, n in zip(runs, counts):
+        draw_run(df, run, axes[at:at + n])
+        at += n
     if jobs:
         from tbmem.analysis.ranks import plot_rank_job
 
-        for ax, job in zip(axes[len(runs):], jobs):
+        for ax, job in zip(axes[at:], jobs):
             plot_rank_job(df, job, ax=ax)
     if path is not None:
         fig.savefig(os.fspath(path), dpi=110)
     return fig
 
 
-def draw_run(df: "pd.DataFrame", run: str, ax: "Axes") -> None:
-    """One run's panel: the census stacked (left axis) under the VRAM and RSS lines (right axis)."""
-    has_census = df[(df["run"] == run) & df["tag"].str.startswith(CATEGORY_PREFIX)].shape[0] > 0
-    if has_census:
-        plot_stacked(df, run, ax=ax)
-        ax.set_ylabel("census (MB)")
-        right = ax.twinx()
-    else:
-        right = ax
-    plot_lines(df, run, PROCESS_TAGS, ax=right, linewidth=1.5)
-    right.set_ylabel("process / allocator (GB)")
-    # From zero (a 1 MB wiggle of RSS must not look like a cliff), up to the highest point drawn:
-    # set_ylim(bottom=0) alone freezes an autoscaled top that can clip the lines.
-    tops = [max(line.get_ydata(), default=0) for line in right.get_lines()]
-    right.set_ylim(0, max(tops, default=0) * 1.08 or 1.0)
-    if right.get_lines():
-        right.legend(loc="upper right", fontsize="small")
-    ax.set_title(run)
-    ax.set_xlabel("step")
+def draw_run(df: "pd.DataFrame", run: str, axes: "Sequence[Axes]") -> None:
+    """One run on ``run_panels(df, run)`` axes: the census stacked in the first (when the run has
+    a census), the process and allocator lines in the next; titled with the run's name."""
+    sel = df[df["run"] == run]
+    axes = list(axes)
+    first = axes[0]
+    if sel["tag"].str.startswith(CATEGORY_PREFIX).any():
+        unit, factor = fit_unit(wide(df, run, CATEGORY_PREFIX, "_MB").fillna(0).sum(axis=1).max(), "MB")
+        plot_stacked(df, run, ax=axes.pop(0), scale=factor)
+        first.set_ylabel(f"census ({unit})")
+        first.set_title(f"{run}: tensors found by the census, by category", fontsize="medium")
+    if axes:
+        ax = axes[0]
+        present = sel[sel["tag"].isin([t for _, t in PROCESS_TAGS])]["value"]
+        unit, factor = fit_unit(present.max() if len(present) else 0.0, "GB")
+        plot_lines(df, run, PROCESS_TAGS, ax=ax, scale=factor, linewidth=1.5)
+        if not ax.get_lines():
+            ax.text(0.5, 0.5, "no VRAM or RSS readings", ha="center", va="center", transform=ax.transAxes)
+        # from zero: a 1 MB wiggle of RSS must not look like a cliff
+        tops = [max(line.get_ydata(), default=0) for line in ax.get_lines()]
+        ax.set_ylim(0, max(tops, default=0) * 1.08 or 1.0)
+        ax.set_ylabel(f"process ({unit})")
+        legend_outside(ax)
+        title = "process and allocator memory (RSS, VRAM)"
+        if ax is first:
+            ax.set_title(f"{run}: {title}", fontsize="medium")
+        else:
+            ax.set_title(f"{run}: {title}", fontsize="medium")
+            ax.sharex(first)
+    steps = sorted(sel["step"].unique())
+    for ax in [first] + axes:
+        _integer_steps(ax, steps)
+
+
+def _integer_steps(ax: "Axes", steps: Sequence[int]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(steps) == 1:  # one record: a window around it, not matplotlib's -0.04..0.04
+        ax.set_xlim(steps[0] - 1, steps[0] + 1)

@@ -213,7 +213,7 @@ def _render(header: list[str], rows: list[list[str]]) -> str:
 
 
 #: Tags drawn per job as a band over the ranks (label, tag).
-BAND_TAGS = (("VRAM allocated", "Memory/vram_allocated_GB"), ("RAM RSS", "Memory/RAM/process_rss_GB"),
+BAND_TAGS = (("VRAM allocated", "Memory/GPU/vram_allocated_GB"), ("RAM RSS", "Memory/RAM/process_rss_GB"),
              ("process tree RSS", "Memory/RAM/process_tree_rss_GB"))
 
 
@@ -234,8 +234,9 @@ def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes") -> "Axes":
         ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=line.get_color(),
                         alpha=0.25, step=None)
     ax.set_ylim(bottom=0)
-    if ax.get_lines():
-        ax.legend(loc="upper right", fontsize="small")
+    from tbmem.analysis.plot import legend_outside
+
+    legend_outside(ax)
     ax.set_title(f"job {job.job}: {len(job.ranks)} ranks (band: min..max over the ranks)")
     ax.set_xlabel("step")
     ax.set_ylabel("GB")

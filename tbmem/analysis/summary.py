@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.analysis.leaks import LeakFinding, detect_leaks
 from tbmem.analysis.load import NoTbmemTagsError, load_scalars
+from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -58,6 +59,9 @@ class RunSummary:
         census_peak_total_mb: That census's total.
         category_mb_at_peak: Category -> MB in that census.
         step_time_ms: ``mean``, ``median``, ``p95``, ``max`` of ``Perf/step_time_ms``.
+        census_cost: ``censuses``, ``median_ms`` and ``percent`` (of the run's time between its
+            first and last record, from the step times) of ``Perf/census_duration_ms``; None
+            without a census.
         last_loss: Last value of each ``Loss/*`` tag.
         leaks: Flagged :class:`LeakFinding`\\ s, steepest first.
         hints: Advice with numbers (:class:`tbmem.analysis.hints.Hint`); filled by
@@ -84,6 +88,7 @@ class RunSummary:
     census_peak_total_mb: float | None = None
     category_mb_at_peak: dict[str, float] = field(default_factory=dict)
     step_time_ms: dict[str, float] | None = None
+    census_cost: dict[str, float] | None = None
     last_loss: dict[str, float] = field(default_factory=dict)
     leaks: list[LeakFinding] = field(default_factory=list)
     hints: list[Any] = field(default_factory=list)
@@ -139,11 +144,28 @@ def _census(series: dict[str, "pd.DataFrame"]) -> tuple[int | None, float | None
     return step, peak, mix
 
 
+def _census_cost(durations: "pd.DataFrame | None", step_times: "pd.DataFrame | None") -> dict[str, float] | None:
+    """What the censuses cost this run: their median, and their share of its time (step time is the
+    mean since the previous record, so it times the steps between records, censuses included)."""
+    if durations is None or durations.empty:
+        return None
+    out = {"censuses": float(len(durations)), "median_ms": float(durations["value"].median())}
+    if step_times is not None and len(step_times) > 0:
+        st = step_times.sort_values("step")
+        gaps = st["step"].diff().fillna(0).to_numpy()
+        elapsed = float((st["value"].to_numpy() * gaps).sum())
+        first, last = int(st["step"].iloc[0]), int(st["step"].iloc[-1])
+        inside = durations[(durations["step"] > first) & (durations["step"] <= last)]["value"].sum()
+        if elapsed > 0:
+            out["percent"] = float(100 * inside / elapsed)
+    return out
+
+
 def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> RunSummary:
     series = {str(tag): g for tag, g in df.groupby("tag", sort=False)}
     memory_steps = df[df["tag"].str.startswith(MEMORY_PREFIX)]["step"]
-    alloc, alloc_step = _peak(series, ("Memory/vram_peak_allocated_GB", "Memory/vram_allocated_GB"))
-    reserved, _ = _peak(series, ("Memory/vram_peak_reserved_GB", "Memory/vram_reserved_GB"))
+    alloc, alloc_step = _peak(series, ("Memory/GPU/vram_peak_allocated_GB", "Memory/GPU/vram_allocated_GB"))
+    reserved, _ = _peak(series, ("Memory/GPU/vram_peak_reserved_GB", "Memory/GPU/vram_reserved_GB"))
     rss, rss_step = _peak(series, ("Memory/RAM/process_peak_rss_GB", "Memory/RAM/process_rss_GB"))
     tree, _ = _peak(series, ("Memory/RAM/process_tree_rss_GB",))
     workers, _ = _peak(series, ("Memory/RAM/process_tree_workers",))
@@ -156,13 +178,14 @@ def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> Ru
         step_time = {"mean": float(v.mean()), "median": float(v.median()),
                      "p95": float(v.quantile(0.95)), "max": float(v.max())}
     losses = {t: float(g["value"].iloc[-1]) for t, g in sorted(series.items()) if t.startswith("Loss/")}
+    census_cost = _census_cost(series.get(TAGS["census_duration"].tag), st)
     return RunSummary(
         run=run, first_step=int(memory_steps.min()), last_step=int(memory_steps.max()),
         records=int(memory_steps.nunique()), peak_allocated_gb=alloc, peak_allocated_step=alloc_step,
         peak_reserved_gb=reserved, peak_rss_gb=rss, peak_rss_step=rss_step, peak_tree_rss_gb=tree,
         max_tree_workers=None if workers is None else int(workers), max_fragmentation_percent=frag,
         census_peak_step=census_step, census_peak_total_mb=census_total, category_mb_at_peak=mix,
-        step_time_ms=step_time, last_loss=losses, leaks=[f for f in leaks if f.run == run and f.flagged],
+        step_time_ms=step_time, census_cost=census_cost, last_loss=losses, leaks=[f for f in leaks if f.run == run and f.flagged],
     )
 
 

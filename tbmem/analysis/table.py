@@ -2,54 +2,114 @@
 
 One column per run, one row per metric; with two runs and ``compare=True`` a
 third column holds the difference (second minus first). Missing values are ``n/a``.
+Each value is shown in the unit that fits it, with three or four significant digits:
+``12.3 KiB`` of gradients, ``374 MiB`` of RSS, ``35.3 ms`` per step, a loss of ``6.556e-14``
+(binary units: 1 MiB = 2**20 bytes, as the tags' MB).
 
 Example:
     >>> from tbmem.analysis.summary import RunSummary
     >>> a = RunSummary(run="a", first_step=0, last_step=90, records=10, peak_rss_gb=1.0)
     >>> b = RunSummary(run="b", first_step=0, last_step=90, records=10, peak_rss_gb=1.25)
     >>> print(format_table([a, b], compare=True).splitlines()[6])
-    peak RAM RSS (GB)         1.000  1.250      +0.250
+    peak RAM RSS                1.00 GiB  1.25 GiB    +256 MiB
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 from tbmem.analysis.summary import CATEGORIES, RunSummary
 
-__all__ = ["format_table", "format_leaks"]
+__all__ = ["format_table", "format_leaks", "format_bytes", "format_ms", "format_value"]
 
 _Getter = Callable[[RunSummary], "float | str | None"]
+_GiB, _MiB = float(2**30), float(2**20)
 
 
-def _num(value: float | str | None, digits: int = 3) -> str:
+def format_bytes(n: float) -> str:
+    """Binary units with three significant digits, sign kept: ``0 B``, ``12.3 KiB``, ``1.99 MiB``, ``374 MiB``.
+
+    Example:
+        >>> format_bytes(12_600), format_bytes(2_086_666), format_bytes(-2**28)
+        ('12.3 KiB', '1.99 MiB', '-256 MiB')
+    """
+    sign, size = ("-" if n < 0 else ""), abs(float(n))
+    if size < 1024:
+        return f"{sign}{size:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    digits = 2 if size < 10 else 1 if size < 100 else 0
+    return f"{sign}{size:.{digits}f} {unit}"
+
+
+def format_ms(ms: float) -> str:
+    """A duration given in milliseconds: ``0.052 ms``, ``35.3 ms``, ``1.25 s``.
+
+    Example:
+        >>> format_ms(35.31), format_ms(0.0523), format_ms(1250.0)
+        ('35.3 ms', '0.0523 ms', '1.25 s')
+    """
+    if abs(ms) >= 1000:
+        return f"{ms / 1000:.3g} s"
+    return f"{ms:.3g} ms"
+
+
+def format_value(value: float | str | None, kind: str) -> str:
+    """One cell: ``kind`` is ``gb``/``mb`` (memory in the tags' units), ``ms``, ``pct``, ``g`` or ``text``."""
     if value is None:
         return "n/a"
-    if isinstance(value, str):
-        return value
-    return f"{value:.{digits}f}"
+    if isinstance(value, str) or kind == "text":
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if kind in ("gb", "mb"):
+        return format_bytes(value * (_GiB if kind == "gb" else _MiB))
+    if kind == "ms":
+        return format_ms(value)
+    if kind == "pct":
+        return f"{value:.1f}%"
+    return f"{value:.4g}"
 
 
-def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, int]]:
-    rows: list[tuple[str, _Getter, int]] = [
-        ("steps", lambda s: f"{s.first_step}..{s.last_step}", 0),
-        ("records", lambda s: f"{s.records}", 0),
-        ("peak VRAM allocated (GB)", lambda s: s.peak_allocated_gb, 3),
-        ("peak VRAM reserved (GB)", lambda s: s.peak_reserved_gb, 3),
-        ("peak RAM RSS (GB)", lambda s: s.peak_rss_gb, 3),
-        ("peak process tree RSS (GB)", lambda s: s.peak_tree_rss_gb, 3),
-        ("max fragmentation (%)", lambda s: s.max_fragmentation_percent, 1),
-        ("census peak step", lambda s: None if s.census_peak_step is None else f"{s.census_peak_step}", 0),
-        ("census total (MB)", lambda s: s.census_peak_total_mb, 2),
+def _diff(a: float, b: float, kind: str) -> str:
+    d = b - a
+    text = format_value(d, kind)
+    return text if text.startswith("-") else f"+{text}"
+
+
+def _census_cost(s: RunSummary) -> str | None:
+    """``6.4 ms median, 0.9% of the run`` (the share this run's censuses took of its step time)."""
+    cost = s.census_cost
+    if not cost:
+        return None
+    share = f", {cost['percent']:.2g}% of the run" if "percent" in cost else ""
+    return f"{format_ms(cost['median_ms'])} median{share}"
+
+
+def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, str]]:
+    rows: list[tuple[str, _Getter, str]] = [
+        ("steps", lambda s: f"{s.first_step}..{s.last_step}", "text"),
+        ("records", lambda s: f"{s.records}", "text"),
+        ("peak VRAM allocated", lambda s: s.peak_allocated_gb, "gb"),
+        ("peak VRAM reserved", lambda s: s.peak_reserved_gb, "gb"),
+        ("peak RAM RSS", lambda s: s.peak_rss_gb, "gb"),
+        ("peak process tree RSS", lambda s: s.peak_tree_rss_gb, "gb"),
+        ("max fragmentation", lambda s: s.max_fragmentation_percent, "pct"),
+        ("census peak step", lambda s: None if s.census_peak_step is None else f"{s.census_peak_step}", "text"),
+        ("census total", lambda s: s.census_peak_total_mb, "mb"),
     ]
     seen = {c for s in summaries for c in s.category_mb_at_peak}
     for cat in [c for c in CATEGORIES if c in seen] + sorted(seen - set(CATEGORIES)):
-        rows.append((f"  {cat} (MB)", lambda s, c=cat: s.category_mb_at_peak.get(c), 2))
+        rows.append((f"  {cat}", lambda s, c=cat: s.category_mb_at_peak.get(c), "mb"))
     for stat in ("mean", "p95", "max"):
-        rows.append((f"step time {stat} (ms)", lambda s, k=stat: (s.step_time_ms or {}).get(k), 1))
+        rows.append((f"step time {stat}", lambda s, k=stat: (s.step_time_ms or {}).get(k), "ms"))
+    rows.append(("census cost", _census_cost, "text"))
     for tag in sorted({t for s in summaries for t in s.last_loss}):
-        rows.append((f"last {tag}", lambda s, t=tag: s.last_loss.get(t), 4))
-    rows.append(("leaks flagged", lambda s: f"{len(s.leaks)}" if s.leaks else "none", 0))
+        rows.append((f"last {tag}", lambda s, t=tag: s.last_loss.get(t), "g"))
+    rows.append(("leaks flagged", lambda s: f"{len(s.leaks)}" if s.leaks else "none", "text"))
     return rows
 
 
@@ -59,13 +119,13 @@ def format_table(summaries: Sequence[RunSummary], *, compare: bool = False) -> s
         raise ValueError(f"compare needs exactly two runs, got {len(summaries)}")
     header = ["metric"] + [s.run for s in summaries] + (["diff (B-A)"] if compare else [])
     body: list[list[str]] = []
-    for label, get, digits in _rows(summaries):
+    for label, get, kind in _rows(summaries):
         values = [get(s) for s in summaries]
-        cells = [label] + [_num(v, digits) for v in values]
+        cells = [label] + [format_value(v, kind) for v in values]
         if compare:
             a, b = values
             both = isinstance(a, (int, float)) and isinstance(b, (int, float))
-            cells.append(f"{b - a:+.{digits}f}" if both else "")  # type: ignore[operator]
+            cells.append(_diff(a, b, kind) if both else "")  # type: ignore[arg-type]
         body.append(cells)
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     lines = []

@@ -1,10 +1,12 @@
-"""``take_census``: find every live tensor and array, categorise it, count each storage once.
+"""``take_census``: find every live tensor and array, categorise it, count each byte once.
 
 Order of claims (= category priority): watched models' parameters (and any other
 ``nn.Parameter`` found), their gradients (``p.grad``: gc does not see them),
-optimizer state, buffers, activations (tensors saved by autograd in the graphs
-of ``roots`` and of every live non-leaf tensor, plus those non-leaf tensors),
-then everything else the scan found: tensors and numpy arrays.
+optimizer state (every tensor reachable from ``optimizer.state``), buffers,
+activations (tensors saved by autograd in the graphs of ``roots``, of every live
+non-leaf tensor, of every gradient made with ``create_graph=True`` and of every live
+autograd node, plus those non-leaf tensors), then everything else the scan found:
+tensors, bare storages and numpy arrays.
 
 Example:
     >>> import torch
@@ -20,20 +22,26 @@ from __future__ import annotations
 import gc
 import time
 import warnings
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 import torch
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.census import heap, scan
+from tbmem.census import heap, scan, walk
 from tbmem.census.categorize import Ledger
 from tbmem.census.report import Census
 
-__all__ = ["take_census"]
+__all__ = ["take_census", "AUTOCAST_CACHE"]
 
 NumpyScan = Literal["reachable", "all", "off"]
+#: Blind spot: upper bound of CPU autocast's weight-cast cache while a census runs inside its region.
+AUTOCAST_CACHE = "cpu_autocast_cache_max"
 _Param = torch.nn.Parameter
+# torch's own accessors: a subclass's property of the same name (user code) cannot intercept them.
+_grad, _grad_fn, _requires_grad, _is_leaf, _retains_grad, _dtype, _device = (
+    scan.tensor_attr[n] for n in ("grad", "grad_fn", "requires_grad", "is_leaf", "retains_grad", "dtype", "device"))
+_is_view = torch.Tensor._is_view
 
 
 def _label(kind: str, i: int) -> str:
@@ -81,13 +89,14 @@ def take_census(
             warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
             with tp.disable_torch_function_subclass():
                 ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan)
+                records = ledger.records()
     finally:
         if gc_was_enabled:
             gc.enable()
     unattributed = _unattributed(ledger, device)
-    return Census.from_records(ledger.records(), large_tensor_bytes=large_tensor_bytes, top_k=top_k,
+    return Census.from_records(records, large_tensor_bytes=large_tensor_bytes, top_k=top_k,
                                duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
-                               notes=ledger.notes, heap_scan=method)
+                               notes=ledger.notes, heap_scan=method, blind_spots=ledger.blind_spots)
 
 
 def _guarded(ledger: Ledger, what: str, fn: Any, *args: Any) -> None:
@@ -97,18 +106,58 @@ def _guarded(ledger: Ledger, what: str, fn: Any, *args: Any) -> None:
         ledger._note(f"phase:{what}", f"{what} could not be scanned", exc)
 
 
+def _each(ledger: Ledger, what: str, items: Iterable[Any], fn: Callable[[Any], None]) -> None:
+    """``fn(item)`` for each item; one that raises is noted (once per type) and skipped."""
+    for item in items:
+        try:
+            fn(item)
+        except Exception as exc:  # noqa: BLE001 - a hostile subclass must not cost the other tensors
+            kind = type(item).__name__
+            ledger._note(f"{what}:{kind}", f"a {kind} could not be inspected for {what}", exc)
+
+
+def _is_flagged_parameter(t: Any) -> bool:
+    """``nn.Parameter(x)`` of a tensor subclass (FSDP2's DTensor) keeps the subclass and sets ``_is_param``."""
+    try:
+        return object.__getattribute__(t, "_is_param") is True  # no __getattr__/__class__ of the subclass
+    except AttributeError:
+        return False
+
+
+def _tensors_in(value: Any, ttypes: set[type], depth: int = 3) -> Iterator[tuple[Any, str]]:
+    """``(tensor, suffix)`` for tensors in ``value`` or in its lists, tuples and dicts (LBFGS's history)."""
+    kind = type(value)
+    if kind in ttypes:
+        yield value, ""
+    elif depth and kind in (list, tuple):
+        for i, item in enumerate(value):
+            for t, suffix in _tensors_in(item, ttypes, depth - 1):
+                yield t, f"[{i}]{suffix}"
+    elif depth and kind is dict:
+        for key, item in list(value.items()):
+            for t, suffix in _tensors_in(item, ttypes, depth - 1):
+                yield t, f"[{key!r}]{suffix}"
+
+
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
          numpy_scan: NumpyScan, full_scan: bool) -> tuple[Ledger, str]:
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
     ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
-    tensors = [o for o in found.objects if type(o) in ttypes]
-    holders = [o for o in found.objects if type(o) in htypes]
-    del found
+    stypes, ntypes = found.storage_types, found.node_types
+    kinds = list(map(type, found.objects))
+    tensors = [o for o, k in zip(found.objects, kinds) if k in ttypes]
+    storages = [o for o, k in zip(found.objects, kinds) if k in stypes]
+    nodes = [o for o, k in zip(found.objects, kinds) if k in ntypes]
+    holders = [o for o, k in zip(found.objects, kinds) if k in htypes]
+    del found, kinds
     ledger = Ledger(ttypes)
     frozen = heap.frozen_objects()
     if frozen:
         ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
-    named: dict[int, tuple[torch.Tensor, str, str]] = {}  # id(param) -> (param, name, module)
+    param_types = {t for t in ttypes if issubclass(t, _Param)}
+    cpp_nodes = heap.cpp_node_types()
+    named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
+    grads: list[torch.Tensor] = []
 
     def parameters() -> None:
         for i, model in enumerate(models):
@@ -123,28 +172,44 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                     named.setdefault(id(p), (p, f"{_label('optimizer', k)}.param_groups[{g}][{j}]", None))
         for p, name, module in named.values():
             ledger.claim(p, "parameters", name, module)
-        for t in tensors:
-            if isinstance(t, _Param):
-                ledger.claim(t, "parameters", type(t).__name__)
+
+        def found_parameter(t: Any) -> None:
+            kind = type(t)
+            if kind in param_types or (kind is not torch.Tensor and _is_flagged_parameter(t)):
+                ledger.claim(t, "parameters", kind.__name__)
+
+        _each(ledger, "parameters", tensors, found_parameter)
 
     def gradients() -> None:
-        for p, name, module in named.values():
-            if p.grad is not None:
-                ledger.claim(p.grad, "gradients", name + ".grad", module)
-        for t in tensors:  # leaves requiring grad (PhiFlow's physical parameters) and retain_grad()
-            if t.requires_grad and (t.is_leaf or t.retains_grad):
-                g = t.grad
+        def named_grad(entry: tuple[torch.Tensor, str, str | None]) -> None:
+            p, name, module = entry
+            g = _grad(p)
+            if g is not None:
+                ledger.claim(g, "gradients", name + ".grad", module)
+                grads.append(g)
+
+        def leaf_grad(t: Any) -> None:  # leaves requiring grad (PhiFlow's physical parameters), retain_grad()
+            if _requires_grad(t) and (_is_leaf(t) or _retains_grad(t)):
+                g = _grad(t)
                 if g is not None:
                     ledger.claim(g, "gradients", type(t).__name__ + ".grad")
+                    grads.append(g)
+
+        _each(ledger, "gradients", list(named.values()), named_grad)
+        _each(ledger, "gradients", tensors, leaf_grad)
 
     def optimizer_state() -> None:
         for k, opt in enumerate(optimizers):
             label = _label("optimizer", k)
-            for p, state in list(opt.state.items()):
+
+            def state_of(item: tuple[Any, Any]) -> None:
+                p, state = item
                 _, pname, module = named.get(id(p), (p, f"param@{id(p):x}", None))
                 for key, value in list(state.items()):
-                    if type(value) in ttypes:
-                        ledger.claim(value, "optimizer_state", f"{label}.state[{pname}].{key}", module)
+                    for t, suffix in _tensors_in(value, ttypes):
+                        ledger.claim(t, "optimizer_state", f"{label}.state[{pname}].{key}{suffix}", module)
+
+            _each(ledger, "optimizer state", list(opt.state.items()), state_of)
 
     def buffers() -> None:
         for i, model in enumerate(models):
@@ -157,45 +222,105 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 ledger.claim(b, "buffers", qual, module)
 
     def activations() -> None:
-        nodes: list[Any] = []
-        for r in roots:
+        starts: list[Any] = []
+
+        def root(r: Any) -> None:
             if type(r) in ttypes:
-                if r.grad_fn is not None:
+                fn = _grad_fn(r)
+                if fn is not None:
                     ledger.claim(r, "activations", "root")
-                    nodes.append(r.grad_fn)
+                    starts.append(fn)
             elif hasattr(type(r), "next_functions"):
-                nodes.append(r)
-        for t in tensors:
-            fn = t.grad_fn
+                starts.append(r)
+
+        def output(t: Any) -> None:
+            fn = _grad_fn(t)
             if fn is not None:
                 ledger.claim(t, "activations", f"{type(fn).__name__} output")
-                nodes.append(fn)
+                starts.append(fn)
+
+        def grad_graph(g: Any) -> None:  # backward(create_graph=True): a graph hangs off each gradient
+            fn = _grad_fn(g)
+            if fn is not None:
+                starts.append(fn)
+
+        def walk_from(from_nodes: list[Any]) -> None:
+            for saved, name in scan.walk_autograd(from_nodes, visited, keep, errors):
+                if type(saved) in ttypes:
+                    ledger.claim(saved, "activations", name)
+                elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
+                    for t in walk.tensors_below(saved, ttypes):
+                        ledger.claim(t, "activations", f"{name} (packed)")
+
+        _each(ledger, "activations", roots, root)
+        _each(ledger, "activations", tensors, output)
+        _each(ledger, "activations", grads, grad_graph)
         visited: set[int] = set()
         keep: list[Any] = []
-        for saved, name in scan.walk_autograd(nodes, visited, keep):
-            ledger.claim(saved, "activations", name)
+        errors: list[BaseException] = []
+        walk_from(starts)
+        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++
+        # node can be found again only by a full scan (see heap.forget).
+        orphans = [n for n in nodes if id(n) not in visited]
+        if any(type(n) in cpp_nodes for n in orphans):
+            heap.forget()
+        walk_from(orphans)
+        if errors:
+            ledger._note("graph", "an autograd node could not be read", errors[0])
 
     def other() -> None:
-        for t in tensors:
+        # Subclass instances first: a wrapper (DTensor, a nested tensor) names the memory of its inner tensors.
+        for t in sorted(tensors, key=lambda t: type(t) is torch.Tensor):
             if not ledger.seen(t):
                 ledger.claim(t, "other", type(t).__name__)
+        for s in storages:  # storages held without a tensor
+            ledger.claim_storage(s, type(s).__name__)
 
     def arrays() -> None:
         atypes = heap.array_types()
         if numpy_scan == "all":
-            sources: Iterable[Any] = scan.all_arrays(atypes)
+            sources: Iterable[Any] = _chain(walk.all_arrays(atypes), walk.frame_arrays(atypes))
         else:
-            sources = _chain(scan.frame_arrays(atypes), scan.holder_arrays(holders, atypes))
+            sources = _chain(walk.frame_arrays(atypes), walk.holder_arrays(holders, atypes))
         for arr, name in sources:
             ledger.claim_array(arr, name)
+
+    def autocast_cache() -> None:
+        _autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
 
     phases = [("parameters", parameters), ("gradients", gradients), ("optimizer state", optimizer_state),
               ("buffers", buffers), ("activations", activations), ("other tensors", other)]
     if numpy_scan != "off":
         phases.append(("numpy arrays", arrays))
+    phases.append(("the autocast cache", autocast_cache))
     for what, fn in phases:
         _guarded(ledger, what, fn)
     return ledger, "full" if method != "young" else "incremental"
+
+
+def _autocast_blind_spot(ledger: Ledger, tensors: list[Any]) -> None:
+    """Inside a CPU autocast region, bound what its weight-cast cache (C++ only) may hold."""
+    dtype = tp.autocast_cache_dtype("cpu")
+    if dtype is None:
+        return
+    seen: set[int] = set()
+    bound = 0
+
+    def cacheable(t: Any) -> None:
+        nonlocal bound
+        # autocast caches a cast of a float32 leaf that requires grad and is not a view
+        if (id(t) not in seen and _dtype(t) is torch.float32 and _device(t).type == "cpu" and _requires_grad(t)
+                and _is_leaf(t) and not _is_view(t)):
+            seen.add(id(t))
+            bound += t.numel() * dtype.itemsize
+
+    _each(ledger, "the autocast cache", tensors, cacheable)
+    if bound:
+        ledger.blind_spots[AUTOCAST_CACHE] = bound
+        ledger._note("autocast", f"inside a CPU autocast region: its cache of {str(dtype).removeprefix('torch.')} "
+                                 f"weight copies is invisible to any scan ({AUTOCAST_CACHE}: at most "
+                                 f"{bound / 2**20:.2f} MB; casts also saved for backward are counted as "
+                                 "activations)", warn=False)
 
 
 def _chain(*its: Iterable[Any]) -> Iterable[Any]:

@@ -1,35 +1,40 @@
-"""Finding every live tensor instance: a pass over the whole heap, or over what is new since the last.
+"""Finding every live tensor, storage and autograd node: a pass over the whole heap, or over what is new.
 
 Only ``type(obj)`` is looked at for objects the census did not ask for: no
 ``isinstance`` (it reads ``__class__``, which runs user code, raises on dead
 weakref proxies and emits deprecation warnings for lazy modules).
 
-**Full scan.** ``gc.get_referrers(*tensor_types)`` traverses the heap once, in C,
-and returns every gc-tracked object that points at one of those types, which
-includes every instance of them (instances of Python classes reference their
-class). A sentinel tensor checks that this still holds; otherwise, and when there
-are many types to look for, ``gc.get_objects()`` is filtered by type instead.
+**What is looked for.** Instances of ``torch.Tensor`` and every subclass (no
+heuristic decides that a subclass has no instances: each full scan looks for all of
+them), bare storages (``UntypedStorage``, ``TypedStorage``), autograd nodes (a graph
+may be held by nothing but its ``grad_fn``), and, on request, PhiML's array holders.
+
+**Full scan.** ``gc.get_objects()`` and a selection by exact type
+(:func:`tbmem.census.layout.select_types`, which reads the type pointers in bulk).
 Its cost is linear in the heap: about 25 ms for 320k objects.
 
 **Incremental scan.** CPython's collector puts every new object in generation 0
-and moves objects to generation 2 only in a collection of generation 1 or 2. So
-when ``gc.get_stats()`` shows no such collection since the last scan (and
-``gc.freeze()`` was not called), every instance created since is still in
-generation 0 or 1: the instances alive now are the survivors of the last scan
-(held by weak references, which keep nothing alive) plus the instances found
-in the young generations. The result is the full scan's, at the cost of the
-young generations (well under a millisecond).
+and moves objects to generation 2 only in a collection of generation 1 or 2, or when
+``gc.unfreeze()`` returns frozen objects (to generation 2, without a collection). So
+when ``gc.get_stats()`` shows no such collection since the last scan, the freeze
+count is unchanged, and a marker object made at the end of the last scan is still in
+a young generation (``gc.freeze(); gc.unfreeze()`` moves it too), every instance
+created since is still in generation 0 or 1: the instances alive now are the
+survivors of the last scan (held by weak references, which keep nothing alive) plus
+the instances found in the young generations. The result is the full scan's, at the
+cost of the young generations (well under a millisecond).
 
 Between :func:`start_capture` and :func:`stop_capture` (``MemoryWriter`` brackets
 its life with them when the census is on), a ``gc.callbacks`` hook also notes the
 instances in the young generations at the start of every collection that is about
-to move them to generation 2, so promotions no longer force a full scan. It costs
-a pass over the young generations (a few thousand objects) per such collection,
-which itself traverses them.
+to move them to generation 2, so promotions no longer force a full scan; at its end
+it makes a new marker. It costs a pass over the young generations (a few thousand
+objects) per such collection, which itself traverses them.
 
-Any doubt (a collection this module did not see, a collection during the scan, a
-tensor type that did not exist at the last scan, an instance that cannot be weakly
-referenced, an interpreter whose collector is not this one) means a full scan.
+Any doubt (a collection this module did not see, a collection during the scan, the
+marker gone from the young generations, a type that did not exist at the last scan,
+an old instance that cannot be weakly referenced, such as a C++ autograd node's
+Python object, an interpreter whose collector is not this one) means a full scan.
 
 Example:
     >>> import torch
@@ -53,16 +58,16 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from tbmem.census.layout import select_types
+
 __all__ = [
-    "Found", "INCREMENTAL_SUPPORTED", "tensor_types", "array_types", "holder_types", "find_instances",
-    "frozen_objects", "start_capture", "stop_capture",
+    "Found", "INCREMENTAL_SUPPORTED", "tensor_types", "storage_types", "node_types", "array_types",
+    "holder_types", "cpp_node_types", "find_instances", "frozen_objects", "forget", "start_capture", "stop_capture",
 ]
 
 # Subclasses whose instances never own memory of their own outside tracing/tests:
 # fake tensors live on the meta device, functional tensors wrap a tensor found anyway.
 _SKIPPED_MODULE_PREFIXES = ("torch._subclasses.", "torch.testing.")
-# Above this many types, one C-level pass per type costs more than filtering gc.get_objects().
-_MAX_REFERRER_TYPES = 12
 # The generational collector the incremental scan relies on: CPython 3.10-3.13 with the GIL
 # (3.14 collects incrementally, and the free-threaded build has no generations to speak of).
 INCREMENTAL_SUPPORTED = (sys.implementation.name == "cpython" and sys.version_info[:2] < (3, 14)
@@ -80,8 +85,49 @@ def _subclasses(root: type) -> set[type]:
 
 
 def tensor_types() -> set[type]:
-    """``torch.Tensor`` and every subclass defined now (nn.Parameter, user subclasses)."""
+    """``torch.Tensor`` and every subclass defined now (nn.Parameter, DTensor, user subclasses)."""
     return {t for t in _subclasses(torch.Tensor) if not t.__module__.startswith(_SKIPPED_MODULE_PREFIXES)}
+
+
+def storage_types() -> set[type]:
+    """``torch.UntypedStorage``, ``torch.TypedStorage`` and their subclasses (storages held without a tensor)."""
+    return _subclasses(torch.UntypedStorage) | _subclasses(torch.TypedStorage)
+
+
+def _cpp_node_types() -> frozenset[type]:
+    """Python types of C++ autograd nodes, less ``AccumulateGrad`` (a leaf: nothing saved, nothing below).
+
+    Their objects cannot be weakly referenced, and torch keeps each one alive as long as
+    its node once it exists (``AccumulateGrad``'s as long as its parameter is in a graph).
+    """
+    functions = getattr(torch._C, "_functions", None)
+    if functions is None:
+        return frozenset()
+    return frozenset(v for k, v in vars(functions).items() if isinstance(v, type) and k != "AccumulateGrad")
+
+
+_CPP_NODE_TYPES = _cpp_node_types()
+
+
+def cpp_node_types() -> frozenset[type]:
+    """The types of C++ autograd nodes' Python objects (no weak references to these)."""
+    return _CPP_NODE_TYPES
+
+
+def node_types() -> set[type]:
+    """Types of autograd nodes: those of C++ functions (``MulBackward0``, ...) and of Python ``Function``s."""
+    base = getattr(torch._C, "_FunctionBase", None)
+    return set(_CPP_NODE_TYPES) | (_subclasses(base) if isinstance(base, type) else set())
+
+
+def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
+    """Weak references to ``objs``, less the C++ nodes' objects, which cannot have one (see :func:`forget`).
+
+    Raises:
+        TypeError: another object cannot be weakly referenced.
+    """
+    cpp = _CPP_NODE_TYPES.__contains__
+    return list(map(weakref.ref, itertools.filterfalse(lambda o: cpp(type(o)), objs)))
 
 
 def array_types() -> set[type]:
@@ -101,20 +147,21 @@ def frozen_objects() -> int:
     return gc.get_freeze_count()
 
 
-# type -> its refcount at a census that found no instance of it. Every instance of a Python
-# class holds a reference to it, so an unchanged refcount means "still no instances" and
-# the type need not be a target of the heap pass (each target adds to its cost).
-_EMPTY_AT: "weakref.WeakKeyDictionary[type, int]" = weakref.WeakKeyDictionary()
-_ALWAYS = frozenset({torch.Tensor, torch.nn.Parameter})
-
-
 class Found(NamedTuple):
     """What one heap pass found."""
 
-    objects: list[Any]  # instances of tensor or holder types
+    objects: list[Any]  # instances of the types below
     tensor_types: set[type]
     holder_types: set[type]
-    method: str  # "referrers" or "objects" (full scans), "young" (incremental)
+    method: str  # "objects" (full scan) or "young" (incremental)
+    storage_types: frozenset[type] = frozenset()
+    node_types: frozenset[type] = frozenset()
+
+
+class _Marker:
+    """Made at the end of each scan: while it is in a young generation, so is everything made after it."""
+
+    __slots__ = ("__weakref__",)
 
 
 @dataclass
@@ -127,6 +174,7 @@ class _LastScan:
     holders: bool
     types: frozenset[type]  # the instances of these were all found
     survivors: list[weakref.ref[Any]]
+    marker: _Marker
 
 
 _last: _LastScan | None = None
@@ -144,19 +192,39 @@ def _promotions() -> tuple[int, int]:
     return stats[1]["collections"], stats[2]["collections"]
 
 
+def _young_objects() -> list[Any]:
+    young = gc.get_objects(generation=0)
+    young += gc.get_objects(generation=1)
+    return young
+
+
+def _split_marker(objs: list[Any], types: frozenset[type] | set[type], marker: _Marker) -> tuple[list[Any], bool]:
+    """The instances of ``types`` among ``objs``, and whether ``marker`` is among them."""
+    picked = select_types(objs, {*types, _Marker})
+    instances = [o for o in picked if type(o) is not _Marker]
+    return instances, any(o is marker for o in picked)
+
+
 def _on_collection(phase: str, info: dict[str, Any]) -> None:
     """gc callback: before a collection moves the young generations to generation 2, note their instances."""
     global _observed, _last, _forgotten
-    if phase != "start" or info.get("generation", 0) == 0:
+    if info.get("generation", 0) == 0:
+        return
+    last = _last
+    if phase == "stop":  # what is made from now on is young again
+        if last is not None:
+            last.marker = _Marker()
+        return
+    if phase != "start":
         return
     _observed += 1
-    last = _last
     if last is None:
         return
     try:
-        young = gc.get_objects(generation=0)
-        young += gc.get_objects(generation=1)
-        _promoted.extend(map(weakref.ref, itertools.compress(young, map(last.types.__contains__, map(type, young)))))
+        instances, marked = _split_marker(_young_objects(), last.types, last.marker)
+        if not marked:
+            raise LookupError("gc.unfreeze() moved young objects to the oldest generation")
+        _promoted.extend(_weak_refs(instances))
         if len(_promoted) > _MAX_PROMOTED:
             raise OverflowError("too many promoted instances")
     except Exception:  # noqa: BLE001 - a gc callback must never raise; the next census scans fully
@@ -188,42 +256,37 @@ def stop_capture() -> None:
 
 
 def find_instances(holders: bool = True, *, incremental: bool = True) -> Found:
-    """Every gc-tracked tensor (and, with ``holders``, array holder) instance.
+    """Every gc-tracked tensor, storage and autograd node (and, with ``holders``, array holder) instance.
 
     Args:
         holders: Also find PhiML tensors (which hold numpy arrays).
         incremental: Scan only the young generations when that is known to find
             everything (see the module docstring); False forces a full scan.
-
-    Rarely used subclasses (DTensor, NestedTensor, ...) are targets of the full scan
-    only when their refcount grew since a census that found none of them. The type
-    sets are built here, so the references this function holds to each type are the
-    same on every call and the refcount comparison is meaningful.
     """
     global _last, _promoted
     with _lock:
-        ttypes = tensor_types()
+        ttypes, stypes, ntypes = tensor_types(), frozenset(storage_types()), frozenset(node_types())
         htypes = holder_types() if holders else set()
-        types = ttypes | htypes
+        types = frozenset(ttypes | stypes | ntypes | htypes)
         promotions, observed, frozen, forgotten = _promotions(), _observed, frozen_objects(), _forgotten
         promoted = _promoted
         _promoted = []
         found = None
         if incremental and _can_skip_old(_last, promotions, observed, frozen, holders, types):
             assert _last is not None
-            found = _young(types, _last.survivors + promoted)
+            found = _young(types, _last.survivors + promoted, _last.marker)
             if _promotions() != promotions:  # a collection ran meanwhile (another thread's gc.collect())
                 found = None
         if found is None:
-            found = _full(ttypes, htypes)
+            found = _full(types)
         del promoted
-        fresh = _remember(found, promotions, observed, frozen, holders, frozenset(types))
+        fresh = _remember(found, promotions, observed, frozen, holders, types)
         _last = fresh if _forgotten == forgotten else None
-        return found._replace(tensor_types=ttypes, holder_types=htypes)
+        return found._replace(tensor_types=ttypes, holder_types=htypes, storage_types=stypes, node_types=ntypes)
 
 
 def _can_skip_old(last: _LastScan | None, promotions: tuple[int, int], observed: int, frozen: int,
-                  holders: bool, types: set[type]) -> bool:
+                  holders: bool, types: frozenset[type]) -> bool:
     if not INCREMENTAL_SUPPORTED or last is None or last.frozen != frozen or (holders and not last.holders):
         return False
     moved = sum(promotions) - sum(last.promotions)
@@ -234,16 +297,17 @@ def _can_skip_old(last: _LastScan | None, promotions: tuple[int, int], observed:
     return moved == observed - last.observed and types <= last.types
 
 
-def _young(types: set[type], known: list[weakref.ref[Any]]) -> Found:
-    young = gc.get_objects(generation=0)
-    young += gc.get_objects(generation=1)
+def _young(types: frozenset[type], known: list[weakref.ref[Any]], marker: _Marker) -> Found | None:
+    """Survivors plus the young generations' instances; None when the marker left the young generations."""
+    instances, marked = _split_marker(_young_objects(), types, marker)
+    if not marked:  # gc.freeze(); gc.unfreeze() moved what is new to the oldest generation
+        return None
     objects, ids = [], set()
     for o in map(weakref.ref.__call__, known):
         if o is not None and type(o) in types and id(o) not in ids:
             ids.add(id(o))
             objects.append(o)
-    objects += [o for o in itertools.compress(young, map(types.__contains__, map(type, young)))
-                if id(o) not in ids]
+    objects += [o for o in instances if id(o) not in ids]
     return Found(objects, set(), set(), "young")
 
 
@@ -252,32 +316,28 @@ def _remember(found: Found, promotions: tuple[int, int], observed: int, frozen: 
     if not INCREMENTAL_SUPPORTED:
         return None
     try:
-        survivors = [weakref.ref(o) for o in found.objects]
+        survivors = _weak_refs(found.objects)
     except TypeError:  # an instance that cannot be weakly referenced: full scans from now on
         return None
-    return _LastScan(promotions, observed, frozen, holders, types, survivors)
+    return _LastScan(promotions, observed, frozen, holders, types, survivors, _Marker())
 
 
-def _full(ttypes: set[type], htypes: set[type]) -> Found:
-    types = ttypes | htypes
-    counts = {t: sys.getrefcount(t) for t in types}
-    sentinel = torch.empty(0)
-    targets = {t for t in types if t in _ALWAYS or counts[t] > _EMPTY_AT.get(t, -1)}
-    found: list[Any] | None = None
-    method = "referrers"
-    if len(targets) <= _MAX_REFERRER_TYPES:
-        found = [o for o in gc.get_referrers(*targets) if type(o) in targets]
-        if not any(o is sentinel for o in found):
-            found = None
-    if found is None:
-        targets, method = set(types), "objects"
-        objs = gc.get_objects()
-        found = list(itertools.compress(objs, map(targets.__contains__, map(type, objs))))
-        del objs
-    present = set(map(type, found))
-    for t in targets:
-        if t not in present and t not in _ALWAYS:
-            before = sys.getrefcount(t)
-            _EMPTY_AT[t] = 0  # the first insertion may itself reference t: measure that too
-            _EMPTY_AT[t] = counts[t] + sys.getrefcount(t) - before
-    return Found([o for o in found if o is not sentinel], set(), set(), method)
+def forget() -> None:
+    """Make the next scan a full one.
+
+    The census calls this when it found a graph that only the Python object of a C++
+    autograd node holds (``fn = loss.grad_fn`` with every tensor of the graph gone): such
+    an object cannot be weakly referenced, so once it is in the oldest generation only a
+    full scan finds it again. Objects of C++ nodes that belong to graphs a tensor holds
+    are left out of the incremental bookkeeping: those graphs are walked from the tensor.
+    """
+    global _last
+    with _lock:
+        _last = None
+
+
+def _full(types: frozenset[type]) -> Found:
+    objs = gc.get_objects()
+    found = select_types(objs, types)
+    del objs
+    return Found(found, set(), set(), "objects")

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tbmem.tags import tag_for, to_unit
@@ -62,6 +63,8 @@ class Census:
         by_category: Bytes per category (every category present, zeros included).
         by_dtype, by_device, by_module: Bytes per dtype, device and watched top-level submodule.
         large_tensors: Records at or above ``large_tensor_bytes``, largest first.
+        large_rule: How that threshold was chosen (shown in the table), e.g. ``"1% of the first census"``.
+        where: When in the training step the census was taken (shown in the table).
         unattributed_bytes: On CUDA, ``memory_allocated`` minus the census bytes on that
             device (allocator rounding, tensors no scan can see); None without CUDA.
         duration_s: Wall time the census took.
@@ -69,6 +72,11 @@ class Census:
         notes: What could not be counted (reported once on the ``tbmem`` logger too).
         heap_scan: ``"full"`` (the whole heap was traversed) or ``"incremental"`` (the
             survivors of the last census plus the objects created since; same result).
+        blind_spots: Named limitations -> the bytes they concern, each also explained in
+            ``notes``: ``cpu_autocast_cache_max`` (inside a CPU autocast region, at most this
+            many bytes of low-precision weight copies live in autocast's cache, which torch
+            does not expose), ``foreign_memory_owner_not_found`` (counted bytes of tensors over
+            memory torch did not allocate whose owner, which may hold more, was not found).
 
     Example:
         >>> import torch
@@ -87,16 +95,20 @@ class Census:
     by_module: dict[str, int]
     large_tensors: list[TensorRecord]
     large_tensor_bytes: int
+    large_rule: str = ""
+    where: str = ""
     unattributed_bytes: int | None = None
     duration_s: float = 0.0
     top_k: int = 10
     notes: list[str] = field(default_factory=list)
     heap_scan: str = "full"
+    blind_spots: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_records(cls, records: list[TensorRecord], *, large_tensor_bytes: int, top_k: int,
                      duration_s: float = 0.0, unattributed_bytes: int | None = None,
-                     notes: list[str] | None = None, heap_scan: str = "full") -> "Census":
+                     notes: list[str] | None = None, heap_scan: str = "full",
+                     blind_spots: dict[str, int] | None = None) -> "Census":
         """Aggregate storage records into a census."""
         ordered = sorted(records, key=lambda r: r.bytes, reverse=True)
         by_category = dict.fromkeys(CATEGORIES, 0)
@@ -113,7 +125,8 @@ class Census:
                    by_dtype=by_dtype, by_device=by_device, by_module=by_module,
                    large_tensors=[r for r in ordered if r.bytes >= large_tensor_bytes],
                    large_tensor_bytes=large_tensor_bytes, unattributed_bytes=unattributed_bytes,
-                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()), heap_scan=heap_scan)
+                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()), heap_scan=heap_scan,
+                   blind_spots=dict(blind_spots or {}))
 
     @property
     def large_count(self) -> int:
@@ -124,6 +137,11 @@ class Census:
     def large_total_bytes(self) -> int:
         """Bytes of those storages."""
         return sum(r.bytes for r in self.large_tensors)
+
+    def with_large_threshold(self, nbytes: int, rule: str = "") -> "Census":
+        """This census with ``large_tensors`` re-selected at ``nbytes``, saying how it was chosen."""
+        return dataclasses.replace(self, large_tensor_bytes=nbytes, large_rule=rule,
+                                   large_tensors=[r for r in self.records if r.bytes >= nbytes])
 
     def scalars(self) -> dict[str, float]:
         """TensorBoard tag -> value in the tag's unit (MB, ms, count), per the tag table."""
@@ -145,11 +163,14 @@ class Census:
     def to_markdown(self) -> str:
         """The top-K largest storages as a markdown table, with the totals above it."""
         mb = 2.0**20
+        rule = f" ({self.large_rule})" if self.large_rule else ""
         lines = [
             f"**Tensor census**: {self.total_bytes / mb:.2f} MB in {len(self.records)} storages "
-            f"({self.duration_s * 1e3:.1f} ms, {self.heap_scan} heap scan); {self.large_count} at or above "
-            f"{self.large_tensor_bytes / mb:g} MB ({self.large_total_bytes / mb:.2f} MB).",
+            f"({self.duration_s * 1e3:.1f} ms, {self.heap_scan} heap scan); {self.large_count} "
+            f"({self.large_total_bytes / mb:.2f} MB) at or above the large-tensor threshold of "
+            f"{self.large_tensor_bytes / mb:.3g} MB{rule}.",
             "",
+            *([f"Taken {self.where}.", ""] if self.where else []),
             "| # | name | category | shape | dtype | device | MB |",
             "|---|---|---|---|---|---|---|",
         ]
@@ -160,6 +181,9 @@ class Census:
                          f"| {rec.bytes / mb:.3f} |")
         if self.unattributed_bytes is not None:
             lines += ["", f"Unattributed on the device: {self.unattributed_bytes / mb:.2f} MB."]
+        if self.blind_spots:
+            lines += ["", "Blind spots: " + "; ".join(f"{name} {nbytes / mb:.2f} MB"
+                                                      for name, nbytes in self.blind_spots.items())]
         if self.notes:
-            lines += ["", "Not counted: " + "; ".join(self.notes)]
+            lines += ["", "Notes: " + "; ".join(self.notes)]
         return "\n".join(lines)

@@ -12,7 +12,7 @@ Console formats (GPU / CPU-only; on CPU the peak is the RSS peak of the block)::
     [Performance] critical_operation: 1.234s, CPU +250.5MB, GPU n/a
                   CPU peak: 1024.3MB
 
-With ``writer=``, each use writes one event (``Memory/Operation/<label>_cpu_delta_MB``,
+With ``writer=``, each use writes one event (``Monitor/Operation/<label>_cpu_delta_MB``,
 ``_gpu_delta_MB``, and for the performance ones ``Perf/Operation/<label>_s``) at a
 step counting the uses of that label in this process, unless ``step=`` is given.
 

@@ -58,9 +58,9 @@ class EpochMemoryMonitor:
         enabled: False makes every hook return at once (no reading, no output).
         verbose_batches: Print the batches whose index is below this, each epoch.
         writer: Optional MemoryWriter (or SummaryWriter). Then every batch writes one
-            event with ``Memory/Batch/gpu_allocated_MB``, ``Memory/Batch/cpu_rss_MB`` and
+            event with ``Monitor/batch_gpu_allocated_MB``, ``Monitor/batch_cpu_rss_MB`` and
             ``Loss/batch`` at the global batch step (monotonic across epochs), and every
-            epoch ``Memory/Epoch/gpu_peak_MB`` (peak RSS on CPU) at the epoch index.
+            epoch ``Monitor/epoch_gpu_peak_MB`` (on CPU ``Monitor/epoch_cpu_peak_rss_MB``) at the epoch index.
             The loss is then converted each batch (one CUDA sync for a CUDA loss).
         file: Where to print (default: the monitors' shared output).
         log_every: Write batch scalars every this many global batches (default 1: every
@@ -146,6 +146,6 @@ class EpochMemoryMonitor:
             peak = gpu_peak if reading.has_gpu else cpu_peak
             self.last_peak_mb = to_mb(peak)
             if self._sink is not None:
-                self._sink.write([("epoch_peak_gpu", None, peak)], epoch)
+                self._sink.write([("epoch_peak_gpu" if reading.has_gpu else "epoch_peak_rss", None, peak)], epoch)
         except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
             hook_failed("EpochMemoryMonitor.on_epoch_end", exc)

@@ -49,9 +49,9 @@ class EpochPerformanceMonitor:
         verbose_batches: Print the batches whose index is below this, each epoch.
         device: CUDA device to synchronise and read (None: current device).
         writer: Optional MemoryWriter (or SummaryWriter): every batch writes one event with
-            ``Perf/batch_time_s``, ``Memory/Batch/gpu_allocated_MB``, ``Memory/Batch/cpu_rss_MB``
+            ``Perf/batch_time_s``, ``Monitor/batch_gpu_allocated_MB``, ``Monitor/batch_cpu_rss_MB``
             and ``Loss/batch`` at the global batch step; every epoch ``Perf/epoch_time_s`` and
-            ``Memory/Epoch/gpu_peak_MB`` at the epoch index. (It is a superset of
+            ``Monitor/epoch_gpu_peak_MB`` (on CPU ``Monitor/epoch_cpu_peak_rss_MB``) at the epoch index. (It is a superset of
             EpochMemoryMonitor's scalars: give a writer to one of the two.)
         file: Where to print (default: the monitors' shared output).
         log_every: Write batch scalars every this many global batches (default 1: every
@@ -166,7 +166,8 @@ class EpochPerformanceMonitor:
                 lines.append(f"Batch timing: avg={b.mean:.3f}s, min={b.min:.3f}s, max={b.max:.3f}s")
             emit(*lines, file=self.file)
             if self._sink is not None:
-                self._sink.write([("epoch_time", None, seconds), ("epoch_peak_gpu", None, peak)], epoch)
+                key = "epoch_peak_gpu" if reading.has_gpu else "epoch_peak_rss"
+                self._sink.write([("epoch_time", None, seconds), (key, None, peak)], epoch)
         except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
             hook_failed("EpochPerformanceMonitor.on_epoch_end", exc)
 

@@ -114,7 +114,7 @@ class MemoryTracker:
         enabled: False makes every call a no-op.
         device: CUDA device to read (None: current device).
         writer: Optional MemoryWriter; each record then writes the change since the
-            previous checkpoint as ``Memory/Operation/<label>_cpu_delta_MB`` (and ``_gpu_``),
+            previous checkpoint as ``Monitor/Operation/<label>_cpu_delta_MB`` (and ``_gpu_``),
             at step = checkpoint index.
         file: Where to print (default: the monitors' output, see ``tbmem.monitor.output``).
 

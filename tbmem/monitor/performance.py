@@ -90,7 +90,7 @@ class PerformanceMonitor:
         device: CUDA device to synchronise and read (None: current device).
         writer: Optional MemoryWriter (or SummaryWriter). Each tracked operation then
             writes one event: ``Perf/Operation/<name>_s`` plus, unless aggregated,
-            ``Memory/Operation/<name>_cpu_delta_MB`` and ``_gpu_delta_MB`` (GPU only).
+            ``Monitor/Operation/<name>_cpu_delta_MB`` and ``_gpu_delta_MB`` (GPU only).
             The step is how often that name was tracked before, unless ``track(step=)``.
         file: Where to print (default: the monitors' shared output).
 

@@ -55,7 +55,7 @@ class BatchMemoryProfiler:
         enabled: False (or :meth:`disable`) makes ``checkpoint`` and ``print_summary`` no-ops.
         device: CUDA device to read (None: current device).
         writer: Optional MemoryWriter; each finished profile (at ``print_summary`` or
-            ``reset``, once) writes one event with ``Memory/Operation/<a>_to_<b>_cpu_delta_MB``
+            ``reset``, once) writes one event with ``Monitor/Operation/<a>_to_<b>_cpu_delta_MB``
             (and ``_gpu_delta_MB``) per transition, at step = profile index.
         file: Where to print (default: the monitors' shared output).
 

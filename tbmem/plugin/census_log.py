@@ -55,6 +55,7 @@ def census_record(step: int, census: Any) -> dict[str, Any]:
         "large_tensor_bytes": int(census.large_tensor_bytes), "large_count": census.large_count,
         "large_total_bytes": int(census.large_total_bytes), "duration_ms": census.duration_s * 1e3,
         "heap_scan": census.heap_scan, "notes": list(census.notes), "top_k": census.top_k,
+        "where": getattr(census, "where", ""), "large_rule": getattr(census, "large_rule", ""),
         "top": [{"name": r.name, "category": r.category, "shape": list(r.shape), "dtype": r.dtype,
                  "device": r.device, "bytes": int(r.bytes), "module": r.module}
                 for r in census.records[: census.top_k]],

@@ -28,8 +28,8 @@ from tbmem.plugin.series import Series
 
 __all__ = ["findings", "finite", "SUMMARY_PREFIXES"]
 
-#: Tags the summary looks at (memory, step time, losses).
-SUMMARY_PREFIXES = ("Memory/", "Perf/", "Loss/")
+#: Tags the summary looks at (memory, speed, losses, the machine, the console monitors, snapshots).
+SUMMARY_PREFIXES = ("Memory/", "Perf/", "Loss/", "System/", "Monitor/", "Snapshot/")
 
 
 def finite(obj: Any) -> Any:

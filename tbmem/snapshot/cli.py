@@ -1,4 +1,4 @@
-"""``tbmem snapshot html FILE -o OUT`` and ``tbmem snapshot stats FILE [--json]``.
+"""``tbmem snapshot html FILE [-o OUT]`` and ``tbmem snapshot stats FILE [--json]``.
 
 FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read as plain data:
 a pickle that names any Python object is refused, so no code from the file runs. A file that
@@ -22,7 +22,7 @@ import pickle
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "html_command", "stats_command"]
+__all__ = ["add_parser", "default_output", "html_command", "stats_command"]
 
 _PICKLE_WARNING = ("FILE may be a PyTorch .pickle snapshot: it is read as plain data, and a pickle that names "
                    "any Python object is refused, so no code from the file runs.")
@@ -37,7 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                           description="Write one self-contained HTML file (no network access) showing every "
                           "device. " + _PICKLE_WARNING)
     html.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
-    html.add_argument("-o", "--output", required=True, metavar="OUT", help="HTML file to write")
+    html.add_argument("-o", "--output", metavar="OUT",
+                      help="HTML file to write (default: FILE with its .json.gz, .json or .pickle ending "
+                           "replaced by .html, beside it)")
     html.add_argument("--device", metavar="DEV", help="device shown first (cuda:1 or 1; default: the device "
                       "with an out-of-memory error, else the largest peak)")
     html.add_argument("--torch", action="store_true",
@@ -54,6 +56,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="when a stack has no user frame, name its innermost frame even if C++")
     stats.set_defaults(func=stats_command)
     return parser
+
+
+def default_output(path: str) -> str:
+    """Where ``html`` writes when no ``-o`` is given: FILE's name with ``.html`` for its snapshot ending.
+
+    Example:
+        >>> default_output("runs/x/oom_step000006.json.gz"), default_output("rank0.pickle")
+        ('runs/x/oom_step000006.html', 'rank0.html')
+    """
+    for ending in (".json.gz", ".json", ".pickle", ".pkl", ".pt", ".gz"):
+        if path.lower().endswith(ending) and len(path) > len(ending):
+            return path[: -len(ending)] + ".html"
+    return path + ".html"
 
 
 def _fail(message: str) -> int:
@@ -73,7 +88,7 @@ def _load(path: str) -> Any:
         return f"cannot read {path}: not enough memory"
     except (OSError, ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError, RecursionError) as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__
-        return f"cannot read {path}: {text}"
+        return text if text.startswith(f"{path} ") else f"cannot read {path}: {text}"
 
 
 def html_command(args: argparse.Namespace) -> int:
@@ -89,7 +104,7 @@ def html_command(args: argparse.Namespace) -> int:
         page = render_html(snap, device=args.device)
     except ValueError as exc:
         return _fail(str(exc))
-    out = os.fspath(args.output)
+    out = os.fspath(args.output) if args.output else default_output(args.file)
     try:
         with open(out, "w", encoding="utf-8") as fh:
             fh.write(page)
@@ -111,9 +126,13 @@ def _torch_html(args: argparse.Namespace) -> int:
         return _fail(f"cannot read {args.file}: {' '.join(str(exc).split())}")
     if page is None:
         return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(page)
-    print(args.output)
+    out = os.fspath(args.output) if args.output else default_output(args.file)
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(page)
+    except OSError as exc:
+        return _fail(f"cannot write {out}: {exc.strerror or exc}")
+    print(out)
     return 0
 
 

@@ -23,6 +23,8 @@ Example:
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 from typing import Any, Callable
 
@@ -36,6 +38,8 @@ __all__ = ["load_snapshot", "load_torch_pickle", "is_pickle_path", "format_bytes
            "stats_json", "SnapshotRefused", "Limits"]
 
 _PICKLE_EXTS = (".pickle", ".pkl", ".pt")
+_FORMATS = ("tbmem reads its own snapshots (.json.gz, or .json) and PyTorch memory snapshot pickles "
+            "(torch.cuda.memory._dump_snapshot, .pickle)")
 
 
 def is_pickle_path(path: str | os.PathLike[str]) -> bool:
@@ -88,11 +92,15 @@ def load_snapshot(path: str | os.PathLike[str], *, allow_pickle: bool = True, li
         return convert_rows(top, rows, kind="snapshot", step=0, limits=limits)
     try:
         return read_json_gz(path, max_bytes=limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio)
-    except (EOFError, UnicodeDecodeError) as exc:
-        raise SnapshotRefused(f"{path} is truncated or not gzip JSON ({exc})") from None
+    except (EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
+        raise SnapshotRefused(f"{path} is truncated or not gzip JSON ({exc}); {_FORMATS}") from None
+    except json.JSONDecodeError:
+        raise SnapshotRefused(f"{path} is not a snapshot: {_FORMATS}") from None
     except ValueError as exc:
         if isinstance(exc, SnapshotRefused):
             raise
+        if str(exc).endswith("is not UTF-8 JSON") or str(exc).startswith("not a tbmem.snapshot document"):
+            raise SnapshotRefused(f"{path} is not a snapshot: {_FORMATS}") from None
         raise SnapshotRefused(str(exc)) from None
 
 

@@ -8,6 +8,9 @@ never overwritten: when another writer (a second run on the same logdir, a copy
 of the user's) already holds a snapshot's name, this one is written as
 ``<kind>_rank<r>_step<000000123>-2.<ext>`` (then ``-3``, ...).
 
+Files get the permissions the process's umask gives new files (as TensorBoard's event
+files do), not ``tempfile``'s private 0600.
+
 Pruning removes only files this store wrote (tracked as they are written, never
 found by pattern), oldest first; out-of-memory snapshots (kind ``oom``) are
 never pruned.
@@ -39,6 +42,21 @@ FILE_RE = re.compile(r"^(?P<kind>[a-z]+)_rank(?P<rank>\d+)_step(?P<step>\d{9,})(
                      r"\.(?P<ext>json\.gz|html|pickle)$")
 _EXTS = ("json.gz", "html", "pickle")
 _MAX_DUPS = 1000
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``);
+    elsewhere set and restored at once (another thread creating a file in between would get 022)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class SnapshotStore:
@@ -75,6 +93,8 @@ class SnapshotStore:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".part")
         try:
+            # mkstemp makes the file 0600; a snapshot is shared like the event files beside it
+            os.fchmod(fd, 0o666 & ~_umask())
             with os.fdopen(fd, "wb") as fh:
                 fill(fh)
                 fh.flush()

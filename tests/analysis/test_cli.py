@@ -35,10 +35,10 @@ def test_table_lists_runs_and_leak_evidence(logdir, capsys):
     assert code == 0 and err == ""
     header, rule, *rows = out.split("\n\n")[0].splitlines()
     assert header.split() == ["metric", "clean", "leaky"]
-    table = {r[:26].strip(): r[26:].split() for r in rows}
-    assert table["peak RAM RSS (GB)"] == ["0.500", "0.750"]
-    assert table["peak VRAM allocated (GB)"] == ["n/a", "n/a"]  # a CPU run
-    assert table["activations (MB)"] == ["n/a", f"{380 / 2:.2f}"]  # at the census peak: the last step
+    table = {r[:22].strip(): r[22:].split() for r in rows}
+    assert table["peak RAM RSS"] == ["512", "MiB", "768", "MiB"]
+    assert table["peak VRAM allocated"] == ["n/a", "n/a"]  # a CPU run
+    assert table["activations"] == ["n/a", "190", "MiB"]  # at the census peak: the last step
     assert table["leaks flagged"] == ["none", "1"]
     assert "LEAKS:" in out and "leaky: Memory/Tensor_Category/activations_MB grows +500.0 MB/1k steps" in out
 
@@ -51,6 +51,23 @@ def test_json_is_machine_readable(logdir, capsys):
     assert leaky["peak_rss_gb"] == 0.75 and leaky["peak_allocated_gb"] is None
     (leak,) = leaky["leaks"]
     assert leak["category"] == "activations" and leak["slope_mb_per_1k"] == pytest.approx(500.0)
+
+
+def test_values_have_significant_digits_and_units_that_fit(tmp_path, capsys):
+    """The issue's run: a tiny model (KiB of parameters, no gradients) and a loss of 6.6e-14."""
+    write_run(tmp_path, range(0, 30, 10), lambda s: {
+        "Memory/RAM/process_rss_GB": 0.374, CATEGORY.format("parameters"): 8836 / 2**20,
+        CATEGORY.format("gradients"): 0.0, CATEGORY.format("activations"): 1.89, "Perf/step_time_ms": 0.0523,
+        "Loss/evaluation": 6.556e-14})
+    code, out, _ = run(capsys, tmp_path)
+    table = {r[:22].strip(): r[22:].strip() for r in out.split("\n\n")[0].splitlines()[2:]}
+    assert code == 0
+    assert table["parameters"] == "8.63 KiB"  # was "0.01" MB
+    assert table["gradients"] == "0 B"  # was "0.00"
+    assert table["activations"] == "1.89 MiB"
+    assert table["peak RAM RSS"] == "383 MiB"
+    assert table["step time mean"] == "0.0523 ms"
+    assert table["last Loss/evaluation"] == "6.556e-14"  # was "0.0000"
 
 
 def test_json_turns_nan_into_null(tmp_path, capsys):
@@ -68,9 +85,9 @@ def test_fail_on_leak_and_threshold(logdir, capsys):
 def test_compare_two_runs(logdir, capsys):
     code, out, _ = run(capsys, logdir, "--compare", "clean", "leaky")
     assert code == 0
-    rows = {r[:26].strip(): r[26:].split() for r in out.splitlines()}
+    rows = {r[:22].strip(): r[22:].split() for r in out.splitlines()}
     assert rows["metric"] == ["clean", "leaky", "diff", "(B-A)"]
-    assert rows["peak RAM RSS (GB)"] == ["0.500", "0.750", "+0.250"]
+    assert rows["peak RAM RSS"] == ["512", "MiB", "768", "MiB", "+256", "MiB"]
     code, _, err = run(capsys, logdir, "--compare", "clean", "nope")
     assert code == 2 and "no run named 'nope'" in err
 
@@ -83,6 +100,15 @@ def test_png_figure(logdir, capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     code, _, err = run(capsys, logdir, "--png", tmp_path / "missing" / "x.png")
     assert code == 2 and "Traceback" not in err and err.startswith("tbmem report:")
+
+
+def test_png_into_a_missing_folder_still_prints_the_table_and_says_why(logdir, capsys, tmp_path):
+    missing = tmp_path / "nonexistent" / "dir" / "x.png"
+    code, out, err = run(capsys, logdir, "--png", missing)
+    assert code == 2
+    assert "peak RAM RSS" in out and "LEAKS" in out  # the summary is not lost with the figure
+    assert "figure written" not in out
+    assert err == f"tbmem report: cannot write the figure: {missing}: No such file or directory\n"
 
 
 def test_errors_are_one_line_and_exit_2(logdir, tmp_path, capsys):

@@ -152,7 +152,7 @@ def test_headroom_from_a_logged_forecast(tmp_path):
             step(torch.randn(32, 64))
             w.log_memory(s)
     hint = _by_kind(find_hints(tmp_path))["batch_headroom"]
-    available = _value(tmp_path, "Memory/RAM/system_available_GB")
+    available = _value(tmp_path, "System/ram_available_GB")
     budget = cpu_budget(available=int(available * GiB), resident=forecast.resident_bytes).bytes
     assert hint.data["budget_bytes"] == budget and hint.data["batch_size"] == 32
     assert abs(hint.data["max_batch_size"] - forecast.max_batch_size(budget)) <= 1

@@ -80,9 +80,9 @@ def test_too_few_points_are_not_judged_and_bad_options_raise():
 
 def test_tag_kinds():
     assert leak_tag_kind("Memory/Tensor_Category/gradients_MB") == "exact"
-    assert leak_tag_kind("Memory/vram_allocated_GB") == "exact"
-    assert leak_tag_kind("Memory/vram_reserved_GB") == "noisy"
-    assert leak_tag_kind("Memory/RAM/system_used_GB") is None  # other processes move it
+    assert leak_tag_kind("Memory/GPU/vram_allocated_GB") == "exact"
+    assert leak_tag_kind("Memory/GPU/vram_reserved_GB") == "noisy"
+    assert leak_tag_kind("System/ram_used_GB") is None  # other processes move it
     assert leak_tag_kind("Perf/step_time_ms") is None
 
 

@@ -17,7 +17,7 @@ from tests.analysis._logdirs import write_run
 def two_runs(tmp_path):
     write_run(tmp_path / "exp" / "a", range(0, 30, 10),
               lambda s: {"Memory/RAM/process_rss_GB": 1.0 + s / 8, "Loss/train": 0.5})
-    write_run(tmp_path / "b", [5, 7], lambda s: {"Memory/vram_allocated_GB": s * 0.25})
+    write_run(tmp_path / "b", [5, 7], lambda s: {"Memory/GPU/vram_allocated_GB": s * 0.25})
     return tmp_path
 
 
@@ -59,7 +59,7 @@ def test_load_scalars_returns_every_value_with_types(two_runs):
     assert str(df["step"].dtype) == "int64" and str(df["value"].dtype) == "float64"
     rows = [tuple(r) for r in df[["run", "tag", "step", "value"]].itertuples(index=False)]
     assert rows == [
-        ("b", "Memory/vram_allocated_GB", 5, 1.25), ("b", "Memory/vram_allocated_GB", 7, 1.75),
+        ("b", "Memory/GPU/vram_allocated_GB", 5, 1.25), ("b", "Memory/GPU/vram_allocated_GB", 7, 1.75),
         ("exp/a", "Loss/train", 0, 0.5), ("exp/a", "Loss/train", 10, 0.5), ("exp/a", "Loss/train", 20, 0.5),
         ("exp/a", "Memory/RAM/process_rss_GB", 0, 1.0), ("exp/a", "Memory/RAM/process_rss_GB", 10, 2.25),
         ("exp/a", "Memory/RAM/process_rss_GB", 20, 3.5),
@@ -145,3 +145,20 @@ def test_tensor_scalars_of_the_v2_summary_api_are_read(tmp_path):
         w.summary_writer._get_file_writer().add_summary(Summary(value=values), 3)
     df = load_scalars(tmp_path)
     assert df[["tag", "step", "value"]].values.tolist() == [["Memory/float32", 3, 2.5], ["Memory/float64", 3, 2.5]]
+
+
+def test_logs_written_before_the_renames_read_under_the_current_names(tmp_path):
+    from tbmem.analysis import load_scalars, summarize
+
+    write_run(tmp_path / "gpu", [0, 10], lambda s: {"Memory/vram_allocated_GB": 1.5, "Memory/RAM/process_rss_GB": 2.0,
+                                                   "Memory/Epoch/gpu_peak_MB": 700.0,
+                                                   "Memory/Operation/load_cpu_delta_MB": 3.0})
+    write_run(tmp_path / "cpu", [0, 10], lambda s: {"Memory/RAM/process_rss_GB": 0.5, "Memory/Epoch/gpu_peak_MB": 512.0,
+                                                   "Memory/RAM/system_used_GB": 8.0})
+    df = load_scalars(tmp_path)
+    tags = {run: set(g["tag"]) for run, g in df.groupby("run")}
+    assert tags["gpu"] == {"Memory/GPU/vram_allocated_GB", "Memory/RAM/process_rss_GB", "Monitor/epoch_gpu_peak_MB",
+                           "Monitor/Operation/load_cpu_delta_MB"}
+    # the old epoch tag held the peak RSS on CPU runs: read as what it was
+    assert tags["cpu"] == {"Memory/RAM/process_rss_GB", "Monitor/epoch_cpu_peak_rss_MB", "System/ram_used_GB"}
+    assert {s.run: s.peak_allocated_gb for s in summarize(df)} == {"cpu": None, "gpu": 1.5}

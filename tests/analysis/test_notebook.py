@@ -47,3 +47,26 @@ def test_notebook_executes_against_a_fresh_logdir(tmp_path, monkeypatch):
     assert "clean: snapshot_rank0_step000000100.json.gz" in outputs
     images = sum(1 for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
     assert images >= 6  # VRAM/RAM, categories, dtypes, large tensors, 2x loss+memory, leaks
+
+
+def test_notebook_executes_on_a_run_with_a_single_record(tmp_path, monkeypatch):
+    """One record: every chart has its point or bar in view (plot functions tested in test_plot.py)."""
+    import torch
+
+    from tbmem import MemoryWriter
+
+    model = torch.nn.Linear(8, 8)
+    with MemoryWriter(tmp_path / "runs" / "one", every=1, census_every=1) as writer:
+        writer.watch(model)
+        model(torch.randn(2, 8)).sum().backward()
+        writer.add_scalar("Loss/train", 0.5, 0)
+        writer.log_memory(0)
+    monkeypatch.setenv("TBMEM_LOGDIR", str(tmp_path / "runs"))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=180,
+                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()
+    outputs = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+    assert "runs: one" in outputs
+    images = sum(1 for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
+    assert images >= 5  # RAM, categories, dtypes, large tensors, loss and memory

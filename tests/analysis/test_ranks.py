@@ -92,7 +92,8 @@ def test_png_draws_one_panel_per_job_with_the_band(job, tmp_path):
     jobs = rank_jobs(summarize(df))
     fig = plot_timeline(df, runs=["single"], jobs=jobs)
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["single", "job exp/run1: 3 ranks (band: min..max over the ranks)"]
+    assert titles == ["single: process and allocator memory (RSS, VRAM)",
+                      "job exp/run1: 3 ranks (band: min..max over the ranks)"]
     band = fig.axes[1]
     labels = [line.get_label() for line in band.get_lines()]
     assert labels == ["RAM RSS (mean; max on rank 1)", "process tree RSS (mean; max on rank 2)"]

@@ -16,10 +16,10 @@ STEP_MS = {s: 20.0 + (s % 70) / 2 for s in STEPS}  # float32-exact
 
 def gpu_values(step: int) -> dict[str, float]:
     values = {
-        "Memory/vram_allocated_GB": 1.0 + (step == 120) * 0.5,
-        "Memory/vram_peak_allocated_GB": 1.25 + (step == 90) * 1.5,  # the window peak beats allocated
-        "Memory/vram_reserved_GB": 3.0,
-        "Memory/vram_peak_reserved_GB": 3.0 + (step == 150),
+        "Memory/GPU/vram_allocated_GB": 1.0 + (step == 120) * 0.5,
+        "Memory/GPU/vram_peak_allocated_GB": 1.25 + (step == 90) * 1.5,  # the window peak beats allocated
+        "Memory/GPU/vram_reserved_GB": 3.0,
+        "Memory/GPU/vram_peak_reserved_GB": 3.0 + (step == 150),
         "Memory/fragmentation_percent": 10.0 + (step == 40) * 22.5,
         "Memory/RAM/process_rss_GB": 2.0,
         "Perf/step_time_ms": STEP_MS[step],
@@ -89,3 +89,20 @@ def test_no_tbmem_tags_is_a_clear_error(logdir):
         summarize(logdir / "plain")
     with pytest.raises(NoTbmemTagsError, match="run 'plain' has no tbmem memory tags"):
         summarize(logdir, runs=["gpu", "plain"])
+
+
+def test_census_cost_is_its_share_of_the_run(tmp_path):
+    from tbmem.analysis import summarize
+    from tbmem.analysis.table import format_table
+    from tbmem.tags import TAGS
+    from tests.analysis._logdirs import write_run
+
+    # records every 10 steps of 10 ms each (100 ms between records); a 5 ms census at steps 0, 20, 40
+    write_run(tmp_path, range(0, 50, 10), lambda s: {
+        "Memory/RAM/process_rss_GB": 0.5, TAGS["step_time"].tag: 10.0,
+        **({TAGS["census_duration"].tag: 5.0} if s % 20 == 0 else {})})
+    (s,) = summarize(tmp_path)
+    # the step-0 census precedes the first timed interval; 2 x 5 ms inside 400 ms
+    assert s.census_cost == {"censuses": 3.0, "median_ms": 5.0, "percent": pytest.approx(2.5)}
+    row = next(r for r in format_table([s]).splitlines() if r.startswith("census cost"))
+    assert row.split(None, 2)[2].strip() == "5 ms median, 2.5% of the run"

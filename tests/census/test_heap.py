@@ -14,17 +14,6 @@ from tbmem.census import heap, take_census
 pytestmark = pytest.mark.skipif(not heap.INCREMENTAL_SUPPORTED, reason="needs CPython's generational gc")
 
 
-@pytest.fixture
-def no_automatic_gc() -> Iterator[None]:
-    """Collections only where a test asks for one, so the scan method is deterministic."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 class Late(torch.Tensor):
     pass
 
@@ -169,3 +158,66 @@ def test_capture_is_counted_and_removed_with_its_last_user(tmp_path) -> None:
     assert heap._on_collection not in gc.callbacks
     MemoryWriter(tmp_path / "c", census_every=0).close()
     assert heap._on_collection not in gc.callbacks
+
+
+# --- audit of issue 12 -------------------------------------------------------------------------
+def _records_of(census, nbytes: int) -> list:
+    return [r for r in census.records if r.bytes == nbytes]
+
+
+def test_tensors_moved_to_the_oldest_generation_by_freeze_and_unfreeze_are_found(no_automatic_gc) -> None:
+    """Defect 1: gc.unfreeze() moves young objects to generation 2 without a collection."""
+    take_census()
+    made = torch.zeros(54_321)
+    expected = made.untyped_storage().nbytes()
+    gc.freeze()
+    gc.unfreeze()  # the freeze count is back to its old value and no collection ran
+    assert any(o is made for o in gc.get_objects(generation=2))
+    found = heap.find_instances()
+    assert any(o is made for o in found.objects)
+    census = take_census()
+    assert [(r.category, r.bytes) for r in _records_of(census, expected)] == [("other", expected)]
+
+
+def test_freeze_and_unfreeze_between_promotions_the_callback_saw_are_noticed(no_automatic_gc, capture) -> None:
+    """Defect 1, with the gc callback installed: a later observed collection must not hide the unfreeze."""
+    heap.find_instances()
+    made = torch.zeros(54_322)
+    gc.freeze()
+    gc.unfreeze()
+    gc.collect(1)  # seen by the callback, which must notice that the young objects were moved before it
+    assert any(o is made for o in heap.find_instances().objects)
+
+
+class Rare(torch.Tensor):
+    pass
+
+
+class Scarce(torch.Tensor):
+    pass
+
+
+def test_subclass_instances_hidden_by_a_freeze_during_a_census_are_found_after_unfreeze(no_automatic_gc) -> None:
+    """Defect 2: a census that could not see the instances must not conclude that there are none."""
+    rare = torch.Tensor._make_subclass(Rare, torch.zeros(4_567))  # the only owner of its storage
+    expected = rare.untyped_storage().nbytes()
+    gc.freeze()
+    try:
+        blind = take_census(full_scan=True)
+    finally:
+        gc.unfreeze()
+    assert not _records_of(blind, expected)
+    for full_scan in (True, False):
+        census = take_census(full_scan=full_scan)
+        assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("Rare", expected)]
+
+
+def test_subclass_instances_are_found_after_another_reference_to_the_class_was_dropped(no_automatic_gc) -> None:
+    """Defect 2: the class's reference count is no proof that it has no instances."""
+    extra = [Scarce]  # some other reference to the class, dropped later
+    take_census(full_scan=True)
+    del extra
+    scarce = torch.Tensor._make_subclass(Scarce, torch.zeros(4_569))
+    expected = scarce.untyped_storage().nbytes()
+    census = take_census(full_scan=True)
+    assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("Scarce", expected)]

@@ -8,7 +8,7 @@ import weakref
 import numpy as np
 import torch
 
-from tbmem.census import scan, take_census
+from tbmem.census import take_census, walk
 
 
 def test_a_census_keeps_no_local_variable_of_its_caller_alive() -> None:
@@ -35,11 +35,11 @@ def test_the_copy_of_the_locals_is_kept_while_a_python_tracer_is_installed() -> 
     def tracer(frame, event, arg):  # noqa: ANN001 - sys.settrace's signature
         return None
 
-    assert not scan._tracing()
+    assert not walk._tracing()
     old = sys.gettrace()
     sys.settrace(tracer)
     try:
-        tracing = scan._tracing()
+        tracing = walk._tracing()
     finally:
         sys.settrace(old)
     assert tracing
@@ -48,7 +48,7 @@ def test_the_copy_of_the_locals_is_kept_while_a_python_tracer_is_installed() -> 
 def test_the_walk_below_a_huge_local_takes_only_its_budget_of_items() -> None:
     huge = [np.zeros(1) for _ in range(50)] + [[] for _ in range(100_000)]
     small = {"a": np.ones(2)}
-    refs = scan._bounded_referents([small, huge, {i: i for i in range(30_000)}], 60)
+    refs = walk._bounded_referents([small, huge, {i: i for i in range(30_000)}], 60)
     assert len(refs) == 60
     assert any(r is small["a"] for r in refs)  # a small container is listed whole
     assert sum(type(r) is np.ndarray for r in refs) == 51  # the first items of the huge list, in order

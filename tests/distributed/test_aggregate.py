@@ -54,13 +54,14 @@ def test_margin_charts_pair_mean_with_min_and_max():
     margins = {t: c[1] for t, c in charts.items() if c[0] == "Margin"}
     assert margins["Peak VRAM allocated across ranks (GB): mean, min..max"] == [
         ranks_tag(s, TAGS["vram_peak_allocated"].tag) for s in ("mean", "min", "max")]
-    assert charts["Rank holding the maximum"] == ["Multiline", [ranks_tag("argmax", RSS),
-                                                                ranks_tag("argmax", TAGS["vram_peak_allocated"].tag)]]
+    assert charts["Rank holding the maximum Process RSS (rank)"] == ["Multiline", [ranks_tag("argmax", RSS)]]
+    assert charts["Rank holding the maximum Peak VRAM allocated (rank)"] == [
+        "Multiline", [ranks_tag("argmax", TAGS["vram_peak_allocated"].tag)]]  # one reading per chart
     assert "tbmem: ranks" not in custom_scalars_layout()
 
 
 def test_ranks_tag_keeps_the_tag_whole():
-    assert ranks_tag("argmax", "Memory/vram_peak_allocated_GB") == "Ranks/Memory/vram_peak_allocated_GB/argmax"
+    assert ranks_tag("argmax", "Memory/GPU/vram_peak_allocated_GB") == "Ranks/Memory/GPU/vram_peak_allocated_GB/argmax"
     with pytest.raises(ValueError, match="stat must be one of"):
         ranks_tag("median", RSS)
 

@@ -7,8 +7,10 @@ import torch.distributed as dist
 
 from tbmem import MemoryWriter
 from tbmem.ranks import RankInfo, RanksConfig, detect_rank
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, ranks_tag
 from tests._events import read_events
+
+RSS = TAGS["ram_rss"].tag
 
 
 @pytest.mark.parametrize("env,expected", [
@@ -85,11 +87,16 @@ def test_rank0_writes_the_margin_charts_only(tmp_path, torchrun_env):
                         out |= {cat.title for cat in layout.category}
         return out
 
+    # the layout follows what a rank writes (tbmem.layout): rank 0 writes the aggregates, so only its
+    # layout gets their margin charts (tests/distributed/test_torchrun.py checks a real job's)
     for rank in (0, 1):
         torchrun_env(rank)
-        MemoryWriter(tmp_path, census_every=0).close()
+        with MemoryWriter(tmp_path, census_every=0) as writer:
+            if rank == 0:
+                writer.write_scalars({ranks_tag(s, RSS): 1.0 for s in ("mean", "min", "max", "argmax")}, 0)
+            writer.write_scalars({RSS: 1.0}, 0)
     assert "tbmem: ranks" in titles(tmp_path / "rank0")
-    assert "tbmem: ranks" not in titles(tmp_path / "rank1")
+    assert "tbmem: ranks" not in titles(tmp_path / "rank1") and titles(tmp_path / "rank1")
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -51,9 +51,10 @@ def test_memory_examples(tmp_path):
     assert re.fullmatch(rf"After model creation: CPU: {NUM} MB \| GPU Allocated: n/a \| GPU Reserved: n/a", manual[0])
     assert "MEMORY CHECKPOINTS" in manual and any(x.startswith("after_training ") for x in manual)
     tags = set(read_events(tmp_path).Tags()["scalars"])
-    assert {"Loss/batch", "Memory/Batch/cpu_rss_MB", "Memory/Epoch/gpu_peak_MB",
-            "Memory/Operation/loading_dataset_cpu_delta_MB",
-            "Memory/Operation/start_to_data_to_gpu_cpu_delta_MB"} <= tags
+    assert {"Loss/batch", "Monitor/batch_cpu_rss_MB", "Monitor/epoch_cpu_peak_rss_MB",
+            "Monitor/Operation/loading_dataset_cpu_delta_MB",
+            "Monitor/Operation/start_to_data_to_gpu_cpu_delta_MB"} <= tags
+    assert not [t for t in tags if t.endswith(("gpu_peak_MB", "gpu_allocated_MB", "_gpu_delta_MB"))]  # CPU run
 
 
 def test_performance_examples(tmp_path):

@@ -14,7 +14,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tbmem import MemoryWriter
 from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryTracker,
                            PerformanceMonitor, track_memory, track_performance)
-from tests._events import scalars
+from tests._events import read_events, scalars
 from tests.monitor.conftest import value_events
 
 MiB = 2**20
@@ -37,15 +37,16 @@ def test_epoch_memory_monitor_writes_one_event_per_batch_with_global_steps(tmp_p
     loss_points = scalars(tmp_path, "Loss/batch")
     assert [s for s, _ in loss_points] == list(range(6))
     assert [v for _, v in loss_points] == pytest.approx([x for e in losses for x in e])
-    cpu = scalars(tmp_path, "Memory/Batch/cpu_rss_MB")
+    cpu = scalars(tmp_path, "Monitor/batch_cpu_rss_MB")
     assert [s for s, _ in cpu] == list(range(6))
     assert all(v == pytest.approx(rss_mb, rel=0.1) for _, v in cpu)
-    peaks = scalars(tmp_path, "Memory/Epoch/gpu_peak_MB")  # CPU run: the epoch's peak RSS
+    peaks = scalars(tmp_path, "Monitor/epoch_cpu_peak_rss_MB")  # CPU run: the epoch's peak RSS
+    assert "Monitor/epoch_gpu_peak_MB" not in read_events(tmp_path).Tags()["scalars"]  # no CPU reading as gpu
     assert [s for s, _ in peaks] == [0, 1] and all(v >= c for (_, v), (_, c) in zip(peaks, cpu[::3]))
     events = value_events(tmp_path)
     batch_events = [values for _, values in events if "Loss/batch" in values]
     assert len(batch_events) == 6  # one event per batch carrying every batch scalar
-    assert all(set(v) == {"Loss/batch", "Memory/Batch/cpu_rss_MB"} for v in batch_events)  # no GPU tag on CPU
+    assert all(set(v) == {"Loss/batch", "Monitor/batch_cpu_rss_MB"} for v in batch_events)  # no GPU tag on CPU
 
 
 def test_epoch_memory_monitor_gpu_tags(fake_gpu, tmp_path):
@@ -56,8 +57,8 @@ def test_epoch_memory_monitor_gpu_tags(fake_gpu, tmp_path):
         fake_gpu.peak_allocated = 700 * MiB
         monitor.on_batch_end(0, 1.0)
         monitor.on_epoch_end()
-    assert scalars(tmp_path, "Memory/Batch/gpu_allocated_MB") == [(0, 40.0)]
-    assert scalars(tmp_path, "Memory/Epoch/gpu_peak_MB") == [(0, 700.0)]
+    assert scalars(tmp_path, "Monitor/batch_gpu_allocated_MB") == [(0, 40.0)]
+    assert scalars(tmp_path, "Monitor/epoch_gpu_peak_MB") == [(0, 700.0)]
 
 
 def test_epoch_performance_monitor_scalars_equal_its_statistics(tmp_path):
@@ -91,11 +92,11 @@ def test_performance_monitor_one_event_per_operation(tmp_path):
         metrics = monitor.get_metrics()
     op = scalars(tmp_path, "Perf/Operation/load_ground_truth_s")
     assert op == [(i, pytest.approx(m.duration_seconds, rel=1e-5)) for i, m in enumerate(metrics)]
-    cpu = scalars(tmp_path, "Memory/Operation/load_ground_truth_cpu_delta_MB")
+    cpu = scalars(tmp_path, "Monitor/Operation/load_ground_truth_cpu_delta_MB")
     assert [v for _, v in cpu] == pytest.approx([m.cpu_delta_mb for m in metrics], abs=1e-3)
     assert [s for s, _ in scalars(tmp_path, "Perf/Operation/batch_forward_s")] == [0, 1, 2]
     tags = set().union(*(values for _, values in value_events(tmp_path)))
-    assert "Memory/Operation/batch_forward_cpu_delta_MB" not in tags  # aggregated: timing only
+    assert "Monitor/Operation/batch_forward_cpu_delta_MB" not in tags  # aggregated: timing only
     assert not any("gpu_delta" in tag for tag in tags)  # CPU run: no fake GPU curves
     assert len(value_events(tmp_path)) == 5
     del block
@@ -118,10 +119,10 @@ def test_track_helpers_profiler_and_tracker_write(fake_gpu, tmp_path):
     fake_gpu.allocated += 5 * MiB
     tracker.record("after")
     sw.close()
-    assert scalars(tmp_path, "Memory/Operation/load_gpu_delta_MB") == [(7, 64.0)]
+    assert scalars(tmp_path, "Monitor/Operation/load_gpu_delta_MB") == [(7, 64.0)]
     assert [s for s, _ in scalars(tmp_path, "Perf/Operation/solve_s")] == [0]
-    assert scalars(tmp_path, "Memory/Operation/start_to_data_to_gpu_gpu_delta_MB") == [(0, 19.0)]
-    assert scalars(tmp_path, "Memory/Operation/after_gpu_delta_MB") == [(1, 5.0)]
+    assert scalars(tmp_path, "Monitor/Operation/start_to_data_to_gpu_gpu_delta_MB") == [(0, 19.0)]
+    assert scalars(tmp_path, "Monitor/Operation/after_gpu_delta_MB") == [(1, 5.0)]
 
 
 class _FullDisk:

@@ -19,7 +19,7 @@ from tbmem import MemoryWriter
 from tbmem.snapshot import SnapshotConfig
 
 __all__ = ["REAL", "REAL_PICKLE", "SPIKE", "OOM_STEP", "Planted", "write_oom", "write_training_run", "write_ranks", "write_long",
-           "build_logdir", "Server",
+           "build_logdir", "build_logdir_isolated", "Server",
            "get", "get_json", "MARKER"]
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "snapshots" / "real"
@@ -82,8 +82,8 @@ def write_long(run_dir: Path, steps: int = 1000) -> None:  # TensorBoard keeps 1
             rss = SPIKE[1] if step == SPIKE[0] else 1.0 + (step % 10) * 1e-3
             w.write_scalars({"Memory/RAM/process_rss_GB": rss, "Memory/RAM/process_peak_rss_GB": rss,
                              # CUDA readings as a GPU run writes them; the allocator counted an OOM at 500
-                             "Memory/vram_allocated_GB": 2.0, "Memory/vram_reserved_GB": 3.0,
-                             "Memory/vram_peak_allocated_GB": 2.5, "Memory/vram_ooms": float(step >= 500)}, step)
+                             "Memory/GPU/vram_allocated_GB": 2.0, "Memory/GPU/vram_reserved_GB": 3.0,
+                             "Memory/GPU/vram_peak_allocated_GB": 2.5, "Memory/GPU/vram_ooms": float(step >= 500)}, step)
 
 
 #: The step at which write_oom's run runs out of memory.
@@ -138,6 +138,20 @@ def build_logdir(root: Path) -> dict[str, Path]:
     with open(train / "evil_step5.pickle", "wb") as fh:
         pickle.dump(Planted(str(marker)), fh)
     return {"logdir": logdir, "train": train, "outside": outside, "marker": marker, "real": real}
+
+
+def build_logdir_isolated(root: Path) -> dict[str, Path]:
+    """build_logdir run in a fresh interpreter, so its censuses see only its own tensors."""
+    repo = Path(__file__).resolve().parents[2]
+    code = "import sys; from pathlib import Path; from tests.plugin._logdir import build_logdir; build_logdir(Path(sys.argv[1]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code, str(root)], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"building the plugin logdir failed:\n{done.stdout}\n{done.stderr}")
+    logdir, train = root / "logs", root / "logs" / "train"
+    return {"logdir": logdir, "train": train, "outside": root / "outside", "marker": root / MARKER,
+            "real": train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"}
 
 
 def _free_port() -> int:

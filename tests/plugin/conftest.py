@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.plugin._logdir import REAL, REAL_PICKLE, Server, build_logdir
+from tests.plugin._logdir import REAL, REAL_PICKLE, Server, build_logdir_isolated
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -15,7 +15,9 @@ CHROMIUM = "/usr/bin/chromium"
 def logdir_paths(tmp_path_factory):
     if not (REAL / REAL_PICKLE).exists():
         pytest.fail(f"the real snapshots are missing: {REAL}")
-    return build_logdir(tmp_path_factory.mktemp("plugin"))
+    # In a fresh process: the census counts every tensor of the process, and tensors other tests
+    # leave alive (an int32 index kept by a cache) would enter the expected breakdowns.
+    return build_logdir_isolated(tmp_path_factory.mktemp("plugin"))
 
 
 @pytest.fixture(scope="session")

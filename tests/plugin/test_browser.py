@@ -86,7 +86,7 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path):
     row.locator("button.open").click()
     tab.wait_for_selector("#viewer-box:not([hidden])")
     viewer = _frame(page, "/data/plugin/tbmem/snapshot?")
-    wait_until(viewer, "window.tbmemViewer !== undefined", timeout_s=60)
+    wait_until(viewer, "window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=60)
     assert viewer.evaluate("window.tbmemViewer.stats().peak") == MAGMA27_PEAK
     assert _coloured_pixels(viewer, "#timeline") > 5000
     tab.locator("#viewer").scroll_into_view_if_needed()

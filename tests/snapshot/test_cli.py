@@ -109,5 +109,26 @@ def test_bad_files_one_line_exit_2_never_a_traceback(tmp_path, command):
         proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (name, proc.stderr)
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("tbmem snapshot: cannot read"), (name, proc.stderr)
-        assert "Traceback" not in proc.stderr
+        assert len(lines) == 1 and lines[0].startswith("tbmem snapshot: "), (name, proc.stderr)
+        assert name in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("content", [bytes(range(7, 256)) * 3, b"hello\n", b'{"a": 1}'])
+def test_a_file_that_is_no_snapshot_says_so_and_names_the_formats(tmp_path, capsys, content):
+    # issue 15: random.txt used to give "Expecting value: line 1 column 1 (char 0)"
+    path = tmp_path / "random.txt"
+    path.write_bytes(content)
+    assert main(["snapshot", "html", str(path), "-o", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"tbmem snapshot: {path} is not a snapshot: tbmem reads its own snapshots (.json.gz, or .json) "
+                   "and PyTorch memory snapshot pickles (torch.cuda.memory._dump_snapshot, .pickle)")
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_html_writes_beside_the_file_without_o(tmp_path, capsys):
+    src = tmp_path / "oom_step000006.json.gz"
+    src.write_bytes(encode_json_gz(small_snapshot()))
+    assert main(["snapshot", "html", str(src)]) == 0
+    out = tmp_path / "oom_step000006.html"
+    assert capsys.readouterr().out.strip() == str(out)
+    assert "tbmemViewer" in out.read_text(encoding="utf-8")

@@ -45,8 +45,8 @@ def test_cpu_training_writes_files_text_and_scalars(tmp_path):
         _train(writer, 9)
     # windows start at due steps 0, 4, 8; the one at 8 is still open at close and discarded
     assert _files(tmp_path) == [f"snapshot_rank0_step{s:09d}.{ext}" for s in (0, 4) for ext in ("html", "json.gz")]
-    events = scalars(tmp_path, "Memory/Snapshot/events")
-    sizes = scalars(tmp_path, "Memory/Snapshot/file_MB")
+    events = scalars(tmp_path, "Snapshot/events")
+    sizes = scalars(tmp_path, "Snapshot/file_MB")
     # written at the end of each window, reported at the window's first step (as the file name)
     assert [s for s, _ in events] == [0, 4] and [s for s, _ in sizes] == [0, 4]
     for (step, n), (_, mb) in zip(events, sizes):
@@ -85,7 +85,7 @@ def test_oom_in_monitored_step_writes_snapshot_and_reraises(tmp_path):
     assert info.value is exc
     assert _files(tmp_path) == ["oom_rank0_step000000002.html", "oom_rank0_step000000002.json.gz"]
     # events are flushed before the exception leaves monitored_step: readable without close()
-    assert [s for s, _ in scalars(tmp_path, "Memory/Snapshot/events")] == [2]
+    assert [s for s, _ in scalars(tmp_path, "Snapshot/events")] == [2]
     assert "oom_rank0_step000000002.html" in texts(tmp_path, FILES_TAG + "/text_summary")[0][1]
     snap = load_snapshot(tmp_path / PLUGIN_DIR / "oom_rank0_step000000002.json.gz")
     assert snap.kind == "oom" and "20.00 GiB" in snap.meta["exception"]

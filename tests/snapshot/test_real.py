@@ -91,6 +91,8 @@ def browser():
     from tests.snapshot.test_viewer import CHROMIUM, sync_api
 
     if not os.path.exists(CHROMIUM):
+        if os.environ.get("TBMEM_REQUIRE_BROWSER"):  # CI: a missing browser is a failure
+            pytest.fail("Debian's chromium is required (TBMEM_REQUIRE_BROWSER=1)")
         pytest.skip("needs Debian's chromium")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

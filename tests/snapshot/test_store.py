@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from tbmem.snapshot.store import SnapshotStore
 
@@ -136,3 +137,41 @@ def test_two_writers_on_one_logdir_keep_each_others_snapshots(tmp_path):
                      "snapshot_rank0_step000000006-2.json.gz", "snapshot_rank0_step000000006.json.gz"]
     for name in names:
         assert load_snapshot(tmp_path / "plugins" / "tbmem" / name).step in (4, 6)
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_snapshot_files_follow_the_umask_like_event_files(tmp_path, umask_027):
+    import stat
+
+    from tbmem import MemoryWriter
+
+    model = torch.nn.Linear(32, 32)
+    with MemoryWriter(tmp_path, every=1, census_every=0, snapshot={"every": 2, "window": 1, "html": True}) as writer:
+        for step in range(3):
+            model(torch.randn(8, 32)).sum().backward()
+            writer.log_memory(step)
+    events = list(tmp_path.glob("events.out.tfevents*"))
+    snapshots = sorted((tmp_path / "plugins" / "tbmem").glob("snapshot_*"))
+    assert events and {p.suffix for p in snapshots} == {".gz", ".html"}
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in events + snapshots}
+    assert set(modes.values()) == {0o640}, modes  # 0o666 & ~0o027; mkstemp alone gave 0o600
+
+
+def test_store_files_get_0644_under_umask_022(tmp_path):
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        store = SnapshotStore(str(tmp_path), rank=0, max_snapshots=0, max_disk_mb=0)
+        path = store.write_bytes(store.path("snapshot", 1, "json.gz"), b"{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644

@@ -81,3 +81,65 @@ def test_run_py_stops_at_start_naming_the_key(tmp_path):
     assert "trainer_params.lerning_rate" in proc.stderr
     assert not (tmp_path / "burgers_quick_test").exists() or not any(
         (tmp_path / "burgers_quick_test").rglob("events.out.tfevents*"))
+
+
+# --- the command line before Hydra: misspelt keys, folders of failed starts, no torch for a config error ---
+
+from trainers.overrides import check_overrides, config_groups  # noqa: E402
+
+GROUPS = config_groups(ROOT / "conf")
+
+
+def _run_py(tmp_path, *args: str, importtime: bool = False) -> subprocess.CompletedProcess:
+    flags = ["-X", "importtime"] if importtime else []
+    return subprocess.run([sys.executable, *flags, "run.py", "--config-name=burgers_quick_test",
+                           f"runs_dir={tmp_path / 'runs'}", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_misspelt_key_gets_the_closest_name_not_hydras_advice(tmp_path):
+    proc = _run_py(tmp_path, "trainer_params.lerning_rate=0.1")  # no "+": the way users type it
+    assert proc.returncode == 2
+    assert proc.stderr == ("config error: unknown config key 'trainer_params.lerning_rate' "
+                           "(did you mean 'learning_rate'?)\n")  # not "To append to your config use +..."
+    assert not (tmp_path / "runs").exists()  # stopped before Hydra made a folder
+
+
+def test_a_key_in_the_wrong_section_is_pointed_to():
+    with pytest.raises(ConfigError, match=r"'epochs' \(did you mean 'trainer_params.epochs'\?\)"):
+        check_overrides(["epochs=3"], groups=GROUPS)
+    with pytest.raises(ConfigError, match=r"'tbmem.snapshot.evry' \(did you mean 'every'\?\)"):
+        check_overrides(["tbmem.snapshot.evry=3"], groups=GROUPS)
+
+
+def test_every_schema_key_can_be_set_without_a_plus(compose):
+    # tbmem.top_k and data.pin_memory are in no YAML file: plain Hydra would refuse them
+    args = check_overrides(["tbmem.top_k=3", "data.pin_memory=true", "trainer=synthetic_with_memory",
+                            "+trainer_params.epochs=2", "hydra.job.chdir=false"], groups=GROUPS)
+    assert args == ["++tbmem.top_k=3", "++data.pin_memory=true", "trainer=synthetic_with_memory",
+                    "+trainer_params.epochs=2", "hydra.job.chdir=false"]
+    run = validate(compose("burgers_quick_test", *args[:3]))
+    assert run.tbmem.top_k == 3 and run.data.pin_memory is True and run.trainer_params.enable_memory_monitoring
+
+
+def test_a_failed_start_leaves_no_run_folder_and_imports_no_torch(tmp_path):
+    proc = _run_py(tmp_path, "trainer_params.epochs=-1", importtime=True)
+    assert proc.returncode == 2
+    assert "config error: config key 'trainer_params.epochs' must be > 0, got -1" in proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and "torch" not in imported  # validated before torch's import (seconds)
+    assert not (tmp_path / "runs" / "burgers_quick_test").exists()  # Hydra's .hydra/ and run.log removed
+
+
+def test_simulation_indices_are_checked_at_validation():
+    with pytest.raises(ConfigError, match=r"trainer_params.val_sim' names simulations \[9\] but data.num_sims is 4"):
+        validate({"experiment": "x", "data": {"num_sims": 4}, "trainer_params": {"train_sim": [0], "val_sim": [9]}})
+
+
+def test_an_earlier_run_keeps_its_experiment_folder(tmp_path):
+    earlier = tmp_path / "runs" / "burgers_quick_test" / "earlier"
+    earlier.mkdir(parents=True)
+    (earlier / "events.out.tfevents.1").write_bytes(b"x")
+    proc = _run_py(tmp_path, "trainer_params.epochs=0")
+    assert proc.returncode == 2
+    assert [p.name for p in (tmp_path / "runs" / "burgers_quick_test").iterdir()] == ["earlier"]

@@ -74,3 +74,38 @@ def test_incomplete_cache_is_regenerated(tmp_path):
 def test_unstable_explicit_diffusion_is_refused(tmp_path):
     with pytest.raises(ValueError, match="data.substeps"):
         ensure_simulations(_cfg(tmp_path, nu=1.0, resolution=64))
+
+
+def _fresh_python(code: str) -> str:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
+                         env=dict(os.environ, PYTHONPATH=str(root)))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_phiml_log_line_appears_once_under_a_root_handler():
+    """As under Hydra: the root logger prints records; PhiML's own handler printed them again, with an "n"."""
+    stdout = _fresh_python(
+        "import logging, sys\n"
+        "logging.basicConfig(stream=sys.stdout, level=logging.INFO, format='[%(name)s] %(message)s')\n"
+        "from trainers.data import phi_flow, select_backend_device\n"
+        "select_backend_device('cpu'); phi_flow()\n")
+    lines = [ln for ln in stdout.splitlines() if "default backend" in ln]
+    assert lines == ["[Φ-ML] Φ-ML's default backend is now torch"]
+    assert stdout.count("backend is now") == 1 and "(INFO)" not in stdout
+
+
+def test_phiml_log_line_is_plain_without_a_root_handler():
+    stdout = _fresh_python(
+        "import logging\n"
+        "logging.getLogger('Φ-ML').setLevel(logging.INFO)\n"
+        "from trainers.data import phi_flow, select_backend_device\n"
+        "select_backend_device('cpu'); phi_flow()\n")
+    assert "Φ-ML's default backend is now torch\n" in stdout
+    assert "(INFO)" not in stdout and "torchn" not in stdout and not stdout.rstrip("\n").endswith("n")

@@ -42,7 +42,7 @@ def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
     kept = due[-snap.max_snapshots:]  # older ones are pruned; their scalars stay
     assert len(due) > len(kept) and artifacts == [f"snapshot_rank0_step{s:09d}.json.gz" for s in kept]
     assert all((out.log_dir / "plugins" / "tbmem" / a.replace(".json.gz", ".html")).exists() for a in artifacts)
-    assert [e.step for e in acc.Scalars("Memory/Snapshot/events")] == due
+    assert [e.step for e in acc.Scalars("Snapshot/events")] == due
 
     printed = capsys.readouterr().out
     assert "Batch 0:" in printed and "Epoch end:" in printed
@@ -93,3 +93,91 @@ def test_rollout_loss_feeds_predictions_back():
     targets = torch.zeros(2, 3, 1, 4)
     # predictions 1, 2, 3 -> MSE 1, 4, 9 -> mean 14/3
     assert rollout_loss(AddOne(), x0, targets).item() == pytest.approx(14 / 3)
+
+
+@pytest.mark.parametrize("census_at", ["after_backward", "before_backward"])
+def test_census_point_is_chosen_and_said(compose, tmp_path, census_at):
+    import json
+
+    from tests._events import texts
+
+    cfg = compose("burgers_quick_test", "trainer=synthetic_with_memory", "trainer_params.epochs=1",
+                  "data.num_sims=2", "trainer_params.train_sim=[0]", "trainer_params.val_sim=[1]",
+                  "tbmem.census_every=1", "tbmem.snapshot.every=0", f"++trainer_params.census_at={census_at}")
+    out = run_experiment(cfg, log_dir=tmp_path / "run")
+    side = [json.loads(line) for line in (out.log_dir / "plugins" / "tbmem" / "census.jsonl").read_text().splitlines()]
+    state = torch.load(out.result.checkpoints[0], weights_only=True)["model"]
+    n_params = sum(p.numel() for p in state.values())
+    later = side[1:]  # from the second census on, Adam's state exists
+    adam = 2 * n_params * 4 + 4 * len(state)  # exp_avg, exp_avg_sq per parameter, a float32 step per tensor
+    # by_module: the watched model's own parameters, gradients and optimizer state (other tests' models
+    # may still be alive in this process and count in the categories)
+    owned = [sum(c["by_module"].values()) for c in later]
+    (_, text), *_ = texts(out.log_dir, "Memory/Large_Tensors/top_k")
+    if census_at == "after_backward":  # the default: gradients and optimizer state show
+        assert later and owned == [n_params * 4 * 2 + adam] * len(later)
+        assert all(c["by_category"]["gradients"] >= n_params * 4 for c in side)
+        assert "Taken after backward and the optimizer step, before zero_grad" in text
+        assert side[0]["where"].startswith("after backward")
+    else:  # the forward's saved activations, no gradients yet
+        assert later and owned == [n_params * 4 + adam] * len(later)
+        assert all(c["by_category"]["activations"] > 10 * n_params * 4 for c in side)
+        assert "Taken before backward" in text
+
+
+def test_progress_bar_counts_batches_with_loss_and_eta(compose, tmp_path, capsys):
+    cfg = compose("burgers_quick_test", "trainer_params.epochs=2", "data.num_sims=2",
+                  "trainer_params.train_sim=[0]", "trainer_params.val_sim=[1]", "trainer_params.progress=true")
+    out = run_experiment(cfg, log_dir=tmp_path / "run")
+    err = capsys.readouterr().err
+    batches = out.result.steps
+    assert batches > 2
+    final = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert final.startswith("epoch 2/2: 100%") and f"{batches}/{batches}" in final and "batch/s" in final
+    assert "loss=" in final and "epoch train=" in final and "val=" in final
+    assert f"/{batches} [" in err.split("epoch 2/2")[0]  # the first epoch already counted toward the run
+
+
+def test_the_tensorboard_hint_works_outside_the_venv(monkeypatch, tmp_path):
+    import sys
+    from pathlib import Path
+
+    from trainers.experiment import tensorboard_command
+
+    beside = Path(sys.executable).with_name("tensorboard")
+    assert beside.exists()  # installed with tbmem
+    monkeypatch.setenv("PATH", str(tmp_path))  # a shell that never activated the venv
+    command = tensorboard_command()
+    assert command != "tensorboard" and Path(command).resolve() == beside.resolve()
+    monkeypatch.setenv("PATH", str(beside.parent))
+    assert tensorboard_command() == "tensorboard"
+
+
+def test_ctrl_c_line_comes_after_the_progress_bar(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "run.py", "--config-name=burgers_quick_test", "trainer=synthetic_with_memory",
+             f"runs_dir={tmp_path / 'runs'}", f"data.cache_dir={tmp_path / 'cache'}", "data.progress=false",
+             "trainer_params.epochs=500", "tbmem.snapshot.every=0"],
+            cwd=root, stdout=subprocess.DEVNULL, stderr=err, env=dict(os.environ, PYTHONPATH=str(root)),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 240
+            while b"batch/s" not in err_path.read_bytes() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        finally:
+            proc.kill()
+    lines = [ln for ln in err_path.read_text().replace("\r", "\n").splitlines() if ln.strip()]
+    assert lines[-1].startswith("Interrupted (Ctrl-C): the run stopped at step ")  # not a bar redrawn after it
+    assert any("batch/s" in ln for ln in lines[:-1])

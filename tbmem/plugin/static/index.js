@@ -314,8 +314,9 @@ async function selectStep(step) {
     const rows = Object.entries(c.by_category).map(([k, v]) => [k, fmtBytes(v), total ? `${(100 * v / total).toFixed(1)}%` : '–']);
     if (c.unattributed_bytes != null) rows.push(['unattributed (device)', fmtBytes(c.unattributed_bytes), '']);
     rows.push(['total', fmtBytes(c.total_bytes ?? total), '']);
-    census.append(el('h3', { text: `Census: bytes by category${c.approx ? ' (from the MB scalars)' : ''}` }),
-      table(['category', 'bytes', 'share'], rows, 'census-table'));
+    census.append(el('h3', { text: `Census: bytes by category${c.approx ? ' (from the MB scalars)' : ''}` }));
+    if (c.where) census.append(el('p', { class: 'hint', text: `Taken ${c.where}.` }));
+    census.append(table(['category', 'bytes', 'share'], rows, 'census-table'));
     for (const b of ['dtype', 'device', 'module']) {
       const t = c[`by_${b}`] || {};
       if (Object.keys(t).length) census.append(el('h3', { text: `by ${b}` }), table([b, 'bytes'], Object.entries(t).sort((p, q) => q[1] - p[1]).map(([k, v]) => [k, fmtBytes(v)])));
@@ -329,7 +330,9 @@ async function selectStep(step) {
   top.replaceChildren();
   if (c) {
     if (c.top) {
-      const head = c.large_count != null ? `${c.large_count} storages at or above the large-tensor threshold (${fmtBytes(c.large_total_bytes)})` : '';
+      const threshold = c.large_tensor_bytes != null ? ` of ${fmtBytes(c.large_tensor_bytes)}` : '';
+      const rule = c.large_rule ? ` (${c.large_rule})` : '';
+      const head = c.large_count != null ? `${c.large_count} storages (${fmtBytes(c.large_total_bytes)}) at or above the large-tensor threshold${threshold}${rule}` : '';
       top.append(el('h3', { text: `Largest tensors at step ${c.step}` + (head ? ` — ${head}` : '') }),
         table(['#', 'name', 'category', 'shape', 'dtype', 'device', 'bytes'],
           c.top.map((t, i) => [String(i + 1), t.name, t.category, t.shape.length ? t.shape.join('×') : 'scalar', t.dtype, t.device, fmtBytes(t.bytes)]),

@@ -1,0 +1,189 @@
+"""Walks below Python objects: what a pack hook made, the frames' locals, and every numpy array.
+
+Running frames' locals are not gc objects, numpy arrays are not gc-tracked, and CPython
+does not track a dict or tuple that holds only untracked objects: these walks go
+through ``gc.get_referents``, which does not care whether an object is tracked. Foreign
+objects are looked at only through ``type(obj)``.
+
+Example:
+    >>> import numpy as np
+    >>> import torch
+    >>> from tbmem.census import walk
+    >>> packed = (torch.device("cpu"), torch.zeros(3))  # what save_on_cpu's pack hook returns
+    >>> [t.shape for t in walk.tensors_below(packed, {torch.Tensor})]
+    [torch.Size([3])]
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import operator
+import sys
+import threading
+from inspect import CO_OPTIMIZED
+from types import FrameType
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from tbmem.census.layout import select_types
+
+__all__ = ["tensors_below", "read_locals", "frame_arrays", "holder_arrays", "all_arrays"]
+
+_NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
+
+
+def tensors_below(obj: Any, ttypes: set[type], *, depth: int = 3, budget: int = 10_000) -> Iterator[Any]:
+    """Tensors reachable from ``obj`` through at most ``depth`` hops of gc referents (what a pack hook made)."""
+    yield from _instances_below(obj, ttypes, depth, [budget])
+
+
+def _instances_below(obj: Any, atypes: set[type], depth: int, budget: list[int]) -> Iterator[Any]:
+    """Instances of ``atypes`` reachable from ``obj`` through at most ``depth`` hops of gc referents.
+
+    ``budget[0]`` is the number of referents still allowed to be examined (shared
+    between calls): a frame holding a list of a million objects costs a bounded scan.
+    Containers CPython does not track (a dict or tuple holding only arrays) are
+    walked like the others: ``gc.get_referents`` does not care whether they are tracked.
+    """
+    if type(obj) in atypes:
+        yield obj
+        return
+    level = [obj] if _descends(type(obj)) else []
+    for _ in range(depth):
+        if budget[0] <= 0 or not level:
+            return
+        refs = _bounded_referents(level, budget[0])
+        budget[0] -= len(refs)
+        kinds = list(map(type, refs))
+        yield from itertools.compress(refs, map(atypes.__contains__, kinds))
+        for kind in set(kinds).difference(_DESCENDS):
+            _descends(kind)
+        level = list(itertools.compress(refs, map(_DESCENDS.__getitem__, kinds)))
+
+
+_CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
+_HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC: only instances of such types can refer to other objects
+_DESCENDS: dict[type, bool] = {}
+
+
+def _descends(kind: type) -> bool:
+    """Whether the walk looks inside instances of ``kind``: objects that can hold references, but not
+    modules, types or functions (which lead everywhere)."""
+    verdict = _DESCENDS.get(kind)
+    if verdict is None:
+        verdict = _DESCENDS[kind] = bool(kind.__flags__ & _HAVE_GC) and not issubclass(kind, _NO_DESCEND)
+    return verdict
+
+
+def _bounded_referents(level: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` referents of ``level``, without listing all items of a huge container first."""
+    containers = itertools.compress(level, map(_CONTAINERS.__contains__, map(type, level)))
+    big = [o for o in containers if len(o) > limit]
+    refs = gc.get_referents(*(o for o in level if not any(o is b for b in big))) if big else gc.get_referents(*level)
+    for container in big:
+        items = container.values() if type(container) is dict else container
+        refs.extend(itertools.islice(items, max(limit - len(refs), 0)))
+    if len(refs) > limit:
+        del refs[limit:]
+    return refs
+
+
+_UNTRACKABLE = frozenset({dict, tuple})  # containers CPython untracks when all they hold is untracked
+
+
+# Before Python 3.13, reading ``f_locals`` of a function frame copies its locals into a dict
+# kept on the frame; the copy holds them until the frame exits or f_locals is read again, so a
+# census would keep the previous step's batch and loss alive. The copy is emptied after reading
+# when nothing else can need it: the frame is on this thread's stack (not mid-way through
+# another thread's tracer, which writes the copy back into the frame), no Python-level tracer
+# or profiler is installed, and no one else holds the dict (``locals()`` returns this very dict).
+_LOCALS_ARE_COPIED = sys.version_info < (3, 13)
+_UNSHARED_REFS = 3  # the frame's, ours, and getrefcount's argument
+
+
+def _tracing() -> bool:
+    return any(hook() is not None for hook in (sys.gettrace, sys.getprofile, threading.gettrace,
+                                               threading.getprofile))
+
+
+def read_locals(frame: FrameType, *, release: bool) -> list[tuple[str, Any]]:
+    """``(name, value)`` of a running frame's local variables.
+
+    Args:
+        frame: A frame of the calling thread (``release=True``) or of any thread.
+        release: Empty the copy of the locals that reading them left on the frame (a no-op
+            where that is unsafe or unnecessary, see above).
+    """
+    local_dict = frame.f_locals
+    items = list(local_dict.items())
+    if (release and _LOCALS_ARE_COPIED and type(local_dict) is dict and frame.f_code.co_flags & CO_OPTIMIZED
+            and sys.getrefcount(local_dict) <= _UNSHARED_REFS):
+        local_dict.clear()
+    return items
+
+
+def frame_arrays(atypes: set[type], *, depth: int = 2, budget: int = 20_000,
+                 skip_module: str = "tbmem.census") -> Iterator[tuple[np.ndarray, str]]:
+    """Arrays held by the local variables of every thread's running frames.
+
+    Running frames are not gc-tracked: this is how SciPy's L-BFGS-B state (locals
+    of ``_minimize_lbfgsb``, in PhiML's worker thread) is found. The calling thread's
+    frames are left holding nothing extra (see :func:`read_locals`); on Python < 3.13,
+    other threads' frames keep their copy until the next census or until they exit.
+    """
+    left = [budget]
+    release_mine = not _tracing()
+    me = threading.get_ident()
+    stacks = list(sys._current_frames().items())
+    try:
+        for thread, frame in stacks:
+            while frame is not None:
+                if not str(frame.f_globals.get("__name__", "")).startswith(skip_module):
+                    where = frame.f_code.co_name
+                    for var, value in read_locals(frame, release=release_mine and thread == me):
+                        for arr in _instances_below(value, atypes, depth, left):
+                            yield arr, f"numpy {where}:{var}"
+                frame = frame.f_back
+    finally:
+        # This generator's own frame is on the stack it walks: a reference to it from its own
+        # locals would be a cycle keeping the last array seen alive until the next collection.
+        stacks = frame = value = arr = None  # type: ignore[assignment]
+
+
+def holder_arrays(holders: Iterable[Any], atypes: set[type]) -> Iterator[tuple[np.ndarray, str]]:
+    """Arrays wrapped by known holder objects (PhiML tensors: instance dict -> native array)."""
+    left = [1 << 62]
+    for holder in holders:
+        for arr in _instances_below(holder, atypes, 2, left):
+            yield arr, f"numpy in {type(holder).__name__}"
+
+
+def all_arrays(atypes: set[type]) -> Iterator[tuple[np.ndarray, str]]:
+    """Arrays referenced by any gc-tracked object, directly or through untracked dicts and tuples.
+
+    CPython does not track a dict or tuple that holds only untracked objects (arrays are
+    untracked), so ``gc.get_objects()`` misses them: their items are reached here through
+    the tracked objects that refer to them. Running frames' locals are not gc objects:
+    :func:`frame_arrays` finds those.
+    """
+    objs = gc.get_objects()
+    refs = gc.get_referents(*objs)
+    del objs
+    wanted = set(atypes) | _UNTRACKABLE
+    seen: set[int] = set()
+    while refs:
+        picked = select_types(refs, wanted)
+        del refs
+        kinds = list(map(type, picked))
+        for arr in itertools.compress(picked, map(atypes.__contains__, kinds)):
+            yield arr, "numpy.ndarray"
+        containers = list(itertools.compress(picked, map(_UNTRACKABLE.__contains__, kinds)))
+        del picked, kinds
+        untracked = list(itertools.compress(containers, map(operator.not_, map(gc.is_tracked, containers))))
+        by_id = dict(zip(map(id, untracked), untracked))
+        fresh = by_id.keys() - seen
+        seen |= fresh
+        refs = gc.get_referents(*map(by_id.__getitem__, fresh))
+        del containers, untracked, by_id

@@ -1,0 +1,183 @@
+"""Autograd graphs the census must walk, whatever holds them (issue 12: 8, 9, 10, 11, 13)."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+from torch.autograd.graph import saved_tensors_hooks
+from torch.utils.checkpoint import checkpoint
+
+from tbmem.census import take_census
+from tests.census._model import storage_ptrs
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 48), nn.Tanh(), nn.Linear(48, 8))
+
+
+def _saved_storages(forward: Callable[[], Any]) -> dict[int, int]:
+    """data_ptr -> nbytes of every tensor autograd saves while ``forward`` runs (a twin run, discarded)."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        saved[s.data_ptr()] = s.nbytes()
+        return t.detach()
+
+    with saved_tensors_hooks(pack, lambda t: t):
+        out = forward()
+    del out
+    return saved
+
+
+class _LiveSaved:
+    """Saved-tensor hooks that keep a weak reference to what the graph holds, to tell later what is still alive."""
+
+    def __init__(self, packer: Callable[[torch.Tensor], Any] | None = None) -> None:
+        self.refs: list[weakref.ref[torch.Tensor]] = []
+        self.packer = packer
+
+    def pack(self, t: torch.Tensor) -> Any:
+        held = t.detach().clone() if self.packer is not None else t.detach()
+        self.refs.append(weakref.ref(held))
+        return self.packer(held) if self.packer is not None else held
+
+    def hooks(self) -> saved_tensors_hooks:
+        return saved_tensors_hooks(self.pack, lambda packed: packed[1] if type(packed) is tuple else packed)
+
+    def alive(self) -> dict[int, int]:
+        out = {}
+        for ref in self.refs:
+            t = ref()
+            if t is not None:
+                out[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return out
+
+
+def test_a_graph_held_only_by_its_grad_fn_is_walked(no_automatic_gc) -> None:
+    """Defect 10: no tensor of the graph is alive, only the node object a variable holds.
+
+    ``exp`` saves its output; an output is saved without its Python object, so nothing but
+    the node leads to these two buffers.
+    """
+    x = torch.randn(5_000, requires_grad=True)
+    saved = _saved_storages(lambda: x.exp().exp().sum())
+    expected = sum(saved.values())
+    assert expected == 2 * x.numel() * x.element_size()
+    node = x.exp().exp().sum().grad_fn  # the loss itself is gone
+    assert type(node).__name__ == "SumBackward0"
+    census = take_census()
+    assert census.by_category["activations"] == expected
+    del node
+    assert take_census().by_category["activations"] == 0
+
+
+def test_one_tensor_whose_grad_fn_raises_does_not_lose_the_activations(no_automatic_gc, tbmem_log) -> None:
+    """Defect 11: one tensor's failure must not end the activations phase (each is guarded on its own)."""
+
+    class BadGradFn(torch.Tensor):
+        @property
+        def grad_fn(self):  # type: ignore[override]
+            raise RuntimeError("grad_fn is broken")
+
+    bad = torch.Tensor._make_subclass(BadGradFn, torch.zeros(321))
+    model, x = _mlp(), torch.randn(32, 16)
+    params = list(model.parameters())
+    saved = _saved_storages(lambda: model(x).square().sum())
+    loss = model(x).square().sum()
+    expected = sum(n for ptr, n in saved.items() if ptr not in storage_ptrs(params)) + loss.untyped_storage().nbytes()
+    census = take_census(models=[model], roots=[loss])
+    assert census.by_category["activations"] == expected
+    assert [r.category for r in census.records if r.bytes == bad.untyped_storage().nbytes()] == ["other"]
+    assert census.notes == []  # torch's own accessor is read: the broken override never runs
+
+
+def test_graphs_of_gradients_made_with_create_graph_are_walked(no_automatic_gc) -> None:
+    """Defect 9: ``backward(create_graph=True)`` hangs a graph off every ``p.grad``."""
+    model, x = _mlp(), torch.randn(32, 16)
+    live = _LiveSaved()
+    with live.hooks(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using backward\\(\\) with create_graph=True")  # the very case
+        loss = model(x).square().sum()
+        loss.backward(create_graph=True)
+    del loss
+    params = list(model.parameters())
+    assert all(p.grad is not None and p.grad.grad_fn is not None for p in params)
+    owned = storage_ptrs(params + [p.grad for p in params])
+    expected = sum(n for ptr, n in live.alive().items() if ptr not in owned)
+    assert expected > 0
+    census = take_census(models=[model])
+    assert census.by_category["activations"] == expected
+    assert census.by_category["gradients"] == sum(p.grad.untyped_storage().nbytes() for p in params)
+    for p in params:
+        p.grad = None  # the parameter <-> gradient cycle torch warns about
+
+
+def test_activations_packed_in_a_tuple_by_offloading_hooks_are_activations(no_automatic_gc) -> None:
+    """Defect 8: ``save_on_cpu``-style hooks pack ``(device, copy)``; the copies are the saved activations."""
+    model, x = _mlp(), torch.randn(32, 16)
+    live = _LiveSaved(packer=lambda copy: (copy.device, copy))  # what torch.autograd.graph.save_on_cpu packs
+    with live.hooks():
+        loss = model(x).square().sum()
+    expected = sum(live.alive().values()) + loss.untyped_storage().nbytes()
+    census = take_census(models=[model], roots=[loss])
+    assert census.by_category["activations"] == expected
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpointed_graphs_give_no_spurious_notes(no_automatic_gc, tbmem_log, use_reentrant) -> None:
+    """Defect 13: checkpoint's ``_Holder`` placeholders are not tensors that failed to be measured."""
+    model, x = _mlp(), torch.randn(32, 16, requires_grad=True)
+    loss = checkpoint(model, x, use_reentrant=use_reentrant).square().sum()
+    census = take_census(models=[model], roots=[loss])
+    assert census.notes == []
+    assert not [r for r in tbmem_log.records if "could not be measured" in r.getMessage()]
+    assert census.by_category["activations"] >= loss.untyped_storage().nbytes()
+
+
+@pytest.fixture
+def capture() -> Any:
+    from tbmem.census import heap
+
+    heap.start_capture()
+    try:
+        yield
+    finally:
+        heap.stop_capture()
+
+
+def test_a_graph_held_only_by_an_old_node_object_is_found_by_later_censuses(no_automatic_gc, capture) -> None:
+    """Defect 10 once the node object is in the oldest generation (it cannot be weakly referenced)."""
+    x = torch.randn(5_000, requires_grad=True)
+    expected = sum(_saved_storages(lambda: x.exp().exp().sum()).values())
+    node = x.exp().exp().sum().grad_fn
+    assert take_census().by_category["activations"] == expected
+    gc.collect(1)  # promotes the node object, as a later collection would
+    assert any(o is node for o in gc.get_objects(generation=2))
+    again = take_census()
+    assert again.heap_scan == "full" and again.by_category["activations"] == expected
+    del node
+
+
+def test_node_objects_of_graphs_tensors_hold_do_not_stop_incremental_scans(no_automatic_gc, capture) -> None:
+    """The census's own walk leaves node objects (torch keeps them with their nodes); they must not cost a full
+    scan at every census."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scans = []
+    for step in range(4):
+        loss = model(torch.randn(8, 16)).square().sum()
+        scans.append(take_census(models=[model], optimizers=[opt], roots=[loss]).heap_scan)
+        if step == 1:
+            gc.collect(1)  # the graph's node objects (and the parameters' AccumulateGrad) get old
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert scans == ["full", "incremental", "incremental", "incremental"]
