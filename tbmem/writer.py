@@ -30,12 +30,11 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
-from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _signals
 from tbmem import _torch_private as tp
-from tbmem._direct_events import DirectEvents
+from tbmem._direct_events import DirectEvents, make_event
 from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
 from tbmem._large import LargeThreshold
@@ -266,9 +265,9 @@ class MemoryWriter:
         self._saw(step)
         if self._layout is not None:
             self._update_layout(values)
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+        event = make_event(values, step, walltime)  # what add_summary would queue, built in place
         try:
-            self._writer._get_file_writer().add_summary(summary, step, walltime)
+            self._writer._get_file_writer().add_event(event, step, event.wall_time)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
 
@@ -291,9 +290,11 @@ class MemoryWriter:
         values = _tagged(readings)
         if self._direct is not None and values and not self.closed:
             self._saw(step)
+            if self._layout is not None:  # queued before the record, so written before it
+                self._update_layout(values)
             if self._direct.write(values, step):
                 return
-        self.write_scalars(values, step)
+        self.write_scalars(values, step)  # a tracker that has seen these tags returns no new layout
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
