@@ -44,7 +44,7 @@ __all__ = ["DirectEvents", "make_event"]
 
 def make_event(values: Mapping[str, float], step: int, walltime: float | None = None) -> Event:
     """One event holding one ``Summary`` with a ``simple_value`` per tag (what ``add_summary`` writes)."""
-    event = Event(wall_time=time.time() if walltime is None else walltime, step=step)
+    event = Event(wall_time=time.time() if walltime is None else walltime, step=int(step))
     add = event.summary.value.add
     for tag, value in values.items():
         add(tag=tag, simple_value=float(value))

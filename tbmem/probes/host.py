@@ -37,9 +37,10 @@ import psutil
 from tbmem.probes import _procfs
 from tbmem.probes.base import Probe
 
-__all__ = ["HostProbe", "read_peak_rss", "reset_peak_rss"]
+__all__ = ["HostProbe", "read_rss", "read_peak_rss", "reset_peak_rss"]
 
 _STATUS = "/proc/self/status"
+_STATM = "/proc/self/statm"
 _CLEAR_REFS = "/proc/self/clear_refs"
 _MEMINFO = "/proc/meminfo"
 _STATUS_FIELDS = (b"VmRSS", b"VmHWM")
@@ -58,6 +59,20 @@ def _proc_fields(path: str, wanted: tuple[bytes, ...]) -> dict[bytes, int] | Non
     except OSError:
         return None
     return _procfs.kb_fields(data, wanted)
+
+
+def read_rss() -> int:
+    """This process's resident set size in bytes (the second field of /proc/self/statm, kept open:
+    what psutil's ``memory_info().rss`` reads, at a fifth of its cost), else through psutil.
+
+    Raises:
+        OSError, psutil.Error: neither /proc nor psutil can read it.
+    """
+    try:
+        return int(_procfs.pread_all(_STATM).split()[1]) * _procfs.PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        pass
+    return int(psutil.Process(os.getpid()).memory_info().rss)
 
 
 def read_peak_rss() -> int | None:
