@@ -51,7 +51,7 @@ VARIANTS = {
     "census_50": ["trainer_params.enable_memory_monitoring=true", *_DEFAULTS[:1], "tbmem.census_every=50",
                   *_DEFAULTS[2:]],
 }
-_LIMITS = {"defaults": 1.01, "census_50": 1.03}
+_LIMITS = {"defaults": 1.005, "census_50": 1.01}  # issue 18: +0.5% and +1%
 
 
 def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int, epochs: int):

@@ -64,10 +64,7 @@ _now_ns = time.perf_counter_ns
 _grad_enabled = torch.is_grad_enabled
 
 
-class _StorageRef(weakref.ref):
-    """A weak reference to a recorded storage; its callback records the free of ``index``."""
-
-    __slots__ = ("index", "sid", "builder")
+_ref = weakref.ref  # a plain weak reference: creating a subclass's instance costs six times as much
 
 
 class _RecordingMode(TorchDispatchMode):
@@ -252,7 +249,9 @@ class DispatchRecorder:
     def reset(self) -> None:
         """Forget everything recorded so far."""
         self._builder = SnapshotBuilder(source="dispatch", device="cpu")
-        self._live: dict[int, _StorageRef] = {}  # id(storage) -> its weak reference
+        # id(storage) -> [event index of its allocation, weak reference]; id(reference) -> id(storage)
+        self._live: dict[int, list[Any]] = {}
+        self._sids: dict[int, int] = {}
         self._stack_ids: dict[tuple[Any, ...], int] = {}  # (id(code), lasti, ...) -> stack id
         self._category_ids: dict[str, int] = {}
         self._device_ids: dict[Any, int] = {}  # torch.device -> device id
@@ -319,17 +318,17 @@ class DispatchRecorder:
             flags(0)
             device_(did)
             idx = len(self._sizes) - 1
-        ref = _StorageRef(s, self._on_free)  # _watch, inline: this runs for every allocation
-        ref.index, ref.sid, ref.builder = idx, sid, b
-        self._live[sid] = ref
+        ref = _ref(s, self._on_free)  # _watch, inline: this runs for every allocation
+        self._live[sid] = [idx, ref]
+        self._sids[id(ref)] = sid
         if len(self._time_us) > self.max_entries:
             self._compact()
 
     def _watch(self, s: Any, sid: int, idx: int) -> None:
         """Keep a weak reference on storage ``s`` whose callback records the free of ``idx``."""
-        ref = _StorageRef(s, self._on_free)
-        ref.index, ref.sid, ref.builder = idx, sid, self._builder
-        self._live[sid] = ref
+        ref = _ref(s, self._on_free)
+        self._live[sid] = [idx, ref]
+        self._sids[id(ref)] = sid
 
     def _stack_id(self) -> int:
         # 3 frames up: past _stack_id, _record and __torch_dispatch__, the frame that called the operator
@@ -369,13 +368,17 @@ class DispatchRecorder:
         if code.co_filename.endswith(_SKIP_FILES):
             self._skipped.add(id(code))
 
-    def _freed(self, ref: _StorageRef) -> None:
-        if ref.builder is not self._builder or self._live.get(ref.sid) is not ref:
-            return  # a recording since reset, or a storage forgotten meanwhile
-        del self._live[ref.sid]
+    def _freed(self, ref: weakref.ref) -> None:
+        # a reference of a recording before reset() died with that recording's dicts: its
+        # callback never runs, so every reference seen here is one of this recording's
+        sid = self._sids.pop(id(ref), None)
+        entry = self._live.get(sid) if sid is not None else None
+        if entry is None or entry[1] is not ref:
+            return
+        del self._live[sid]
         time_us = self._time_us
         time_us.append(_now_ns() // 1000)
-        self._ends[ref.index] = len(time_us) - 1
+        self._ends[entry[0]] = len(time_us) - 1
         if len(time_us) > self.max_entries:
             self._compact()
 
@@ -394,8 +397,8 @@ class DispatchRecorder:
         b.time_us = b.time_us[cut:]
         b.markers = [(ev - cut, label, kind) for ev, label, kind in b.markers if ev >= cut]
         b.dropped += cut
-        for ref in self._live.values():
-            ref.index = int(new_index[ref.index])
+        for entry in self._live.values():
+            entry[0] = int(new_index[entry[0]])
         self._bind()
 
     def _register_watched(self, *, category_from_role: bool) -> dict[int, str]:
@@ -426,9 +429,9 @@ class DispatchRecorder:
         roles = self._register_watched(category_from_role=False)
         cats = b.cols["category"]
         for sid, role in roles.items():
-            ref = self._live.get(sid)
-            if ref is not None:
-                cats[ref.index] = b.category_id(role)
+            entry = self._live.get(sid)
+            if entry is not None:
+                cats[entry[0]] = b.category_id(role)
         snap = b.build(kind=kind, step=step, rank=rank)
         packages, stdlibs = local_roots()  # where this process's libraries are, for the user frame
         snap.meta.update({"torch": torch.__version__, "recorder": "TorchDispatchMode",
