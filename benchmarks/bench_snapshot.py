@@ -559,31 +559,6 @@ def browser_times(path: str) -> tuple[float, float, float]:
     return first, exact, hover / 1000
 
 
-def _recorder_overhead(steps: int = 30) -> tuple[float, int]:
-    import torch
-
-    from tbmem.snapshot.recorder import DispatchRecorder
-
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
-    opt = torch.optim.Adam(model.parameters())
-
-    def loop() -> float:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            model(torch.randn(64, 256)).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-        return time.perf_counter() - t0
-
-    loop()
-    base = min(loop() for _ in range(3))
-    rec = DispatchRecorder(models=lambda: [model], optimizers=lambda: [opt])
-    rec.start()
-    recorded = min(loop() for _ in range(3))
-    rec.stop()
-    return recorded / base, rec.snapshot(kind="snapshot", step=0).n_events
-
-
 def main(argv: list[str] | None = None) -> int:
     """Write each size, run stats and html on it, print the table and RESULT lines."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -592,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpp", action="store_true", help="C++ frames in the stacks, as stacks='all'")
     ap.add_argument("--write-only", nargs=2, metavar=("N", "PATH"))
     ap.add_argument("--folder", default=None, help="where the pickles go (default: a temporary folder)")
-    ap.add_argument("--no-recorder", action="store_true", help="skip the dispatch recorder's overhead")
+    # the dispatch recorder's cost moved to bench_recorder.py (interleaved rounds); accepted for old commands
+    ap.add_argument("--no-recorder", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.write_only:
         with open(args.write_only[1], "wb") as fh:
@@ -621,10 +597,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{hg:>8.2f} {page / 2**20:>8.1f} {first[0]:>12.2f} {first[1]:>12.2f} {hover * 1000:>8.1f}")
     for n, size, ss, sg, hs, hg, page, first, hover, _peak in rows:
         print(f"RESULT name=snapshot.html_vs_pickle_bytes_{n} ratio={page / size:.4f} limit=1.0")
-    if not args.no_recorder:
-        ratio, events = _recorder_overhead()
-        print(f"\ndispatch recorder: training loop time x{ratio:.2f} while recording ({events} events, MLP on CPU)")
-        print(f"RESULT name=snapshot.dispatch_recorder_step_vs_plain ratio={ratio:.4f} limit=-")
     return 0
 
 

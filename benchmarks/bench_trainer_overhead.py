@@ -36,7 +36,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,7 +51,7 @@ VARIANTS = {
     "census_50": ["trainer_params.enable_memory_monitoring=true", *_DEFAULTS[:1], "tbmem.census_every=50",
                   *_DEFAULTS[2:]],
 }
-_LIMITS = {"defaults": 1.01, "census_50": 1.03}
+_LIMITS = {"defaults": 1.005, "census_50": 1.01}  # issue 18: +0.5% and +1%
 
 
 def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int, epochs: int):
@@ -73,15 +73,18 @@ def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int, epochs:
 
 
 class _NoBar:
-    """Progress-bar stand-in for ``SyntheticTrainer._train_epochs``."""
+    """Progress-bar stand-in for ``SyntheticTrainer._train_epochs`` (the calls it makes on a tqdm bar)."""
 
     def __init__(self, epochs: int) -> None:
         self.epochs = epochs
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.epochs))
+    def set_description(self, *args: Any, **kwargs: Any) -> None:
+        """No-op."""
 
-    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+        """No-op."""
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
         """No-op."""
 
     def close(self) -> None:

@@ -193,6 +193,11 @@ class SafeRecordWriter:
             self._ledger.failed(self.path, exc)
 
     @property
+    def local(self) -> bool:
+        """Whether each record is appended to a local file at once (nothing left for a flush)."""
+        return self._end is not None
+
+    @property
     def closed(self) -> bool:
         """Whether the wrapped file is closed."""
         return bool(getattr(self._inner, "closed", False))

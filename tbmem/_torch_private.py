@@ -41,6 +41,9 @@ __all__ = [
     "disable_torch_function_subclass",
     "saved_tensors_of",
     "current_dispatch_mode",
+    "op_callable",
+    "eval_frame_setter",
+    "graph_task_id_getter",
     "autocast_cache_dtype",
 ]
 
@@ -192,6 +195,30 @@ def current_dispatch_mode() -> Any:
     except ImportError:
         return None
     return _get_current_dispatch_mode()
+
+
+def op_callable(func: Any) -> Callable[..., Any]:
+    """What calling an ``OpOverload`` calls (its C++ operator), without ``OpOverload.__call__``'s frame."""
+    return getattr(func, "_op", func)
+
+
+def eval_frame_setter() -> Callable[[Any], Any] | None:
+    """``set_eval_frame``: sets Dynamo's frame callback and returns the previous one; None without Dynamo.
+
+    ``TorchDispatchMode`` wraps ``__torch_dispatch__`` in ``torch._disable_dynamo`` (five Python
+    calls per operator) so that ``torch.compile`` never traces a mode's own frames; a mode can do
+    the same with two calls to this.
+    """
+    try:
+        from torch._C._dynamo.eval_frame import set_eval_frame
+    except ImportError:
+        return None
+    return set_eval_frame
+
+
+def graph_task_id_getter() -> Callable[[], int]:
+    """A function returning the running backward pass's graph task id, -1 outside backward."""
+    return getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
 
 _SAVED_ATTRS: dict[type, tuple[str, ...]] = {}

@@ -30,11 +30,11 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
-from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _signals
 from tbmem import _torch_private as tp
+from tbmem._direct_events import DirectEvents, make_event
 from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
 from tbmem._large import LargeThreshold
@@ -46,7 +46,7 @@ from tbmem.layout import LayoutTracker
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
-from tbmem.tags import TAGS, to_unit
+from tbmem.tags import TAGS
 
 __all__ = ["MemoryWriter"]
 
@@ -115,6 +115,8 @@ class MemoryWriter:
         # caught where they surface, counted here and reported once (tbmem._safe_io).
         self._faults = FaultLedger(str(writer.get_logdir()))
         install_safe_io(writer, self._faults)
+        # a record flushed at once is written on this thread: no wait for TensorBoard's writer thread
+        self._direct = DirectEvents(writer) if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
@@ -263,9 +265,9 @@ class MemoryWriter:
         self._saw(step)
         if self._layout is not None:
             self._update_layout(values)
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+        event = make_event(values, step, walltime)  # what add_summary would queue, built in place
         try:
-            self._writer._get_file_writer().add_summary(summary, step, walltime)
+            self._writer._get_file_writer().add_event(event, step, event.wall_time)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
 
@@ -280,7 +282,19 @@ class MemoryWriter:
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
-        self.write_scalars({TAGS[k].tag: to_unit(k, v) for k, v in readings.items()}, step)
+        self.write_scalars(_tagged(readings), step)
+
+    def _write_record(self, readings: Mapping[str, float], step: int) -> None:
+        """A memory record: written on this thread when it is flushed at once anyway (the record
+        does not wait for TensorBoard's writer thread: tbmem._direct_events), else queued."""
+        values = _tagged(readings)
+        if self._direct is not None and values and not self.closed:
+            self._saw(step)
+            if self._layout is not None:  # queued before the record, so written before it
+                self._update_layout(values)
+            if self._direct.write(values, step):
+                return
+        self.write_scalars(values, step)  # a tracker that has seen these tags returns no new layout
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
@@ -316,7 +330,7 @@ class MemoryWriter:
             readings = self._read(step)
             if ranks is not None:
                 ranks.on_record(step, readings)
-            self.write_readings(readings, step)
+            self._write_record(readings, step)
             if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
                 self._alerts = None
         if census_due:
@@ -490,6 +504,12 @@ class MemoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _tagged(readings: Mapping[str, float]) -> dict[str, float]:
+    """Raw readings keyed by tag-table keys as ``{tag: value in the tag's unit}``."""
+    tags = TAGS
+    return {tags[k].tag: float(v) / tags[k].scale for k, v in readings.items()}
 
 
 def _job_dir() -> str:

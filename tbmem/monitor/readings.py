@@ -6,10 +6,11 @@ and are None otherwise (shown as ``n/a``, never as 0). Every failure is
 reported once on the ``tbmem`` logger and turns into a missing value, because
 these functions run inside training loops and PhiFlow loss functions.
 
-RSS is read with ``psutil.Process().memory_info()`` (about 30 us) rather than
-``HostProbe.read()``, which also reads system RAM, swap and CPU use (about
-0.5 ms): the monitors read memory once per batch. The peak RSS comes from the
-same functions as HostProbe's (``read_peak_rss``/``reset_peak_rss``).
+RSS is read with :func:`tbmem.probes.host.read_rss` (``/proc/self/statm`` kept
+open, a few microseconds; psutil where there is no /proc) rather than
+``HostProbe.read()``, which also reads system RAM, swap and CPU use: the monitors
+read memory once per batch. The peak RSS comes from the same functions as
+HostProbe's (``read_peak_rss``/``reset_peak_rss``).
 
 Example:
     >>> from tbmem.monitor.readings import PeakWindow, read
@@ -24,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -34,12 +34,9 @@ import psutil
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.probes.host import read_peak_rss, reset_peak_rss
+from tbmem.probes.host import read_peak_rss, read_rss, reset_peak_rss
 
 __all__ = ["Reading", "read", "cpu_rss", "gpu_stats", "resolve_device", "synchronize", "PeakWindow"]
-
-_process: psutil.Process | None = None
-
 
 @dataclass(frozen=True)
 class Reading:
@@ -58,11 +55,8 @@ class Reading:
 
 def cpu_rss() -> float | None:
     """This process's resident set size in bytes, or None when it cannot be read."""
-    global _process
     try:
-        if _process is None or _process.pid != os.getpid():  # re-create after fork
-            _process = psutil.Process(os.getpid())
-        return float(_process.memory_info().rss)
+        return float(read_rss())
     except (psutil.Error, OSError) as exc:
         report_once("monitor:rss", "tbmem: the monitors cannot read the process RSS", exc=exc)
         return None

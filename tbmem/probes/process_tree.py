@@ -7,10 +7,25 @@ and counts the descendants.
 
 On Linux the tree is read from ``/proc/<pid>/task/<tid>/children`` (every thread
 of a process: a worker is the child of the thread that started it) and each
-process's RSS from ``/proc/<pid>/statm``, about 0.1 ms for a process with two
-workers. Elsewhere (or when ``children`` files are missing, kernels without
-``CONFIG_PROC_CHILDREN``) psutil walks the process table, which costs a few
-milliseconds.
+process's RSS from ``/proc/<pid>/statm``. Elsewhere (or when ``children`` files
+are missing, kernels without ``CONFIG_PROC_CHILDREN``) psutil walks the process
+table, which costs a few milliseconds.
+
+What :class:`ProcessTreeProbe` reads how often (a record happens every ``every``
+steps, so this is inside the training loop):
+
+- at every read, the RSS of this process and of every known descendant, from
+  their ``statm`` files kept open (``pread``, a few microseconds each). A
+  descendant that has ended fails that read and is dropped at once, never
+  counted with an old value (an open ``/proc/<pid>`` file of an ended process
+  stays invalid even when its pid is reused);
+- at every read, the ``children`` file of the calling thread (the training
+  loop, which starts DataLoader workers): when it lists other processes than
+  at the previous read, the tree is walked again now;
+- the whole tree (every thread of every process in it) at most once per
+  :attr:`ProcessTreeProbe.REFRESH_S` (1 s) otherwise. A process started by
+  another thread, or by a worker, is therefore counted from the next walk, at
+  most a second after it started.
 
 The sum counts each process's resident pages, so pages that processes share
 (copy-on-write pages a forked worker inherited and has not written, shared
@@ -27,12 +42,17 @@ Example:
 from __future__ import annotations
 
 import os
+import threading
+import time
+import weakref
 
+from tbmem.probes._procfs import PAGE_SIZE
 from tbmem.probes.base import Probe
 
 __all__ = ["ProcessTreeProbe", "descendants", "tree_rss"]
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PAGE = PAGE_SIZE
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def _children_proc(pid: int) -> list[int] | None:
@@ -103,19 +123,114 @@ def tree_rss(pid: int | None = None) -> tuple[int, int]:
     return total, counted
 
 
+def _open(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | _CLOEXEC)
+    except OSError:
+        return None
+
+
+def _close_all(fds: dict[int, int]) -> None:
+    for fd in fds.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+def _statm_rss(fd: int) -> int | None:
+    """Resident bytes from an open ``statm`` file; None when its process has ended."""
+    try:
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class ProcessTreeProbe(Probe):
     """Reads the summed RSS of this process and its descendants, and their number.
 
     Readings: ``ram_tree_rss`` (bytes) and ``ram_tree_workers`` (descendant processes).
+    What is read how often is in the module's docstring.
     """
 
     name = "process_tree"
+    #: Longest time between two walks of the whole process tree, in seconds.
+    REFRESH_S = 1.0
 
     def __init__(self) -> None:
         self._pid = os.getpid()
+        self._statm: dict[int, int] = {}  # pid (this one and known descendants) -> open statm
+        self._children: dict[int, int] = {}  # native thread id -> its open children file
+        self._last_children: dict[int, bytes] = {}
+        self._walked_at = float("-inf")
+        self._fast = True  # /proc readable; else tree_rss() (psutil) at every read
+        # the descriptors are closed with the probe, also when it is dropped without stop()
+        self._finalizer = weakref.finalize(self, _close_all, self._statm)
+        self._finalizer_children = weakref.finalize(self, _close_all, self._children)
 
     def read(self) -> dict[str, float]:
         if os.getpid() != self._pid:  # read in a forked child: it is its own tree
+            self.stop()
             self._pid = os.getpid()
-        total, workers = tree_rss(self._pid)
+        if not self._fast:
+            total, workers = tree_rss(self._pid)
+            return {"ram_tree_rss": float(total), "ram_tree_workers": float(workers)}
+        now = time.monotonic()
+        changed = self._children_changed()  # always: it keeps the thread's last listing current
+        if changed or now - self._walked_at >= self.REFRESH_S:
+            self._walk(now)
+            if not self._fast:
+                return self.read()
+        total = 0
+        workers = 0
+        for pid, fd in list(self._statm.items()):
+            rss = _statm_rss(fd)
+            if rss is None:  # ended (or never readable): not counted, and forgotten
+                os.close(fd)
+                del self._statm[pid]
+                continue
+            total += rss
+            workers += pid != self._pid
         return {"ram_tree_rss": float(total), "ram_tree_workers": float(workers)}
+
+    def _children_changed(self) -> bool:
+        """Whether the calling thread's children differ from its previous read."""
+        tid = threading.get_native_id()
+        fd = self._children.get(tid)
+        if fd is None:
+            fd = _open(f"/proc/{self._pid}/task/{tid}/children")
+            if fd is None:
+                return False
+            self._children[tid] = fd
+        try:
+            listed = os.pread(fd, 4096, 0)
+        except OSError:  # that thread ended
+            os.close(self._children.pop(tid))
+            self._last_children.pop(tid, None)
+            return False
+        before = self._last_children.get(tid)
+        self._last_children[tid] = listed
+        return before is not None and listed != before
+
+    def _walk(self, now: float) -> None:
+        self._walked_at = now
+        if _children_proc(self._pid) is None:  # no children files here: psutil from now on
+            self._fast = False
+            self.stop()
+            return
+        wanted = [self._pid, *descendants(self._pid)]
+        for pid in set(self._statm) - set(wanted):
+            os.close(self._statm.pop(pid))
+        for pid in wanted:
+            if pid not in self._statm:
+                fd = _open(f"/proc/{pid}/statm")
+                if fd is not None:
+                    self._statm[pid] = fd
+
+    def stop(self) -> None:
+        """Close the kept files (they are opened again by the next read)."""
+        _close_all(self._statm)
+        _close_all(self._children)
+        self._last_children.clear()
+        self._walked_at = float("-inf")

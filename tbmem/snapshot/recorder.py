@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import time
@@ -57,41 +56,67 @@ __all__ = ["DispatchRecorder", "release_detached"]
 
 # dispatch machinery between the user's code and __torch_dispatch__: never "the line that allocated"
 _SKIP_FILES = ("_python_dispatch.py", "torch/_ops.py", "torch\\_ops.py", __file__)
-_graph_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+_graph_task_id: Callable[[], int] = tp.graph_task_id_getter()
+_set_eval_frame = tp.eval_frame_setter()
+_op_callable = tp.op_callable
+_Tensor = torch.Tensor
+_now_ns = time.perf_counter_ns
+_grad_enabled = torch.is_grad_enabled
+
+
+_ref = weakref.ref  # a plain weak reference: creating a subclass's instance costs six times as much
 
 
 class _RecordingMode(TorchDispatchMode):
-    """Forwards every operator to its owner's ``_record`` after running it."""
+    """Runs every operator, then hands each output tensor to its owner's ``_record``.
+
+    This runs for every operator of the recorded thread, so it does as little as it can: the
+    operator's C++ callable is called directly (no ``OpOverload.__call__`` frame), and Dynamo is
+    kept out of these frames by two calls to ``set_eval_frame`` instead of the five-call wrapper
+    ``TorchDispatchMode`` puts around ``__torch_dispatch__`` (see :meth:`_should_skip_dynamo`).
+    """
 
     def __init__(self, owner: "DispatchRecorder") -> None:
         super().__init__()
         self._owner = owner
         self.live = True  # False once stopped: the mode passes operators through until removed
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # False: TorchDispatchMode leaves __torch_dispatch__ unwrapped, and it switches Dynamo's
+        # frame callback off itself. Where this torch has no Dynamo, let TorchDispatchMode decide.
+        return _set_eval_frame is None
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if not self.live:
-            return func(*args, **kwargs)
+        prior = _set_eval_frame(None) if _set_eval_frame is not None else None
         try:
-            out = func(*args, **kwargs)
-        except RuntimeError:
-            # TorchScript/traced code passes "wrapped number" tensors, which reach a Python
-            # dispatch mode as plain floats/ints the op's schema rejects. Rewrap them and retry;
-            # when there is nothing to rewrap, the error is the user's own and propagates.
-            fixed = _rewrap_numbers(func, args)
-            if fixed is None:
-                raise
-            out = func(*fixed, **kwargs)
-        try:
-            if isinstance(out, torch.Tensor):
-                self._owner._record(out, args)
-            elif isinstance(out, (tuple, list)):
-                for t in out:
-                    if isinstance(t, torch.Tensor):
-                        self._owner._record(t, args)
-        except Exception as exc:  # noqa: BLE001 - a recorder bug must not break the user's op
-            self._owner._fail(exc)
-        return out
+            op = _op_callable(func)
+            if not self.live:
+                return op(*args, **kwargs) if kwargs else op(*args)
+            try:
+                out = op(*args, **kwargs) if kwargs else op(*args)
+            except RuntimeError:
+                # TorchScript/traced code passes "wrapped number" tensors, which reach a Python
+                # dispatch mode as plain floats/ints the op's schema rejects. Rewrap them and retry;
+                # when there is nothing to rewrap, the error is the user's own and propagates.
+                fixed = _rewrap_numbers(func, args)
+                if fixed is None:
+                    raise
+                out = op(*fixed, **(kwargs or {}))
+            owner = self._owner
+            try:
+                if isinstance(out, _Tensor):
+                    owner._record(out, args)
+                elif isinstance(out, (tuple, list)):
+                    for t in out:
+                        if isinstance(t, _Tensor):
+                            owner._record(t, args)
+            except Exception as exc:  # noqa: BLE001 - a recorder bug must not break the user's op
+                owner._fail(exc)
+            return out
+        finally:
+            if _set_eval_frame is not None:
+                _set_eval_frame(prior)
 
 
 # thread id -> stopped modes still entered on that thread (only it can remove them)
@@ -154,6 +179,12 @@ class DispatchRecorder:
         stack_depth: Frames kept per allocation.
         models: Callable returning the watched models (names parameters, gradients).
         optimizers: Callable returning the watched optimizers (names their states).
+
+    Cost: every operator of the recorded thread passes through Python. What is recorded per
+    allocation is one interned stack (looked up by the chain of code objects and instruction
+    offsets, so a line seen before costs no line-number lookups and no frame tuples), the size,
+    category, address, device and time appended to the builder's columns, and one weak
+    reference whose callback records the free (docs/benchmarks.md, "Dispatch recorder").
     """
 
     def __init__(self, *, max_entries: int = 100_000, stacks: str = "python", stack_depth: int = 16,
@@ -165,11 +196,12 @@ class DispatchRecorder:
         self._models = models
         self._optimizers = optimizers
         self._mode: _RecordingMode | None = None
-        self._builder = SnapshotBuilder(source="dispatch", device="cpu")
-        self._live: dict[int, list[Any]] = {}  # id(storage) -> [alloc index, weakref]
-        self._devices: set[str] = set()
+        self._on_free = self._freed  # one bound method for every weak reference's callback
+        self._codes: dict[int, Any] = {}  # id(code) -> code, for every code object seen in a stack
+        self._skipped: set[int] = set()  # ids of code objects in dispatch machinery (_SKIP_FILES)
         self.failed: BaseException | None = None
         self.owner: int | None = None  # thread id whose operators are recorded
+        self.reset()
 
     # --- lifecycle ----------------------------------------------------------------------
     @property
@@ -212,14 +244,29 @@ class DispatchRecorder:
 
     def mark(self, label: str, *, kind: str = "step") -> None:
         """A step or phase boundary before the next recorded event."""
-        self._builder.mark(label, kind=kind, time_us=time.perf_counter_ns() // 1000)
+        self._builder.mark(label, kind=kind, time_us=_now_ns() // 1000)
 
     def reset(self) -> None:
         """Forget everything recorded so far."""
         self._builder = SnapshotBuilder(source="dispatch", device="cpu")
-        self._live = {}
-        self._devices = set()
+        # id(storage) -> [event index of its allocation, weak reference]; id(reference) -> id(storage)
+        self._live: dict[int, list[Any]] = {}
+        self._sids: dict[int, int] = {}
+        self._stack_ids: dict[tuple[Any, ...], int] = {}  # (id(code), lasti, ...) -> stack id
+        self._category_ids: dict[str, int] = {}
+        self._device_ids: dict[Any, int] = {}  # torch.device -> device id
         self.failed = None
+        self._bind()
+
+    def _bind(self) -> None:
+        """Keep the builder's columns at hand (again after :meth:`_compact` replaced them)."""
+        b = self._builder
+        c = b.cols
+        self._time_us = b.time_us
+        self._ends = c["end"]
+        self._sizes = c["size"]
+        self._appends = tuple(c[name].append for name in
+                              ("start", "end", "size", "category", "stack", "addr", "flags", "device"))
 
     def _fail(self, exc: BaseException) -> None:
         # leaving the mode from inside dispatch is unsafe: go quiet; the manager reports and stops
@@ -237,43 +284,103 @@ class DispatchRecorder:
         if size == 0:
             return
         b = self._builder
-        if any(isinstance(a, torch.Tensor) and a.untyped_storage() is s for a in args):
-            # a view of / in-place write to a storage created before recording
-            idx = b.alloc(size, category="before_recording", addr=s.data_ptr(), preexisting=True,
-                          device=str(s.device))
+        for a in args:
+            if isinstance(a, _Tensor) and a.untyped_storage() is s:
+                # a view of / in-place write to a storage created before recording
+                idx = b.alloc(size, category="before_recording", addr=s.data_ptr(), preexisting=True,
+                              device=str(s.device))
+                break
         else:
             if _graph_task_id() != -1:
                 category = "backward"
-            elif torch.is_grad_enabled():
+            elif _grad_enabled():
                 category = "activation"
             else:
                 category = "no_grad"
-            stack_id = self._stack_id(b) if self.stacks else -1
-            idx = b.alloc(size, category=category, time_us=time.perf_counter_ns() // 1000,
-                          addr=s.data_ptr(), stack_id=stack_id, device=str(s.device))
-        self._devices.add(str(s.device))
-        self._live[sid] = [idx, weakref.ref(s, functools.partial(self._freed, b, sid))]
-        if len(b.time_us) > self.max_entries:
+            cid = self._category_ids.get(category)
+            if cid is None:
+                cid = self._category_ids[category] = b.category_id(category)
+            device = s.device
+            did = self._device_ids.get(device)
+            if did is None:
+                did = self._device_ids[device] = b.device_id(str(device))
+            stack_id = self._stack_id() if self.stacks else -1
+            time_us = self._time_us
+            time_us.append(_now_ns() // 1000)
+            b.has_time = True
+            start, end, size_, category_, stack, addr, flags, device_ = self._appends
+            start(len(time_us) - 1)
+            end(-1)
+            size_(size)
+            category_(cid)
+            stack(stack_id)
+            addr(s.data_ptr())
+            flags(0)
+            device_(did)
+            idx = len(self._sizes) - 1
+        ref = _ref(s, self._on_free)  # _watch, inline: this runs for every allocation
+        self._live[sid] = [idx, ref]
+        self._sids[id(ref)] = sid
+        if len(self._time_us) > self.max_entries:
             self._compact()
 
-    def _stack_id(self, b: SnapshotBuilder) -> int:
-        frames: list[Frame] = []
-        f = sys._getframe(3)
-        while f is not None and len(frames) < self.stack_depth:
-            filename = f.f_code.co_filename
-            if not filename.endswith(_SKIP_FILES):
-                frames.append((filename, f.f_lineno, f.f_code.co_name))
-            f = f.f_back
-        return b.stack_id(frames)
+    def _watch(self, s: Any, sid: int, idx: int) -> None:
+        """Keep a weak reference on storage ``s`` whose callback records the free of ``idx``."""
+        ref = _ref(s, self._on_free)
+        self._live[sid] = [idx, ref]
+        self._sids[id(ref)] = sid
 
-    def _freed(self, builder: SnapshotBuilder, sid: int, _ref: Any) -> None:
-        if builder is not self._builder:
+    def _stack_id(self) -> int:
+        # 3 frames up: past _stack_id, _record and __torch_dispatch__, the frame that called the operator
+        f = sys._getframe(3)
+        known = self._codes
+        skipped = self._skipped
+        key: list[int] = []
+        append = key.append
+        left = self.stack_depth
+        while f is not None:
+            code = f.f_code
+            cid = id(code)
+            if cid not in known:
+                self._learn(code)
+            if cid not in skipped:
+                append(cid)
+                append(f.f_lasti)
+                left -= 1
+                if not left:
+                    break
+            f = f.f_back
+        chain = tuple(key)
+        stack_id = self._stack_ids.get(chain)
+        if stack_id is None:  # a new chain: the same walk once more, reading line numbers
+            frames: list[Frame] = []
+            f = sys._getframe(3)
+            while f is not None and len(frames) < self.stack_depth:
+                if id(f.f_code) not in skipped:
+                    frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+                f = f.f_back
+            stack_id = self._stack_ids[chain] = self._builder.stack_id(frames)
+        return stack_id
+
+    def _learn(self, code: Any) -> None:
+        # the code object is kept, so that its id names it for as long as this recorder lives
+        self._codes[id(code)] = code
+        if code.co_filename.endswith(_SKIP_FILES):
+            self._skipped.add(id(code))
+
+    def _freed(self, ref: weakref.ref) -> None:
+        # a reference of a recording before reset() died with that recording's dicts: its
+        # callback never runs, so every reference seen here is one of this recording's
+        sid = self._sids.pop(id(ref), None)
+        entry = self._live.get(sid) if sid is not None else None
+        if entry is None or entry[1] is not ref:
             return
-        entry = self._live.pop(sid, None)
-        if entry is not None:
-            builder.free(entry[0], time_us=time.perf_counter_ns() // 1000)
-            if len(builder.time_us) > self.max_entries:
-                self._compact()
+        del self._live[sid]
+        time_us = self._time_us
+        time_us.append(_now_ns() // 1000)
+        self._ends[entry[0]] = len(time_us) - 1
+        if len(time_us) > self.max_entries:
+            self._compact()
 
     def _compact(self) -> None:
         """Drop the oldest half of the events (a ring buffer, amortised O(1) per event)."""
@@ -292,6 +399,7 @@ class DispatchRecorder:
         b.dropped += cut
         for entry in self._live.values():
             entry[0] = int(new_index[entry[0]])
+        self._bind()
 
     def _register_watched(self, *, category_from_role: bool) -> dict[int, str]:
         """Storages of watched parameters, gradients and optimizer states, by id -> role."""
@@ -308,10 +416,9 @@ class DispatchRecorder:
             s = t.untyped_storage()
             roles[id(s)] = role
             if category_from_role and id(s) not in self._live and s.nbytes() > 0:
-                b = self._builder
-                idx = b.alloc(s.nbytes(), category=role, addr=s.data_ptr(), preexisting=True, device=str(s.device))
-                self._devices.add(str(s.device))
-                self._live[id(s)] = [idx, weakref.ref(s, functools.partial(self._freed, b, id(s)))]
+                idx = self._builder.alloc(s.nbytes(), category=role, addr=s.data_ptr(), preexisting=True,
+                                          device=str(s.device))
+                self._watch(s, id(s), idx)
         return roles
 
     # --- output -------------------------------------------------------------------------

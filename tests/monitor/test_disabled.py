@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from tbmem import MemoryWriter
 from tbmem import _torch_private as tp
+from tbmem.monitor import readings
 from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryTracker,
                            PerformanceMonitor, monitor_memory, track_memory, track_performance)
 from tests.monitor.conftest import value_events
@@ -16,17 +16,17 @@ from tests.monitor.conftest import value_events
 def reads(monkeypatch):
     """Counts every memory or CUDA reading the monitors make."""
     calls = {"rss": 0, "cuda": 0}
-    real_memory_info = psutil.Process.memory_info
+    real_read_rss = readings.read_rss
 
-    def memory_info(self):
+    def read_rss():
         calls["rss"] += 1
-        return real_memory_info(self)
+        return real_read_rss()
 
     def cuda_ready():
         calls["cuda"] += 1
         return False
 
-    monkeypatch.setattr(psutil.Process, "memory_info", memory_info)
+    monkeypatch.setattr(readings, "read_rss", read_rss)
     monkeypatch.setattr(tp, "cuda_ready", cuda_ready)
     return calls
 

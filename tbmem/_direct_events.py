@@ -1,0 +1,89 @@
+"""Write a MemoryWriter's own events on the calling thread instead of through TensorBoard's queue.
+
+A record is flushed as soon as it is written (``flush_each_record``). Through TensorBoard's
+asynchronous writer that costs two thread switches per record: the event is queued, the writer
+thread is woken to checksum and append it, and the training thread waits in ``flush`` until it has.
+On a busy machine the wait is most of a record's cost. :class:`DirectEvents` does what the writer
+thread would do, on the calling thread, under the same lock that ``flush`` holds:
+
+1. take the asynchronous writer's lock (no other thread can queue an event meanwhile);
+2. wait until the queue is empty, so events queued before (``add_scalar`` calls) are written first;
+3. hand the record to the same record writer the writer thread uses: tbmem's
+   :class:`~tbmem._safe_io.SafeRecordWriter`, which appends it to the event file, never raises, and
+   drops and counts it while the disk refuses writes.
+
+The file holds the same bytes in the same order as through the queue. It is used only where that is
+certain: the record writer is tbmem's guarded one on a local file (each record is appended and the
+file closed at once, so a flush has nothing left to do) and TensorBoard's internals are the ones
+this was written against; anywhere else :meth:`DirectEvents.write` returns False and the caller
+queues the event as before.
+
+Example:
+    >>> import tempfile
+    >>> from torch.utils.tensorboard import SummaryWriter
+    >>> from tbmem._direct_events import DirectEvents
+    >>> from tbmem._safe_io import FaultLedger, install
+    >>> logdir = tempfile.mkdtemp()
+    >>> sw = SummaryWriter(logdir); _ = install(sw, FaultLedger(logdir))
+    >>> DirectEvents(sw).write({"Loss/train": 0.5}, step=1)
+    True
+    >>> sw.close()
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from tensorboard.compat.proto.event_pb2 import Event
+
+from tbmem._safe_io import SafeRecordWriter
+
+__all__ = ["DirectEvents", "make_event"]
+
+
+def make_event(values: Mapping[str, float], step: int, walltime: float | None = None) -> Event:
+    """One event holding one ``Summary`` with a ``simple_value`` per tag (what ``add_summary`` writes)."""
+    event = Event(wall_time=time.time() if walltime is None else walltime, step=int(step))
+    add = event.summary.value.add
+    for tag, value in values.items():
+        add(tag=tag, simple_value=float(value))
+    return event
+
+
+class DirectEvents:
+    """Writes events of ``summary_writer``'s default event file on the calling thread, where safe.
+
+    Args:
+        summary_writer: A ``SummaryWriter`` whose event files :func:`tbmem._safe_io.install` guarded.
+    """
+
+    def __init__(self, summary_writer: Any) -> None:
+        self._summary_writer = summary_writer
+        self._file_writer: Any = None
+        self._async: Any = None
+
+    def _target(self) -> Any:
+        """The asynchronous writer of the current default event file, or None where unsafe."""
+        file_writer = self._summary_writer._get_file_writer()
+        if file_writer is not self._file_writer:  # first use, or SummaryWriter opened a new file
+            self._file_writer = file_writer
+            aw = getattr(getattr(file_writer, "event_writer", None), "_async_writer", None)
+            record_writer = getattr(aw, "_writer", None)
+            safe = (isinstance(record_writer, SafeRecordWriter) and record_writer.local
+                    and all(hasattr(aw, a) for a in ("_lock", "_byte_queue", "_worker", "_closed")))
+            self._async = aw if safe else None
+        return self._async
+
+    def write(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
+        """Write one event of ``values`` now; False when it must go through TensorBoard's queue."""
+        aw = self._target()
+        if aw is None:
+            return False
+        data = make_event(values, step, walltime).SerializeToString()
+        with aw._lock:
+            if aw._closed or aw._worker.exception is not None:
+                return False  # the queued path raises or counts it, as it always did
+            aw._byte_queue.join()  # events queued before this one are written first
+            aw._writer.write(data)
+        return True
