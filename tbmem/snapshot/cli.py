@@ -104,6 +104,11 @@ def html_command(args: argparse.Namespace) -> int:
         page = render_html(snap, device=args.device)
     except ValueError as exc:
         return _fail(str(exc))
+    return _write_page(page, args)
+
+
+def _write_page(page: str, args: argparse.Namespace) -> int:
+    """Write the page to ``-o`` (default: beside FILE) and print where, or fail with one line."""
     out = os.fspath(args.output) if args.output else default_output(args.file)
     try:
         with open(out, "w", encoding="utf-8") as fh:
@@ -126,14 +131,7 @@ def _torch_html(args: argparse.Namespace) -> int:
         return _fail(f"cannot read {args.file}: {' '.join(str(exc).split())}")
     if page is None:
         return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
-    out = os.fspath(args.output) if args.output else default_output(args.file)
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(page)
-    except OSError as exc:
-        return _fail(f"cannot write {out}: {exc.strerror or exc}")
-    print(out)
-    return 0
+    return _write_page(page, args)
 
 
 def stats_command(args: argparse.Namespace) -> int:
