@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import torch
 from torch import nn
 
-__all__ = ["TiedNet", "VOCAB", "DIM", "HIDDEN", "storage_bytes", "storage_ptrs"]
+__all__ = ["TiedNet", "VOCAB", "DIM", "HIDDEN", "storage_bytes", "storage_ptrs", "tensors_in"]
 
 VOCAB, DIM, HIDDEN = 50, 16, 32
 
@@ -37,3 +39,15 @@ def storage_bytes(tensors: list[torch.Tensor]) -> int:
 def storage_ptrs(tensors: list[torch.Tensor]) -> set[int]:
     """Data pointers of the storages of ``tensors``."""
     return {t.untyped_storage().data_ptr() for t in tensors}
+
+
+def tensors_in(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``value``, through lists, tuples and dicts (an optimizer's state, say)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)

@@ -18,20 +18,10 @@ import torch.distributed as dist
 from torch import nn
 
 from tbmem.census import take_census
+from tests.census._model import tensors_in
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or sys.platform == "win32",
                                 reason="needs torch.distributed with gloo")
-
-
-def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -65,7 +55,7 @@ def _train_and_measure(world_size: int) -> dict[str, Any]:
     assert all(type(p) is DTensor and type(p.grad) is DTensor for p in params)
     param_spans = _spans(iter(params))
     grad_spans = _spans(p.grad for p in params)
-    state_spans = {k: v for k, v in _spans(_tensors_in(dict(opt.state))).items()
+    state_spans = {k: v for k, v in _spans(tensors_in(dict(opt.state))).items()
                    if k not in param_spans and k not in grad_spans}
     watched = take_census(models=[model], optimizers=[opt])
     unwatched = take_census()

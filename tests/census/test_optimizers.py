@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import gc
-from typing import Any, Iterator
 
 import torch
 from torch import nn
 
 from tbmem.census import take_census
-from tests.census._model import storage_ptrs
-
-
-def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)
+from tests.census._model import storage_ptrs, tensors_in
 
 
 def test_lbfgs_history_lists_are_optimizer_state() -> None:
@@ -43,7 +31,7 @@ def test_lbfgs_history_lists_are_optimizer_state() -> None:
     assert len(state["old_dirs"]) == 4 and all(isinstance(t, torch.Tensor) for t in state["al"])
     params = list(model.parameters())
     owned = storage_ptrs(params + [p.grad for p in params])
-    spans = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in _tensors_in(dict(opt.state))}
+    spans = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors_in(dict(opt.state))}
     expected = sum(n for ptr, n in spans.items() if ptr not in owned)
     census = take_census(models=[model], optimizers=[opt])
     assert census.by_category["optimizer_state"] == expected
