@@ -20,7 +20,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from tbmem.analysis.summary import RunSummary
+from tbmem.analysis.summary import RunSummary, tag_series, value_at
 from tbmem.forecast.report import FORECAST_TEXT_TAG, format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,16 +30,6 @@ __all__ = ["headroom", "largest_fitting"]
 
 _MB = float(2**20)
 _GB = float(2**30)
-
-
-def _series(df: "pd.DataFrame", tag: str) -> "pd.DataFrame | None":
-    g = df[df["tag"] == tag]
-    return None if g.empty else g.sort_values("step")
-
-
-def _at(df: "pd.DataFrame", tag: str, step: int) -> float | None:
-    g = df[(df["tag"] == tag) & (df["step"] == step)]
-    return None if g.empty else float(g["value"].iloc[0])
 
 
 def _forecast(texts: "pd.DataFrame | None", run: str) -> tuple[int, dict[str, Any]] | None:
@@ -87,13 +77,13 @@ def largest_fitting(lines: list[list[float]], budget: float) -> int | None:
 def _budget_from(df: "pd.DataFrame", cpu_resident: float) -> tuple[float, str, int] | None:
     from tbmem.forecast.budget import cpu_budget, cuda_budget
 
-    free, reserved = _series(df, "System/vram_free_GB"), _series(df, "Memory/GPU/vram_reserved_GB")
+    free, reserved = tag_series(df, "System/vram_free_GB"), tag_series(df, "Memory/GPU/vram_reserved_GB")
     if free is not None and reserved is not None:
         step = int(free["step"].iloc[-1])
-        r = _at(df, "Memory/GPU/vram_reserved_GB", step) or 0.0
+        r = value_at(df, "Memory/GPU/vram_reserved_GB", step) or 0.0
         b = cuda_budget(free=int(float(free["value"].iloc[-1]) * _GB), reserved=int(r * _GB))
         return float(b.bytes), b.explanation, step
-    avail = _series(df, "System/ram_available_GB")
+    avail = tag_series(df, "System/ram_available_GB")
     if avail is not None:
         b = cpu_budget(available=int(float(avail["value"].iloc[-1]) * _GB), resident=int(cpu_resident))
         return float(b.bytes), b.explanation, int(avail["step"].iloc[-1])

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.analysis.headroom import headroom
-from tbmem.analysis.summary import RunSummary, summarize
+from tbmem.analysis.summary import RunSummary, summarize, tag_series, value_at
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -88,16 +88,6 @@ class Hint:
         return asdict(self)
 
 
-def _series(df: "pd.DataFrame", tag: str) -> "pd.DataFrame | None":
-    g = df[df["tag"] == tag]
-    return None if g.empty else g.sort_values("step")
-
-
-def _at(df: "pd.DataFrame", tag: str, step: int) -> float | None:
-    g = df[(df["tag"] == tag) & (df["step"] == step)]
-    return None if g.empty else float(g["value"].iloc[0])
-
-
 def _activations(s: RunSummary, min_saving_mb: float) -> Hint | None:
     mix, total = s.category_mb_at_peak, s.census_peak_total_mb
     acts = mix.get("activations", 0.0)
@@ -140,7 +130,7 @@ def _optimizer(s: RunSummary, df: "pd.DataFrame", min_saving_mb: float) -> Hint 
 
 
 def _fragmentation(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
-    frag, retries = _series(df, "Memory/fragmentation_percent"), _series(df, "Memory/GPU/vram_alloc_retries")
+    frag, retries = tag_series(df, "Memory/fragmentation_percent"), tag_series(df, "Memory/GPU/vram_alloc_retries")
     if frag is None or retries is None:
         return None
     rose = float(retries["value"].max() - retries["value"].iloc[0])
@@ -148,8 +138,8 @@ def _fragmentation(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
     worst, step = float(frag["value"].iloc[i]), int(frag["step"].iloc[i])
     if worst < 30.0 or float(retries["value"].max()) <= 0:
         return None
-    reserved = _at(df, "Memory/GPU/vram_reserved_GB", step)
-    allocated = _at(df, "Memory/GPU/vram_allocated_GB", step)
+    reserved = value_at(df, "Memory/GPU/vram_reserved_GB", step)
+    allocated = value_at(df, "Memory/GPU/vram_allocated_GB", step)
     idle = (reserved - allocated) * 1024 if reserved is not None and allocated is not None else None
     idle_text = f"{idle:.1f} MB reserved but not holding tensors" if idle is not None else "memory reserved unused"
     return Hint(

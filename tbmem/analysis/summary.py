@@ -29,7 +29,7 @@ from tbmem.tags import TAGS
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["RunSummary", "summarize", "MEMORY_PREFIX", "CATEGORY_PREFIX", "CATEGORIES"]
+__all__ = ["RunSummary", "summarize", "tag_series", "value_at", "MEMORY_PREFIX", "CATEGORY_PREFIX", "CATEGORIES"]
 
 MEMORY_PREFIX = "Memory/"
 CATEGORY_PREFIX = "Memory/Tensor_Category/"
@@ -104,6 +104,18 @@ class RunSummary:
         out["leaks"] = [f.to_dict() for f in self.leaks]
         out["hints"] = [h.to_dict() for h in self.hints]
         return out
+
+
+def tag_series(df: "pd.DataFrame", tag: str) -> "pd.DataFrame | None":
+    """One run's records of ``tag`` (a frame of :func:`tbmem.analysis.load_scalars`) by step, or None."""
+    g = df[df["tag"] == tag]
+    return None if g.empty else g.sort_values("step")
+
+
+def value_at(df: "pd.DataFrame", tag: str, step: int) -> float | None:
+    """The value of ``tag`` at ``step`` in one run's records, or None when it was not logged there."""
+    g = df[(df["tag"] == tag) & (df["step"] == step)]
+    return None if g.empty else float(g["value"].iloc[0])
 
 
 def _peak(series_by_tag: dict[str, "pd.DataFrame"], tags: Iterable[str]) -> tuple[float | None, int | None]:
