@@ -8,10 +8,37 @@ DevTools protocol, which the page's policy does not govern.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["wait_until"]
+import pytest
+
+__all__ = ["CHROMIUM", "chromium", "wait_until"]
+
+#: Debian's chromium: ``playwright install`` cannot download browsers here, so the tests use this one.
+CHROMIUM = "/usr/bin/chromium"
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Debian chromium under Playwright, for a module's ``browser`` fixture.
+
+    Without it the test is skipped, except under ``TBMEM_REQUIRE_BROWSER=1`` (CI), where it fails.
+    """
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("TBMEM_REQUIRE_BROWSER"):
+            pytest.fail("Debian's chromium is required (TBMEM_REQUIRE_BROWSER=1)")
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    from playwright import sync_api
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 def wait_until(target: Any, expression: str, *, timeout_s: float = 60.0, interval_s: float = 0.05) -> Any:

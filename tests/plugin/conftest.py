@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from tests._browser import chromium
 from tests.plugin._logdir import REAL, REAL_PICKLE, Server, build_logdir_isolated
-
-CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +32,5 @@ def plugin_url(server):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("TBMEM_REQUIRE_BROWSER"):
-            pytest.fail("Debian's chromium is required (TBMEM_REQUIRE_BROWSER=1)")
-        pytest.skip("needs Debian's chromium (apt-get install chromium)")
-    from playwright import sync_api
-
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from tbmem.cli import main
+from tests._browser import chromium
 from tests.snapshot._helpers import REAL
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(REAL), reason="../shared/snapshots/real is not present")
@@ -88,16 +89,8 @@ def test_no_time_us_and_t0_from_the_trace(capsys):
 
 @pytest.fixture(scope="module")
 def browser():
-    from tests.snapshot.test_viewer import CHROMIUM, sync_api
-
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("TBMEM_REQUIRE_BROWSER"):  # CI: a missing browser is a failure
-            pytest.fail("Debian's chromium is required (TBMEM_REQUIRE_BROWSER=1)")
-        pytest.skip("needs Debian's chromium")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.mark.parametrize("name", sorted(FACTS))

@@ -6,12 +6,9 @@ import os
 
 import pytest
 
-from tests._browser import wait_until
+from tests._browser import CHROMIUM, chromium, wait_until
 from tbmem.snapshot.viewer import render_html
 from tests.snapshot._helpers import EVIL, small_snapshot
-
-CHROMIUM = "/usr/bin/chromium"
-from playwright import sync_api  # noqa: E402
 
 # Skipped only on a developer machine without Debian's chromium; CI sets TBMEM_REQUIRE_BROWSER=1.
 pytestmark = pytest.mark.skipif(
@@ -21,10 +18,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def _open(browser, path):
