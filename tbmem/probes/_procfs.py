@@ -16,8 +16,9 @@ Example:
 from __future__ import annotations
 
 import os
+from typing import Any
 
-__all__ = ["pread_all", "write_all", "kb_fields", "forget", "PAGE_SIZE"]
+__all__ = ["pread_all", "write_all", "kb_fields", "forget", "close_all", "PAGE_SIZE"]
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CHUNK = 8192  # /proc/self/status and /proc/meminfo are 1.5-2 KiB; larger files are read in chunks
@@ -27,15 +28,20 @@ _fds: dict[tuple[str, int], int] = {}
 _owner = os.getpid()
 
 
-def forget() -> None:
-    """Close every kept descriptor (they are reopened on next use)."""
-    global _owner
-    for fd in _fds.values():
+def close_all(fds: dict[Any, int]) -> None:
+    """Close every descriptor in ``fds`` (values), ignoring errors, and empty it."""
+    for fd in fds.values():
         try:
             os.close(fd)
         except OSError:
             pass
-    _fds.clear()
+    fds.clear()
+
+
+def forget() -> None:
+    """Close every kept descriptor (they are reopened on next use)."""
+    global _owner
+    close_all(_fds)
     _owner = os.getpid()
 
 

@@ -46,7 +46,7 @@ import threading
 import time
 import weakref
 
-from tbmem.probes._procfs import PAGE_SIZE
+from tbmem.probes._procfs import PAGE_SIZE, close_all
 from tbmem.probes.base import Probe
 
 __all__ = ["ProcessTreeProbe", "descendants", "tree_rss"]
@@ -130,15 +130,6 @@ def _open(path: str) -> int | None:
         return None
 
 
-def _close_all(fds: dict[int, int]) -> None:
-    for fd in fds.values():
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
-
-
 def _statm_rss(fd: int) -> int | None:
     """Resident bytes from an open ``statm`` file; None when its process has ended."""
     try:
@@ -166,8 +157,8 @@ class ProcessTreeProbe(Probe):
         self._walked_at = float("-inf")
         self._fast = True  # /proc readable; else tree_rss() (psutil) at every read
         # the descriptors are closed with the probe, also when it is dropped without stop()
-        self._finalizer = weakref.finalize(self, _close_all, self._statm)
-        self._finalizer_children = weakref.finalize(self, _close_all, self._children)
+        self._finalizer = weakref.finalize(self, close_all, self._statm)
+        self._finalizer_children = weakref.finalize(self, close_all, self._children)
 
     def read(self) -> dict[str, float]:
         if os.getpid() != self._pid:  # read in a forked child: it is its own tree
@@ -230,7 +221,7 @@ class ProcessTreeProbe(Probe):
 
     def stop(self) -> None:
         """Close the kept files (they are opened again by the next read)."""
-        _close_all(self._statm)
-        _close_all(self._children)
+        close_all(self._statm)
+        close_all(self._children)
         self._last_children.clear()
         self._walked_at = float("-inf")
