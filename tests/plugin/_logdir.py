@@ -115,8 +115,8 @@ def build_logdir(root: Path) -> dict[str, Path]:
     outside), ``logs/leaky`` (a census every step, 256 KiB kept per step), ``logs/exp/rank0``,
     ``logs/exp/rank1``; ``outside/secret.pickle`` and ``outside/secret.txt`` next to the logdir.
     """
-    logdir = root / "logs"
-    train = logdir / "train"
+    paths = _paths(root)
+    logdir, train, real, outside, marker = (paths[k] for k in ("logdir", "train", "real", "outside", "marker"))
     write_training_run(train)
     with MemoryWriter(train, custom_layout=False, census_every=0) as w:  # a diverged loss: NaN at step 5
         w.write_scalars({"Loss/diverged": float("nan")}, 5)
@@ -124,33 +124,36 @@ def build_logdir(root: Path) -> dict[str, Path]:
     write_ranks(logdir / "exp")
     write_long(logdir / "long")
     write_oom(logdir / "oom")
-    real = train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"
     real.parent.mkdir(parents=True)
     shutil.copyfile(REAL / REAL_PICKLE, real)
-    outside = root / "outside"
     outside.mkdir()
     secret = outside / "secret.pickle"
     shutil.copyfile(REAL / REAL_PICKLE, secret)
     (outside / "secret.txt").write_text("TOP-SECRET-CONTENT")
     os.symlink(secret, train / "linked_secret.pickle")
     os.symlink(outside, train / "linked_dir")
-    marker = root / MARKER
     with open(train / "evil_step5.pickle", "wb") as fh:
         pickle.dump(Planted(str(marker)), fh)
-    return {"logdir": logdir, "train": train, "outside": outside, "marker": marker, "real": real}
+    return paths
 
 
 def build_logdir_isolated(root: Path) -> dict[str, Path]:
     """build_logdir run in a fresh interpreter, so its censuses see only its own tensors."""
     repo = Path(__file__).resolve().parents[2]
-    code = "import sys; from pathlib import Path; from tests.plugin._logdir import build_logdir; build_logdir(Path(sys.argv[1]))"
+    code = ("import sys; from pathlib import Path; from tests.plugin._logdir import build_logdir; "
+            "build_logdir(Path(sys.argv[1]))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-W", "error", "-c", code, str(root)], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=600)
     if done.returncode:
         raise RuntimeError(f"building the plugin logdir failed:\n{done.stdout}\n{done.stderr}")
-    logdir, train = root / "logs", root / "logs" / "train"
-    return {"logdir": logdir, "train": train, "outside": root / "outside", "marker": root / MARKER,
+    return _paths(root)
+
+
+def _paths(root: Path) -> dict[str, Path]:
+    """The places :func:`build_logdir` writes under ``root``, by name."""
+    train = root / "logs" / "train"
+    return {"logdir": root / "logs", "train": train, "outside": root / "outside", "marker": root / MARKER,
             "real": train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"}
 
 
