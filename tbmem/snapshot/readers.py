@@ -32,7 +32,7 @@ from tbmem.snapshot.cuda import convert_rows
 from tbmem.snapshot.pickle_rows import Limits, SnapshotRefused
 from tbmem.snapshot.pickle_stream import read_pickle
 from tbmem.snapshot.safe_pickle import load_plain, looks_like_pickle
-from tbmem.snapshot.schema import Snapshot, read_json_gz
+from tbmem.snapshot.schema import NotASnapshot, Snapshot, read_json_gz
 
 __all__ = ["load_snapshot", "load_torch_pickle", "is_pickle_path", "format_bytes", "snapshot_stats",
            "stats_json", "SnapshotRefused", "Limits"]
@@ -94,13 +94,11 @@ def load_snapshot(path: str | os.PathLike[str], *, allow_pickle: bool = True, li
         return read_json_gz(path, max_bytes=limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio)
     except (EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise SnapshotRefused(f"{path} is truncated or not gzip JSON ({exc}); {_FORMATS}") from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, NotASnapshot):
         raise SnapshotRefused(f"{path} is not a snapshot: {_FORMATS}") from None
     except ValueError as exc:
         if isinstance(exc, SnapshotRefused):
             raise
-        if str(exc).endswith("is not UTF-8 JSON") or str(exc).startswith("not a tbmem.snapshot document"):
-            raise SnapshotRefused(f"{path} is not a snapshot: {_FORMATS}") from None
         raise SnapshotRefused(str(exc)) from None
 
 

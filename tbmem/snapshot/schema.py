@@ -44,7 +44,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["SCHEMA", "VERSION", "Snapshot", "Device", "SnapshotBuilder", "Frame", "to_json", "from_json",
+__all__ = ["SCHEMA", "VERSION", "NotASnapshot", "Snapshot", "Device", "SnapshotBuilder", "Frame", "to_json", "from_json",
            "read_json_gz", "encode_json_gz", "encode_column", "decode_column", "FLAG_FREE_SITE",
            "FLAG_PENDING_FREE", "COLUMNS"]
 
@@ -500,10 +500,14 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class NotASnapshot(ValueError):
+    """The file or document is something else than a tbmem snapshot (not UTF-8, another schema)."""
+
+
 def from_json(doc: Any) -> Snapshot:
     """Validate a parsed JSON document and decode it; ValueError names what is wrong."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ValueError(f"not a {SCHEMA} document")
+        raise NotASnapshot(f"not a {SCHEMA} document")
     if doc.get("version") == 1:
         doc = _v1_to_v2(doc)
     elif doc.get("version") != VERSION:
@@ -585,5 +589,5 @@ def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | 
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not UTF-8 JSON") from exc
+        raise NotASnapshot(f"{path} is not UTF-8 JSON") from exc
     return from_json(doc)
