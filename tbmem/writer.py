@@ -95,8 +95,9 @@ class MemoryWriter:
             raise TypeError("pass either config= or config fields as keywords, not both")
         if writer is not None and log_dir is not None:
             raise ValueError("pass either log_dir= or writer=, not both")
-        if config is None and unknown_keys(MemoryWriterConfig, options):
-            raise TypeError(f"MemoryWriter(): {unknown_keys(MemoryWriterConfig, options)}")
+        problem = unknown_keys(MemoryWriterConfig, options) if config is None else None
+        if problem:
+            raise TypeError(f"MemoryWriter(): {problem}")
         self.config = config if config is not None else MemoryWriterConfig(**options)
         if self.config.fast_crc:
             install_fast_crc()
