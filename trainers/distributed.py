@@ -93,12 +93,21 @@ class Distributed:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
 
-    def close(self) -> None:
-        """Destroy the process group if :func:`setup` created it."""
+    def close(self, *, ended_cleanly: bool = True) -> None:
+        """Destroy the process group if :func:`setup` created it.
+
+        Args:
+            ended_cleanly: Every rank reached the end of the job: they meet at a barrier first, so
+                no rank tears its connections down while a peer still uses them (gloo's worker
+                threads then stop at the same time on every rank). After an error no barrier: a
+                failed peer would never arrive.
+        """
         if self.owns_group:
             import torch.distributed as dist
 
             if dist.is_initialized():
+                if ended_cleanly and self.active:
+                    dist.barrier()
                 dist.destroy_process_group()
             self.owns_group = False
 

@@ -127,9 +127,12 @@ def run_experiment(cfg: Mapping[str, Any], *, log_dir: str | os.PathLike[str] | 
     path = Path(log_dir) if log_dir is not None else default_log_dir(run)
     dist = setup(device.type)  # under torchrun: the process group (gloo on CPU, nccl on CUDA)
     try:
-        return _run(run, device, path, dist, progress)
-    finally:
-        dist.close()
+        outcome = _run(run, device, path, dist, progress)  # the trainer and its DDP wrapper are gone on return
+    except BaseException:
+        dist.close(ended_cleanly=False)
+        raise
+    dist.close()
+    return outcome
 
 
 def _run(run: RunConfig, device: torch.device, path: Path, dist: Any, progress: RunProgress | None) -> Outcome:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import sys
@@ -43,6 +44,10 @@ def main() -> None:
                                   "val": result.val_losses, "checkpoints": [str(p) for p in result.checkpoints]})
     if ctx.is_root:
         print("RESULT " + json.dumps(rows), flush=True)
+    # DDP's reducer holds the process group: released first, so its teardown is not left to
+    # whichever reference goes last after the group is shut down (as run.py's trainer is).
+    del trainer
+    gc.collect()
     ctx.close()
 
 
