@@ -40,6 +40,7 @@ _PTR = ctypes.sizeof(ctypes.c_void_p)
 _UINT = np.dtype(f"{'<' if sys.byteorder == 'little' else '>'}u{_PTR}")
 _MIN_FAST = 4096  # below this many objects the plain filter is as fast
 _TABLE_BITS = 16
+_CHUNK = 65536  # objects per pass of select_types: 512 KB per buffer
 
 
 class _Memory:
@@ -133,11 +134,28 @@ def select_types(objs: list[Any], types: Collection[type]) -> list[Any]:
     if not _FAST or len(objs) < _MIN_FAST or not types:
         return _plain(objs, types)
     wanted, table = _lookup(types if isinstance(types, frozenset) else frozenset(types))
-    kinds = _type_addresses(_item_addresses(objs))
-    hashed = kinds >> _SHIFT
-    hashed &= _MASK
-    candidates = np.flatnonzero(table[hashed])
-    candidate_kinds = kinds[candidates]
-    slot = np.minimum(np.searchsorted(wanted, candidate_kinds), len(wanted) - 1)
-    chosen = list(map(objs.__getitem__, candidates[wanted[slot] == candidate_kinds].tolist()))
+    addresses = _item_addresses(objs)
+    space = _address_space()
+    # In chunks, into two reused buffers: whole-list temporaries (several MB each, fresh pages
+    # from the kernel every call) made this pass twice as slow (12 ms against 5.7 ms for 320k objects).
+    size = min(_CHUNK, len(addresses))
+    index = np.empty(size, dtype=_UINT)
+    kinds = np.empty(size, dtype=_UINT)
+    chosen: list[Any] = []
+    pick = objs.__getitem__
+    for start in range(0, len(addresses), _CHUNK):
+        chunk = addresses[start:start + _CHUNK]
+        i, k = index[:len(chunk)], kinds[:len(chunk)]
+        np.right_shift(chunk, _SHIFT, out=i)
+        np.take(space, i, out=k)  # the type pointers: one read per object
+        np.right_shift(k, _SHIFT, out=i)
+        np.bitwise_and(i, _MASK, out=i)
+        candidates = np.flatnonzero(table[i])
+        if not len(candidates):
+            continue
+        candidate_kinds = k[candidates]
+        slot = np.minimum(np.searchsorted(wanted, candidate_kinds), len(wanted) - 1)
+        hits = candidates[wanted[slot] == candidate_kinds]
+        hits += start
+        chosen += map(pick, hits.tolist())
     return _plain(chosen, types)  # confirmed with type(): cheap on the few chosen

@@ -48,3 +48,14 @@ def test_no_view_of_process_memory_outlives_a_selection() -> None:
     gc.collect()
     referenced = gc.get_referents(*gc.get_objects())
     assert not [a for a in referenced if type(a) is np.ndarray and a.nbytes > 2**50]
+
+
+def test_instances_on_both_sides_of_a_chunk_boundary_are_found_in_order() -> None:
+    fillers = [[] for _ in range(3 * layout._CHUNK)]
+    marks = {layout._CHUNK - 1: torch.zeros(1), layout._CHUNK: torch.ones(1), 2 * layout._CHUNK + 7: torch.zeros(2),
+             len(fillers) - 1: torch.ones(3)}
+    objs: list[object] = list(fillers)
+    for i, t in marks.items():
+        objs[i] = t
+    chosen = layout.select_types(objs, frozenset({torch.Tensor}))
+    assert [id(o) for o in chosen] == [id(marks[i]) for i in sorted(marks)]
