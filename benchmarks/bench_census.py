@@ -16,9 +16,12 @@ bootstrap interval that resamples rounds, then calls within each.
 
 Columns: heap objects, tensors, memlab ms, census ms (full heap scans, each numpy_scan
 mode), census ms right after another census (the incremental scan, see
-tbmem/census/heap.py), two references (``gc.get_objects()`` alone, the floor of any
-complete scan; ``gc.get_referrers(torch.Tensor, nn.Parameter)``, the traversal the full
-scan used before issue 12, which missed other tensor classes), ratio census/memlab (full scans).
+tbmem/census/heap.py), the full census's heap pass alone (``gc.get_objects()``, the
+selection of the wanted types, the list released: what the census pays before it looks at
+one tensor), two references (``gc.get_objects()`` alone, the floor of any complete scan;
+``gc.get_referrers(torch.Tensor, nn.Parameter)``, the traversal the full scan used before
+issue 12, which missed other tensor classes), ratio census/memlab (full scans), and the heap
+pass alone over memlab.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = ["main"]
 
-VARIANTS = ("memlab", "census", "census_all", "census_off", "census_inc", "get_objects", "referrers")
+VARIANTS = ("memlab", "census", "census_all", "census_off", "census_inc", "scan", "get_objects", "referrers")
 _LAYOUT: list[Any] = []  # allocations of random sizes: each round's heap layout differs, as separate runs' do
 
 
@@ -86,7 +89,7 @@ def _worker(seed: int, repeats: int, targets: list[int]) -> dict[str, Any]:
         from phi.torch import flow  # noqa: F401
     import torch
 
-    from tbmem.census import take_census
+    from tbmem.census import heap, take_census
 
     rng = random.Random(seed)
     # Not a local variable: the census's walk of the frames' locals would examine its items.
@@ -112,11 +115,15 @@ def _worker(seed: int, repeats: int, targets: list[int]) -> dict[str, Any]:
             "census_off": lambda: take_census(models=[model], optimizers=[opt], numpy_scan="off", full_scan=True),
             # references: the floor of any complete scan (a list of every gc-tracked object), and the
             # traversal the full scan used before issue 12 (it missed instances of other tensor classes)
+            # the heap pass of a full census without the census: every object listed, the wanted
+            # types selected, the list released (what any complete census pays before its first tensor)
+            "scan": lambda: len(heap.find_instances(incremental=False).objects),
             "get_objects": lambda: len(gc.get_objects()),
             "referrers": lambda: len(gc.get_referrers(torch.Tensor, torch.nn.Parameter)),
         }
         # census_inc must follow a census; the other calls take turns in an order rotated every call
-        units = [["memlab"], ["census", "census_inc"], ["census_all"], ["census_off"], ["get_objects"], ["referrers"]]
+        units = [["memlab"], ["census", "census_inc"], ["census_all"], ["census_off"], ["scan"], ["get_objects"],
+                 ["referrers"]]
         times: dict[str, list[float]] = {k: [] for k in fns}
         for i in range(repeats):
             for unit in units[i % len(units):] + units[:i % len(units)]:
@@ -185,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{rounds} rounds (fresh processes) x {repeats} calls of each variant, interleaved; "
           f"{time.perf_counter() - started:.0f} s; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
     print("| heap objects | tensors | memlab ms | census ms | census numpy=all ms | census numpy=off ms "
-          "| census incremental ms | gc.get_objects ms | previous scan ms | ratio census/memlab | 90% interval "
-          "| rounds min-max |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| census incremental ms | heap pass alone ms | gc.get_objects ms | previous scan ms | ratio census/memlab "
+          "| 90% interval | rounds min-max | heap pass alone/memlab |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = random.Random(0)
     base = (float("nan"), float("nan"), float("nan"))
     for k, extra in enumerate(targets):
@@ -201,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         inc = f"{ms['census_inc']:.1f}" + ("" if inc_total == inc_scans else f" ({inc_total}/{inc_scans} incremental)")
         objects = statistics.median(s["objects"] for s in per_round)
         print(f"| {objects:,.0f} | {per_round[0]['tensors']} | {ms['memlab']:.1f} | {ms['census']:.1f} "
-              f"| {ms['census_all']:.1f} | {ms['census_off']:.1f} | {inc} | {ms['get_objects']:.1f} "
-              f"| {ms['referrers']:.1f} | {ratio:.3f} | {lo:.3f}-{hi:.3f} "
-              f"| {min(ratios):.3f}-{max(ratios):.3f} |")
+              f"| {ms['census_all']:.1f} | {ms['census_off']:.1f} | {inc} | {ms['scan']:.1f} "
+              f"| {ms['get_objects']:.1f} | {ms['referrers']:.1f} | {ratio:.3f} | {lo:.3f}-{hi:.3f} "
+              f"| {min(ratios):.3f}-{max(ratios):.3f} | {ms['scan'] / ms['memlab']:.3f} |")
         if extra == 0:
             base = (ratio, lo, hi)
     ok = base[0] <= 1 / 3
