@@ -32,7 +32,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -40,6 +39,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tbmem._log import logger
+from tbmem.config import unknown_keys
 
 __all__ = ["AlertConfig", "Alert", "AlertMonitor", "ALERTS_TEXT_TAG"]
 
@@ -106,10 +106,9 @@ class AlertConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "AlertConfig":
         """Build from a plain mapping (a Hydra/OmegaConf node), naming any unknown key."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}")
+        problem = unknown_keys(cls, values)
+        if problem:
+            raise ValueError(problem)
         return cls(**dict(values))
 
     @classmethod

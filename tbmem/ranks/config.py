@@ -12,10 +12,11 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from tbmem.config import unknown_keys
 
 __all__ = ["RanksConfig", "DEFAULT_RANK_TAGS"]
 
@@ -79,10 +80,9 @@ class RanksConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "RanksConfig":
         """Build from a plain mapping (a Hydra/OmegaConf node), naming any unknown key."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}")
+        problem = unknown_keys(cls, values)
+        if problem:
+            raise ValueError(problem)
         data = dict(values)
         if "tags" in data and not isinstance(data["tags"], (str, bytes)) and data["tags"] is not None:
             data["tags"] = tuple(data["tags"])

@@ -13,9 +13,10 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from tbmem.config import unknown_keys
 
 __all__ = ["SnapshotConfig", "RECORDERS", "STACKS"]
 
@@ -114,10 +115,9 @@ class SnapshotConfig:
             if "every" in data:
                 raise ValueError(f"{cls.__name__}: give either every or snapshot_every, not both")
             data["every"] = data.pop("snapshot_every")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(known)}")
+        problem = unknown_keys(cls, data)
+        if problem:
+            raise ValueError(problem)
         if "steps" in data and data["steps"] is not None and not isinstance(data["steps"], (str, bytes)):
             data["steps"] = tuple(data["steps"])
         return cls(**data)

@@ -112,7 +112,8 @@ def test_ranks_config_names_the_bad_field(kwargs, match):
 
 
 def test_ranks_config_from_a_mapping_names_unknown_keys():
-    with pytest.raises(ValueError, match=r"unknown RanksConfig key\(s\) \['timeout'\]"):
+    message = r"unknown RanksConfig key 'timeout' \(did you mean 'timeout_s'\?\); valid keys: "
+    with pytest.raises(ValueError, match=message):
         RanksConfig.from_mapping({"timeout": 3})
     from tbmem.config import MemoryWriterConfig
 
