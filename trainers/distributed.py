@@ -26,6 +26,8 @@ from typing import Iterator, Mapping, Sequence
 
 import torch
 
+from tbmem.ranks.context import RankInfo, detect_rank
+
 __all__ = ["Distributed", "setup", "job_run_name", "prepare_hydra", "RUN_NAME_VAR"]
 
 
@@ -112,9 +114,10 @@ class Distributed:
             self.owns_group = False
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    value = env.get(name, "")
-    return int(value) if value.isdigit() else default
+def _torchrun(environ: Mapping[str, str] | None) -> RankInfo:
+    """The rank torchrun's variables give (read as tbmem reads them, so both agree on the job);
+    the process group is not consulted: it may not exist yet."""
+    return detect_rank(os.environ if environ is None else environ)
 
 
 def setup(device: str, *, environ: Mapping[str, str] | None = None) -> Distributed:
@@ -124,13 +127,12 @@ def setup(device: str, *, environ: Mapping[str, str] | None = None) -> Distribut
         device: ``"cpu"`` or ``"cuda"`` (the resolved device type): gloo or nccl.
         environ: Variables to read instead of ``os.environ``.
     """
-    env = os.environ if environ is None else environ
-    world = _int(env, "WORLD_SIZE", 1)
-    if world <= 1:
+    job = _torchrun(environ)
+    if not job.distributed:
         return Distributed()
     import torch.distributed as dist
 
-    local = _int(env, "LOCAL_RANK", 0)
+    local = job.local_rank or 0
     owns = False
     if not dist.is_initialized():
         if device == "cuda":
@@ -148,13 +150,12 @@ def job_run_name(default: str, *, environ: Mapping[str, str] | None = None) -> s
     the start time of the launching torchrun process (the ranks' common parent on a node).
     A single process gets ``default``.
     """
-    env = os.environ if environ is None else environ
-    if _int(env, "WORLD_SIZE", 1) <= 1:
+    if not _torchrun(environ).distributed:
         return default
     try:
         from tbmem.ranks.store import JobStore
 
-        store = JobStore.connect(environ=env, timeout_s=120)
+        store = JobStore.connect(environ=os.environ if environ is None else environ, timeout_s=120)
         if store is not None:
             return store.first("trainers/run_name", default)
     except Exception:  # noqa: BLE001 - fall back to the common parent's start time
@@ -178,12 +179,12 @@ def prepare_hydra(*, environ: Mapping[str, str] | None = None) -> list[str]:
     ``run_rank<r>.log`` (Hydra opens it before it creates any folder), so no two ranks write
     the same file. A single process gets nothing.
     """
-    env = os.environ if environ is None else environ
-    if _int(env, "WORLD_SIZE", 1) <= 1:
+    job = _torchrun(environ)
+    if not job.distributed:
         return []
     if environ is None and RUN_NAME_VAR not in os.environ:
         os.environ[RUN_NAME_VAR] = job_run_name(time.strftime("%Y-%m-%d_%H-%M-%S"))
-    rank = _int(env, "RANK", 0)
+    rank = job.rank
     if rank == 0:
         return []
     return [f"hydra.output_subdir=rank{rank}/.hydra",

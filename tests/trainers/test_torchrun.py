@@ -75,8 +75,9 @@ def test_job_run_name_first_rank_wins_through_the_store():
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port),
            "TORCHELASTIC_RUN_ID": "test"}
-    assert job_run_name("2026-01-01_00-00-01", environ=env) == "2026-01-01_00-00-01"
-    assert job_run_name("2026-01-01_00-00-02", environ=env) == "2026-01-01_00-00-01"  # a later rank
+    assert job_run_name("2026-01-01_00-00-01", environ={**env, "RANK": "1"}) == "2026-01-01_00-00-01"
+    later = job_run_name("2026-01-01_00-00-02", environ={**env, "RANK": "0"})  # a later rank
+    assert later == "2026-01-01_00-00-01"
     assert job_run_name("alone", environ={}) == "alone"  # a single process keeps its own
 
 
@@ -89,7 +90,7 @@ def test_job_run_name_without_a_store_is_the_launchers_start_time():
     from trainers.distributed import job_run_name
 
     expected = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(psutil.Process(os.getppid()).create_time()))
-    assert job_run_name("mine", environ={"WORLD_SIZE": "2"}) == expected
+    assert job_run_name("mine", environ={"WORLD_SIZE": "2", "RANK": "1"}) == expected
 
 
 def test_prepare_hydra_keeps_ranks_out_of_each_others_files():
@@ -100,6 +101,9 @@ def test_prepare_hydra_keeps_ranks_out_of_each_others_files():
     overrides = prepare_hydra(environ={"WORLD_SIZE": "2", "RANK": "1"})
     assert overrides == ["hydra.output_subdir=rank1/.hydra",
                          "hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/run_rank1.log"]
+    # torchrun's variables are read as tbmem reads them: without a valid RANK there is no job
+    assert prepare_hydra(environ={"WORLD_SIZE": "2"}) == []
+    assert prepare_hydra(environ={"WORLD_SIZE": "2", "RANK": "2"}) == []
 
 
 def test_base_config_takes_the_agreed_run_name_unless_one_is_given(compose, monkeypatch):
