@@ -24,6 +24,7 @@ from tbmem._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "load_scalars": "tbmem.analysis.load",
     "load_texts": "tbmem.analysis.load",
+    "load_scalars_and_texts": "tbmem.analysis.load",
     "find_runs": "tbmem.analysis.load",
     "AnalysisError": "tbmem.analysis.load",
     "LogdirNotFoundError": "tbmem.analysis.load",
@@ -54,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.analysis.leaks import LeakFinding, detect_leaks
     from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
                                      NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
-                                     load_texts)
+                                     load_scalars_and_texts, load_texts)
     from tbmem.analysis.loss import memory_spikes, plot_loss_and_memory
     from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
     from tbmem.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs

@@ -96,18 +96,18 @@ def _report(args: argparse.Namespace) -> int:
     import dataclasses
 
     from tbmem.analysis.hints import find_hints, format_hints
-    from tbmem.analysis.load import load_scalars, load_texts
+    from tbmem.analysis.load import load_scalars_and_texts
     from tbmem.analysis.ranks import format_rank_jobs, rank_jobs
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
 
     runs = list(args.compare) if args.compare else None
     on_error = "warn" if args.allow_truncated else "raise"
-    df = load_scalars(args.logdir, runs=runs, on_error=on_error)
+    df, texts = load_scalars_and_texts(args.logdir, runs=runs, on_error=on_error)
     summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
-    hints = find_hints(df, texts=load_texts(args.logdir, runs=runs, on_error=on_error), summaries=summaries,
+    hints = find_hints(df, texts=texts, summaries=summaries,
                        batch_size=getattr(args, "batch_size", None))
     summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
     jobs = [] if args.compare else rank_jobs(summaries)

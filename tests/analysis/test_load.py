@@ -9,7 +9,7 @@ import pytest
 
 from tbmem import MemoryWriter
 from tbmem.analysis import (CorruptEventFileError, LogdirNotFoundError, NoEventFilesError, find_runs,
-                            load_scalars, load_texts)
+                            load_scalars, load_scalars_and_texts, load_texts)
 from tests.analysis._logdirs import write_run
 
 
@@ -88,6 +88,25 @@ def test_load_texts_reads_add_text(tmp_path):
     df = load_texts(tmp_path)
     expected = [["Memory/Large_Tensors/top_k", 10, "| name | MB |"]]  # torch's /text_summary suffix dropped
     assert df[["tag", "step", "value"]].values.tolist() == expected
+
+
+def test_one_pass_gives_what_the_two_loaders_give_and_reports_a_damaged_file_once(tmp_path, tbmem_log):
+    import pandas as pd
+
+    with MemoryWriter(str(tmp_path / "run"), every=1, custom_layout=False) as w:
+        for step in range(5):
+            w.write_scalars({"Memory/RAM/process_rss_GB": 1.0 + step, "Loss/train": 0.5 / (step + 1)}, step)
+            w.add_text("Memory/Large_Tensors/top_k", f"| step {step} |", step)
+    scalars, texts = load_scalars_and_texts(tmp_path)
+    pd.testing.assert_frame_equal(scalars, load_scalars(tmp_path))
+    pd.testing.assert_frame_equal(texts, load_texts(tmp_path))
+    assert len(scalars) == 10 and texts["value"].tolist() == [f"| step {s} |" for s in range(5)]
+    path = _event_file(tmp_path / "run")
+    path.write_bytes(path.read_bytes()[:-5])
+    tbmem_log.clear()
+    scalars, texts = load_scalars_and_texts(tmp_path, on_error="warn")
+    assert len(texts) == 4  # the last record (a text) was cut
+    assert sum("is damaged" in r.getMessage() for r in tbmem_log.records) == 1
 
 
 def test_missing_logdir_and_empty_logdir_raise_clear_errors(tmp_path):
