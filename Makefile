@@ -13,8 +13,8 @@ TORCH_INDEX ?=
 # Reinstall when the dependency list changes. -c constraints.txt pins the versions (torch 2.13.0);
 # which torch build pip picks depends on its indexes: PyPI's Linux wheel is the multi-GB CUDA build,
 # PyTorch's CPU index (TORCH_INDEX) or a local wheel (pip's find-links) the CPU build. README.md.
-# tbmem/census/_gcwalk.c is compiled by the install (an optional C extension): rebuilt when it changes.
-$(STAMP): pyproject.toml constraints.txt tbmem/census/_gcwalk.c
+# tbmem/census/_gcwalk.c is compiled by the install (an optional C extension, setup.py): rebuilt when it changes.
+$(STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[all,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
