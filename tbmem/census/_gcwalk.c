@@ -152,4 +152,13 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gcwalk", "The census's heap pass in C.", -1, methods};
 
-PyMODINIT_FUNC PyInit__gcwalk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__gcwalk(void) {
+    PyObject *m = PyModule_Create(&module);
+    PyObject *all = m ? Py_BuildValue("[s]", "select_tracked") : NULL;
+    if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
+        Py_XDECREF(all);
+        Py_XDECREF(m);
+        return NULL;
+    }
+    return m;
+}
