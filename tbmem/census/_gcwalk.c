@@ -8,7 +8,7 @@
  *
  * CPython 3.12 and later: PyUnstable_GC_VisitObjects. 3.10 and 3.11 have no such API: the
  * interpreter's generation lists are read through CPython's internal headers (installed with
- * every CPython, the same layout from 3.9 to 3.11). The free-threaded build is refused (the
+ * every CPython; the same layout in 3.10 and 3.11). The free-threaded build is refused (the
  * Python caller falls back to gc.get_objects()).
  *
  * Nothing runs Python code, allocates a tracked object or changes a reference count during the
