@@ -12,8 +12,8 @@
  * Python caller falls back to gc.get_objects()).
  *
  * Nothing runs Python code, allocates a tracked object or changes a reference count during the
- * walk (the chosen objects are collected as raw pointers); the GIL is held throughout, so no
- * object can go away before the result list takes its references.
+ * walk (the chosen objects are collected as raw pointers, with the GIL held, so none can go away);
+ * their references are taken before the result list is created, as that allocation can collect.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -129,11 +129,17 @@ static PyObject *select_tracked(PyObject *module, PyObject *types) {
     s->wanted = addresses;
     s->n_wanted = n;
     walk(s); /* seq holds the types: none can be collected meanwhile */
+    /* References first: creating the list can start a collection, which may free an object of an
+     * unreachable cycle that only a raw pointer here would still name. */
+    for (Py_ssize_t i = 0; i < s->n_chosen; i++) {
+        Py_INCREF(s->chosen[i]);
+    }
     PyObject *result = s->out_of_memory ? PyErr_NoMemory() : PyList_New(s->n_chosen);
-    if (result != NULL) {
-        for (Py_ssize_t i = 0; i < s->n_chosen; i++) {
-            Py_INCREF(s->chosen[i]);
-            PyList_SET_ITEM(result, i, s->chosen[i]);
+    for (Py_ssize_t i = 0; i < s->n_chosen; i++) {
+        if (result != NULL) {
+            PyList_SET_ITEM(result, i, s->chosen[i]); /* the list takes the reference */
+        } else {
+            Py_DECREF(s->chosen[i]);
         }
     }
     PyMem_RawFree(s->chosen);

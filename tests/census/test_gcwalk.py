@@ -75,3 +75,35 @@ def test_full_scans_find_the_same_with_and_without_it(monkeypatch) -> None:
     without = heap.find_instances(incremental=False)
     assert [id(o) for o in with_c.objects] == [id(o) for o in without.objects]
     assert all(any(o is k for o in with_c.objects) for k in keep)
+
+
+def test_objects_of_garbage_cycles_survive_the_collection_the_result_list_can_start() -> None:
+    """Creating the result list may collect: the chosen objects must be referenced before it is (a
+    subprocess, because getting this wrong is a use-after-free)."""
+    _walk()
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import gc, torch
+        from tbmem.census._gcwalk import select_tracked
+        gc.disable()
+        for i in range(50):  # garbage: each tensor only in a reference cycle
+            box = {"t": torch.full((4,), float(i))}
+            box["self"] = box
+            del box
+        collections = []
+        gc.callbacks.append(lambda phase, info: collections.append(phase))
+        drain = [[] for _ in range(200)]  # empties the list free list: the result list is a new gc object
+        gc.set_threshold(1)  # and creating it collects generation 0, the cycles included
+        gc.enable()
+        found = select_tracked((torch.Tensor,))
+        gc.disable()
+        assert collections == ["start", "stop"], collections
+        values = sorted(float(t[0]) for t in found if t.shape == (4,))
+        assert values == [float(i) for i in range(50)], values
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
