@@ -124,6 +124,40 @@ _detached: dict[int | None, list[_RecordingMode]] = {}
 _detached_lock = threading.Lock()
 
 
+class _ThreadEnd:
+    """Kept in a ``threading.local`` of a thread that entered a recording mode: deleted when that
+    thread's Python state is cleared at its end (on that thread, with the GIL, before ``join()``
+    returns), it exits the recording modes still entered there.
+
+    Otherwise the mode would stay in the thread's C++ dispatch-mode stack until the OS thread
+    exits, and dropping it then needs the GIL: when the main thread is already finalizing the
+    interpreter, that thread is ended by a forced unwind through a C++ destructor, and the process
+    aborts with "terminate called without an active exception".
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        try:
+            while isinstance(top := tp.current_dispatch_mode(), _RecordingMode):
+                top.live = False
+                top.__exit__(None, None, None)
+            with _detached_lock:
+                _detached.pop(threading.get_ident(), None)
+        except Exception:  # noqa: BLE001 - a thread's end must not raise; nothing better can be done
+            pass
+
+
+_thread_end = threading.local()
+
+
+def _exit_modes_at_thread_end() -> None:
+    """Arrange for :class:`_ThreadEnd` to run at the end of the calling thread (not the main
+    thread: its modes outlive the interpreter's threads, and torch drops them at exit)."""
+    if threading.current_thread() is not threading.main_thread() and not hasattr(_thread_end, "hook"):
+        _thread_end.hook = _ThreadEnd()
+
+
 def _park(thread_id: int | None, mode: _RecordingMode) -> None:
     with _detached_lock:
         _detached.setdefault(thread_id, []).append(mode)
@@ -217,6 +251,7 @@ class DispatchRecorder:
         self._register_watched(category_from_role=True)
         self._mode = _RecordingMode(self)
         self.owner = threading.get_ident()
+        _exit_modes_at_thread_end()
         self._mode.__enter__()
         markers.register(self)
 

@@ -19,20 +19,28 @@ def test_steps_on_a_background_thread_leave_no_recording_mode_anywhere(tmp_path)
         model = torch.nn.Linear(16, 16)
         w.watch(model)
 
+        modes = []
+
         def train():  # ... trained on another thread
             for step in range(8):
                 with w.monitored_step(step):
                     model(torch.randn(4, 16)).sum().backward()
             mode = _get_current_dispatch_mode()  # the window of step 8 is open
+            modes.append(mode)
             print("background thread records:", getattr(mode, "live", None), flush=True)
 
         t = threading.Thread(target=train)
         t.start(); t.join()
+        # the thread's end exited the mode while Python could still drop it: left in the thread's
+        # C++ mode stack, it would be dropped at the OS thread's exit, racing the interpreter's
+        # finalization ("terminate called without an active exception")
+        print("mode live after the thread ended:", modes[0].live, flush=True)
         w.close()
         print("main thread after close:", _get_current_dispatch_mode(), flush=True)
     """, str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "background thread records: True" in proc.stdout
+    assert "mode live after the thread ended: False" in proc.stdout
     assert "main thread after close: None" in proc.stdout  # no pass-through mode slowing every op down
     assert tbmem_lines(proc.stderr) == []
     # window 0 began on the main thread and saw none of the steps: recording moved to the
