@@ -186,7 +186,8 @@ def test_config_accepts_true_mappings_and_names_bad_values():
     assert MemoryWriterConfig(alerts=False).alerts is None
     cfg = MemoryWriterConfig.from_mapping({"alerts": {"device_percent": 95, "snapshot": True}})
     assert cfg.alerts.device_percent == 95 and cfg.alerts.snapshot
-    with pytest.raises(ValueError, match=r"unknown AlertConfig key 'device_pct' \(did you mean 'device_percent'\?\); valid keys: "):
+    message = r"unknown AlertConfig key 'device_pct' \(did you mean 'device_percent'\?\); valid keys: "
+    with pytest.raises(ValueError, match=message):
         MemoryWriterConfig(alerts={"device_pct": 95})
     with pytest.raises(ValueError, match="growth_window must be an integer >= 4"):
         AlertConfig(growth_window=2)
