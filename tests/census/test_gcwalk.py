@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 import torch
@@ -23,15 +24,21 @@ def _types() -> tuple[type, ...]:
 
 
 def _walk():
+    """The C walk; skipped where the install had no C compiler, except under
+    ``TBMEM_REQUIRE_C_EXTENSION=1`` (set by .ci/run), where that is a failure."""
     if not heap.C_HEAP_PASS:
-        pytest.fail("tbmem/census/_gcwalk.c was not built: pip install -e . needs a C compiler")
+        message = "tbmem/census/_gcwalk.c was not built: the install found no C compiler"
+        if os.environ.get("TBMEM_REQUIRE_C_EXTENSION") == "1":
+            pytest.fail(message + " (TBMEM_REQUIRE_C_EXTENSION=1)")
+        pytest.skip(message)
     from tbmem.census._gcwalk import select_tracked
 
     return select_tracked
 
 
-def test_the_c_heap_pass_is_built_here() -> None:
-    assert heap.C_HEAP_PASS  # CPython 3.11 with gcc here: losing it would cost the full census 10 ms
+def test_the_c_heap_pass_is_built_and_used() -> None:
+    _walk()  # losing it would cost every full census about 10 ms at 350k objects
+    assert heap._select_tracked is not None
 
 
 def test_it_selects_what_get_objects_lists_in_the_same_order() -> None:
