@@ -120,9 +120,10 @@ class _Seen:
         return None if self.all else sorted(self.members[key])
 
 
-def _charts(seen: _Seen, specs: Sequence[tuple[str, str, Any]]) -> dict[str, list]:
-    """``(title, key that must be seen, chart or a callable giving it)`` -> the charts whose key is seen."""
-    return {title: chart for title, key, chart in specs if seen.has(key)}
+def _charts(seen: _Seen, specs: Sequence[tuple[str, ...]]) -> dict[str, list]:
+    """``(title, key)`` -> a one-reading chart of ``key`` if the run wrote it; ``(title, key, shown_if)``
+    when another reading decides whether the chart is shown."""
+    return {title: _single(key) for title, key, *shown_if in specs if seen.has(shown_if[0] if shown_if else key)}
 
 
 def _family_charts(seen: _Seen, family: str) -> dict[str, list]:
@@ -153,57 +154,56 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
     seen = _Seen(tags)
     has = seen.has
     gpu = _charts(seen, [
-        ("VRAM allocated (GB)", "vram_allocated", _single("vram_allocated")),
-        ("VRAM reserved by the caching allocator (GB)", "vram_reserved", _single("vram_reserved")),
-        ("Peak VRAM allocated since the previous record (GB)", "vram_peak_allocated", _single("vram_peak_allocated")),
-        ("Peak VRAM reserved since the previous record (GB)", "vram_peak_reserved", _single("vram_peak_reserved")),
-        ("VRAM reserved, of the device's memory (%)", "vram_percent", _single("vram_percent")),
-        ("Device memory used, as nvidia-smi reports it (GB)", "vram_nvml_used", _single("vram_nvml_used")),
-        ("Out-of-memory errors since start (count)", "vram_ooms", _single("vram_ooms")),
+        ("VRAM allocated (GB)", "vram_allocated"),
+        ("VRAM reserved by the caching allocator (GB)", "vram_reserved"),
+        ("Peak VRAM allocated since the previous record (GB)", "vram_peak_allocated"),
+        ("Peak VRAM reserved since the previous record (GB)", "vram_peak_reserved"),
+        ("VRAM reserved, of the device's memory (%)", "vram_percent"),
+        ("Device memory used, as nvidia-smi reports it (GB)", "vram_nvml_used"),
+        ("Out-of-memory errors since start (count)", "vram_ooms"),
     ])
     process = _charts(seen, [
-        ("Process RSS (GB)", "ram_rss", _single("ram_rss")),
-        ("Peak RSS since the previous record (GB)", "ram_peak_rss", _single("ram_peak_rss")),
-        ("Process USS: freed if the process ended (GB)", "ram_uss", _single("ram_uss")),
-        ("RSS of the process and its DataLoader workers (GB)", "ram_tree_workers", _single("ram_tree_rss")),
-        ("Processes below the training process (count)", "ram_tree_workers", _single("ram_tree_workers")),
+        ("Process RSS (GB)", "ram_rss"),
+        ("Peak RSS since the previous record (GB)", "ram_peak_rss"),
+        ("Process USS: freed if the process ended (GB)", "ram_uss"),
+        ("RSS of the process and its DataLoader workers (GB)", "ram_tree_rss", "ram_tree_workers"),
+        ("Processes below the training process (count)", "ram_tree_workers"),
     ])
     tensors: dict[str, list] = {}
     for family in _FAMILIES[:1]:
         tensors.update(_family_charts(seen, family))
     tensors.update(_charts(seen, [
-        ("Census: unattributed on the device (MB)", "census_unattributed", _single("census_unattributed")),
-        ("Census total (MB)", "census_total", _single("census_total")),
-        ("Large tensors (count)", "large_count", _single("large_count")),
-        ("Large tensors, total (MB)", "large_total", _single("large_total")),
+        ("Census: unattributed on the device (MB)", "census_unattributed"),
+        ("Census total (MB)", "census_total"),
+        ("Large tensors (count)", "large_count"),
+        ("Large tensors, total (MB)", "large_total"),
     ]))
     for family in _FAMILIES[1:]:
         tensors.update(_family_charts(seen, family))
     speed = _charts(seen, [
-        ("Step time, mean since the previous record (ms)", "step_time", _single("step_time")),
-        ("Batch time (s)", "batch_time", _single("batch_time")),
-        ("Epoch time (s)", "epoch_time", _single("epoch_time")),
-        ("Process CPU use, 100 = one core (%)", "cpu_percent", _single("cpu_percent")),
-        ("Census duration (ms)", "census_duration", _single("census_duration")),
+        ("Step time, mean since the previous record (ms)", "step_time"),
+        ("Batch time (s)", "batch_time"),
+        ("Epoch time (s)", "epoch_time"),
+        ("Process CPU use, 100 = one core (%)", "cpu_percent"),
+        ("Census duration (ms)", "census_duration"),
     ])
     allocator = _charts(seen, [
-        ("Fragmentation: reserved memory not holding tensors (%)", "fragmentation", _single("fragmentation")),
-        ("cudaMalloc retries after flushing the cache, since start (count)", "vram_alloc_retries",
-         _single("vram_alloc_retries")),
-        ("Active blocks (GB)", "vram_active", _single("vram_active")),
-        ("Inactive, non-releasable split blocks (GB)", "vram_inactive_split", _single("vram_inactive_split")),
+        ("Fragmentation: reserved memory not holding tensors (%)", "fragmentation"),
+        ("cudaMalloc retries after flushing the cache, since start (count)", "vram_alloc_retries"),
+        ("Active blocks (GB)", "vram_active"),
+        ("Inactive, non-releasable split blocks (GB)", "vram_inactive_split"),
     ])
     system = _charts(seen, [
-        ("System RAM used (GB)", "ram_system_used", _single("ram_system_used")),
-        ("System RAM available (GB)", "ram_system_available", _single("ram_system_available")),
-        ("System RAM used (%)", "ram_system_percent", _single("ram_system_percent")),
-        ("Swap used (GB)", "ram_swap_used", _single("ram_swap_used")),
-        ("Device memory free (GB)", "vram_free", _single("vram_free")),
-        ("Device memory total (GB)", "vram_total", _single("vram_total")),
+        ("System RAM used (GB)", "ram_system_used"),
+        ("System RAM available (GB)", "ram_system_available"),
+        ("System RAM used (%)", "ram_system_percent"),
+        ("Swap used (GB)", "ram_swap_used"),
+        ("Device memory free (GB)", "vram_free"),
+        ("Device memory total (GB)", "vram_total"),
     ])
     snapshots = _charts(seen, [
-        ("Events in the snapshot (count)", "snapshot_events", _single("snapshot_events")),
-        ("Snapshot file size (MB)", "snapshot_size", _single("snapshot_size")),
+        ("Events in the snapshot (count)", "snapshot_events"),
+        ("Snapshot file size (MB)", "snapshot_size"),
     ])
     # One memory category: TensorBoard merges the layouts of a logdir's runs in run order, appending
     # what a later run adds at the end of its category; the census of a later run still lands in
