@@ -14,9 +14,13 @@ TORCH_INDEX ?=
 # which torch build pip picks depends on its indexes: PyPI's Linux wheel is the multi-GB CUDA build,
 # PyTorch's CPU index (TORCH_INDEX) or a local wheel (pip's find-links) the CPU build. README.md.
 # tbmem/census/_gcwalk.c is compiled by the install (an optional C extension, setup.py): rebuilt when it changes.
-$(STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c
+# The CPU allocation recorder (tbmem/snapshot/_cpu_alloc_recorder.cpp) needs torch's headers, so it is
+# compiled after the install, into ~/.cache/tbmem (tbmem.snapshot.native); without a C++ compiler CPU
+# snapshots use the slower dispatch-mode recorder.
+$(STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tbmem/snapshot/_cpu_alloc_recorder.cpp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[all,dev]'
+	-$(BIN)/python -m tbmem.snapshot.native
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 

@@ -222,7 +222,7 @@ def measure_step(step: Callable[[Any], Any], batch: Any, *, device: torch.device
     before = _census_before(device, batch, models, optimizers)
     cuda = device.type == "cuda"
     index = (device.index if device.index is not None else torch.cuda.current_device()) if cuda else None
-    rec = _DeviceRecorder(device, stacks="none", max_entries=2**62, models=lambda: models,
+    rec = _DeviceRecorder(device, backend="dispatch", stacks="none", max_entries=2**62, models=lambda: models,
                           optimizers=lambda: optimizers)
     gc_was_enabled = gc.isenabled()
     if cuda:

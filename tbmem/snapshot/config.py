@@ -20,7 +20,7 @@ from tbmem.config import unknown_keys
 
 __all__ = ["SnapshotConfig", "RECORDERS", "STACKS"]
 
-RECORDERS = ("auto", "cuda", "dispatch", "off")
+RECORDERS = ("auto", "cuda", "allocator", "dispatch", "off")
 STACKS = ("python", "all", "none")
 
 
@@ -48,9 +48,11 @@ class SnapshotConfig:
         html: Also write the offline viewer HTML next to each snapshot.
         pickle: Also write CUDA snapshots as pickle (protocol 4) for PyTorch's tools.
         rank: Rank in file names; None reads ``RANK`` from the environment (else 0).
-        recorder: ``"auto"`` (CUDA history when CUDA is initialised, else dispatch),
-            ``"cuda"``, ``"dispatch"`` (every device, see docs/snapshots.md) or
-            ``"off"`` (only the out-of-memory snapshot, from CUDA when available).
+        recorder: ``"auto"`` (CUDA history when CUDA is initialised, else the CPU allocator
+            recorder where the model is on the CPU and it can be built, else dispatch),
+            ``"cuda"``, ``"allocator"`` (torch's CPU allocator wrapped), ``"dispatch"`` (a
+            dispatch mode: every device; see docs/snapshots.md) or ``"off"`` (only the
+            out-of-memory snapshot, from CUDA when available).
         on_oom: Write a snapshot when an out-of-memory error reaches ``monitored_step``.
     """
 

@@ -143,6 +143,7 @@ class SnapshotManager:
                 models=(lambda: w.watched_models) if w is not None and hasattr(w, "watched_models") else tuple,
                 optimizers=(lambda: w.watched_optimizers) if w is not None and hasattr(w, "watched_optimizers")
                 else tuple,
+                backend=cfg.recorder,
             )
             rec.start()
         self._recorder = rec

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from types import ModuleType
+
+import pytest
 
 from tbmem.snapshot.schema import Snapshot, SnapshotBuilder
 
-__all__ = ["small_snapshot", "EVIL", "torch_dict", "REAL", "real_files"]
+__all__ = ["small_snapshot", "EVIL", "torch_dict", "REAL", "real_files", "native_module", "require_backend"]
 
 EVIL = "<script>alert(1)</script>"
 #: The real snapshots captured on GPUs by others (provenance and facts in their README.md).
@@ -18,6 +21,26 @@ def real_files() -> list[str]:
     if not os.path.isdir(REAL):
         return []
     return sorted(os.path.join(REAL, n) for n in os.listdir(REAL) if n.endswith(".pickle"))
+
+
+def native_module() -> ModuleType:
+    """The compiled CPU allocation recorder; the test skips where it cannot be built, and fails instead
+    under ``TBMEM_REQUIRE_C_EXTENSION=1`` (set by .ci/run)."""
+    from tbmem.snapshot import native
+
+    mod = native.load()
+    if mod is None:
+        reason = f"CPU allocation recorder unavailable: {native.unavailable_reason()}"
+        if os.environ.get("TBMEM_REQUIRE_C_EXTENSION") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return mod
+
+
+def require_backend(backend: str) -> None:
+    """Skip (or fail, see :func:`native_module`) a test of the allocator backend where it is unavailable."""
+    if backend == "allocator":
+        native_module()
 
 
 def small_snapshot(frame_name: str = "forward", n: int = 40) -> Snapshot:

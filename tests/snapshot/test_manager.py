@@ -16,6 +16,7 @@ from tbmem.snapshot import SnapshotConfig, load_snapshot
 from tbmem.snapshot.manager import FILES_TAG
 from tbmem.snapshot.store import PLUGIN_DIR
 from tests._events import scalars, texts
+from tests.snapshot._helpers import native_module
 
 
 def _train(writer, steps, fail_at=None, exc=None):
@@ -124,14 +125,20 @@ def test_full_disk_drops_snapshots_and_leaves_no_temp(tmp_path, tbmem_log, monke
     assert "3 memory snapshots could not be written" in msgs[1] and "No space left" in msgs[1]
 
 
-def test_recorder_left_after_close(tmp_path):
+@pytest.mark.parametrize("recorder", ["dispatch", "allocator"])
+def test_recorder_left_after_close(tmp_path, recorder):
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    cfg = SnapshotConfig(every=3)
+    mod = native_module() if recorder == "allocator" else None
+    cfg = SnapshotConfig(every=3, recorder=recorder)
     with MemoryWriter(tmp_path, every=1, census_every=0, snapshot=cfg) as writer:
         _train(writer, 2)
-        assert _get_current_dispatch_mode() is not None
+        if mod is None:
+            assert _get_current_dispatch_mode() is not None
+        else:
+            assert _get_current_dispatch_mode() is None and mod.thread_recordings() == [True]
     assert _get_current_dispatch_mode() is None
+    assert mod is None or mod.thread_recordings() == []
     with gzip.open(tmp_path / PLUGIN_DIR / "snapshot_rank0_step000000000.json.gz", "rt") as fh:
         assert json.load(fh)["schema"] == "tbmem.snapshot"
 
