@@ -1,4 +1,4 @@
-"""The dispatch recorder's cost: a small AdamW MLP step on CPU while a snapshot window records, against
+"""The CPU recorder's cost: a small AdamW MLP step on CPU while a snapshot window records, against
 the same step with snapshots off.
 
 Run: ``python benchmarks/bench_recorder.py`` (or ``make bench``).
@@ -7,13 +7,14 @@ One thread (``torch.set_num_threads(1)``), an MLP 256 -> 512 -> 512 -> 10 with R
 AdamW, batch 64. Rounds alternate: a round of steps with no recorder, then a round with a
 :class:`~tbmem.snapshot.recorder.DispatchRecorder` recording (started before the round, stopped
 after it, as a snapshot window does; building the snapshot afterwards is not timed), in an order
-that swaps every round. The ratio is the median over rounds of (recorded round / plain round); the
+that rotates every round. The recorder runs with its default backend (the CPU allocator recorder,
+:mod:`tbmem.snapshot.native`; the RESULT line) and, for comparison, with the dispatch-mode backend. The ratio is the median over rounds of (recorded round / plain round); the
 spread of the per-round ratios says how stable it is. Rounds are timed by the thread's CPU time
 (the step runs on this one thread, so on a quiet machine that is its wall time; on a shared one it
 leaves out the time the thread waited for a core); wall time is printed too.
 
 Also measured, for scale: a ``TorchDispatchMode`` that only runs each operator (what any Python
-dispatch mode costs before it records anything), the floor under this recorder's design.
+dispatch mode costs before it records anything), the floor under the dispatch backend's design.
 
 Each recorded round's snapshot is checked: the same number of events every round, every kind of
 allocation of the step seen (parameters, AdamW's two states, activations, backward, the optimizer's
@@ -72,10 +73,13 @@ def measure(*, rounds: int = 21, steps: int = 20, batch: int = 64) -> dict[str, 
         with PassThrough():
             return timed()
 
-    rec = DispatchRecorder(models=lambda: [model], optimizers=lambda: [opt])
-    events: list[int] = []
+    recorders = {backend: DispatchRecorder(models=lambda: [model], optimizers=lambda: [opt], backend=backend)
+                 for backend in ("auto", "dispatch")}
+    events: dict[str, list[int]] = {backend: [] for backend in recorders}
+    used: set[str | None] = set()
 
-    def recorded() -> tuple[float, float]:
+    def recorded(backend: str) -> tuple[float, float]:
+        rec = recorders[backend]
         rec.start()
         elapsed = timed()
         rec.stop()
@@ -85,41 +89,51 @@ def measure(*, rounds: int = 21, steps: int = 20, batch: int = 64) -> dict[str, 
             snap.categories
         made = snap.allocs["start"] >= 0
         assert (snap.allocs["stack"][made] >= 0).all(), "an allocation without a stack"
-        events.append(snap.n_events)
+        events[backend].append(snap.n_events)
+        if backend == "auto":
+            used.add(rec.backend_used)
         return elapsed
 
-    kinds = {"plain": timed, "recorded": recorded, "pass-through": passthrough}
+    kinds = {"plain": timed, "recorded": lambda: recorded("auto"), "dispatch": lambda: recorded("dispatch"),
+             "pass-through": passthrough}
     for _ in range(3):  # warm-up: AdamW's states exist, allocator caches filled
         for fn in kinds.values():
             fn()
-    events.clear()
+    for lst in events.values():
+        lst.clear()
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     order = list(kinds)
     for r in range(rounds):
-        for k in order[r % 3:] + order[:r % 3]:  # each kind in each position as often
+        shift = r % len(order)
+        for k in order[shift:] + order[:shift]:  # each kind in each position as often
             times[k].append(kinds[k]())
-    assert len(set(events)) == 1, f"recorded rounds differ in their events: {events}"
+    for backend, lst in events.items():
+        assert len(set(lst)) == 1, f"recorded rounds ({backend}) differ in their events: {lst}"
 
     def ratios(kind: str, which: int) -> list[float]:
         return sorted(c[which] / p[which] for c, p in zip(times[kind], times["plain"]))
 
-    return {"cpu": ratios("recorded", 0), "wall": ratios("recorded", 1), "floor": ratios("pass-through", 0),
+    return {"cpu": ratios("recorded", 0), "wall": ratios("recorded", 1), "dispatch": ratios("dispatch", 0),
+            "floor": ratios("pass-through", 0), "backend": "/".join(sorted(map(str, used))),
             "plain_ms": statistics.median(t[0] for t in times["plain"]) / steps * 1e3,
-            "events": events[0], "rounds": rounds, "steps": steps}
+            "events": events["auto"][0], "dispatch_events": events["dispatch"][0], "rounds": rounds, "steps": steps}
 
 
 def main() -> int:
     m = measure()
     med = statistics.median
     print(f"AdamW MLP step, batch 64, one thread: {m['plain_ms']:.3f} ms CPU plain; {m['rounds']} rounds of "
-          f"{m['steps']} steps each, alternating; {m['events']} events per recorded round; load average "
+          f"{m['steps']} steps each, alternating; events per recorded round: {m['events']} (default backend: "
+          f"{m['backend']}), {m['dispatch_events']} (dispatch backend); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for label, key in (("recording, CPU time", "cpu"), ("recording, wall time", "wall"),
+                       ("dispatch backend recording, CPU time", "dispatch"),
                        ("pass-through dispatch mode (floor), CPU time", "floor")):
         r = m[key]
         print(f"  {label:<46} x{med(r):.3f} (rounds {r[0]:.3f}-{r[-1]:.3f}, middle half "
               f"{r[len(r) // 4]:.3f}-{r[(3 * len(r)) // 4]:.3f})")
-    print(result_line("snapshot.dispatch_recorder_step_vs_plain", med(m["cpu"]), LIMIT))
+    print(result_line("snapshot.cpu_recorder_step_vs_plain", med(m["cpu"]), LIMIT))
+    print(result_line("snapshot.dispatch_backend_step_vs_plain", med(m["dispatch"])))
     return 0
 
 
