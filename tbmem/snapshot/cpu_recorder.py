@@ -125,7 +125,7 @@ class AllocatorRecording:
             idx = handles.get(entry[0], -1) if entry is not None else -1
             if idx >= 0:
                 category[idx] = self.category_id(role)
-        b = SnapshotBuilder(source="dispatch", device="cpu")
+        b = SnapshotBuilder(source="allocator", device="cpu")
         for name in self._categories:  # the same ids as the recording's
             b.category_id(name)
         b.device_id("cpu")

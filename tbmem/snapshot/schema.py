@@ -241,7 +241,8 @@ class SnapshotBuilder:
     distinct ``device`` passed to :meth:`alloc`).
 
     Args:
-        source: ``"dispatch"`` or ``"cuda"`` (what captured it).
+        source: ``"dispatch"``, ``"allocator"`` (tbmem's CPU allocator recorder) or ``"cuda"``
+            (what captured it).
         device: Default device name, e.g. ``"cpu"``.
     """
 

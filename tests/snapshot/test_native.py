@@ -43,7 +43,7 @@ def test_a_block_freed_on_another_thread_and_after_stop_is_seen_freed():
     snap = rec.snapshot(kind="snapshot", step=0)
     ends = dict(zip(snap.allocs["size"].tolist(), snap.allocs["end"].tolist()))
     assert ends[12000] >= 0 and ends[20000] >= 0 and ends[20000] > ends[12000]
-    assert snap.meta["recorder"] == "CPU allocator"
+    assert snap.meta["recorder"] == "CPU allocator" and snap.source == "allocator"
 
 
 def test_the_oldest_half_is_dropped_beyond_max_entries_and_what_is_alive_stays():
