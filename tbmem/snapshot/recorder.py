@@ -4,7 +4,8 @@ plus storage weak references.
 On CPU, where the compiled recorder can be built (:mod:`tbmem.snapshot.native`), the allocations are
 recorded by a wrapper around torch's CPU allocator (:mod:`tbmem.snapshot.cpu_recorder`): every block the
 recording thread allocates, at no cost per operator. Otherwise (another device, ``backend="dispatch"``,
-no C++ compiler) every torch operator call passes through :meth:`_RecordingMode.__torch_dispatch__`;
+no C++ compiler) every torch operator call passes through a dispatch mode
+(:class:`~tbmem.snapshot.dispatch_mode.RecordingMode`);
 each output tensor whose storage the recorder has not seen is an allocation
 (size, category, Python stack, time), and a weak reference on that storage
 records the free when PyTorch releases it. Storages keep their Python object
@@ -20,12 +21,13 @@ before recording started unless they are watched parameters, gradients or
 optimizer states. See docs/snapshots.md.
 
 Threads: a dispatch mode lives in the thread-local state of the thread that
-entered it (and the autograd threads that inherit it), so a recording is confined
-to the thread that called :meth:`DispatchRecorder.start`. Only that thread can
-remove it: :meth:`DispatchRecorder.stop` called from another thread switches the
-mode to pass-through at once and parks it; :func:`release_detached` (called by the
-snapshot manager at each step and by ``MemoryWriter.close``) removes it on its
-own thread, and it goes with the thread when that thread ends.
+entered it (and the autograd threads that inherit it), an allocator recording in
+that thread's list, so a recording is confined to the thread that called
+:meth:`DispatchRecorder.start`. Only that thread can remove it:
+:meth:`DispatchRecorder.stop` called from another thread switches it off at once
+and parks it; :func:`release_detached` (called by the snapshot manager at each step
+and by ``MemoryWriter.close``) removes it on its own thread, and it goes with the
+thread when that thread ends (:mod:`tbmem.snapshot.recording_threads`).
 
 Example:
     >>> import torch
@@ -49,13 +51,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.snapshot import markers, native
+from tbmem.snapshot import dispatch_mode, markers, native
 from tbmem.snapshot.cpu_recorder import AllocatorRecording
+from tbmem.snapshot.dispatch_mode import RecordingMode
 from tbmem.snapshot.frames import local_roots
+from tbmem.snapshot.recording_threads import exit_at_thread_end, park, release_detached
 from tbmem.snapshot.schema import Frame, Snapshot, SnapshotBuilder
 
 __all__ = ["BACKENDS", "DispatchRecorder", "release_detached"]
@@ -66,161 +69,14 @@ __all__ = ["BACKENDS", "DispatchRecorder", "release_detached"]
 BACKENDS = ("auto", "allocator", "dispatch")
 
 # dispatch machinery between the user's code and __torch_dispatch__: never "the line that allocated"
-_SKIP_FILES = ("_python_dispatch.py", "torch/_ops.py", "torch\\_ops.py", __file__)
+_SKIP_FILES = ("_python_dispatch.py", "torch/_ops.py", "torch\\_ops.py", __file__, dispatch_mode.__file__)
 _graph_task_id: Callable[[], int] = tp.graph_task_id_getter()
-_set_eval_frame = tp.eval_frame_setter()
-_op_callable = tp.op_callable
 _Tensor = torch.Tensor
 _now_ns = time.perf_counter_ns
 _grad_enabled = torch.is_grad_enabled
 
 
 _ref = weakref.ref  # a plain weak reference: creating a subclass's instance costs six times as much
-
-
-class _RecordingMode(TorchDispatchMode):
-    """Runs every operator, then hands each output tensor to its owner's ``_record``.
-
-    This runs for every operator of the recorded thread, so it does as little as it can: the
-    operator's C++ callable is called directly (no ``OpOverload.__call__`` frame), and Dynamo is
-    kept out of these frames by two calls to ``set_eval_frame`` instead of the five-call wrapper
-    ``TorchDispatchMode`` puts around ``__torch_dispatch__`` (see :meth:`_should_skip_dynamo`).
-    """
-
-    def __init__(self, owner: "DispatchRecorder") -> None:
-        super().__init__()
-        self._owner = owner
-        self.live = True  # False once stopped: the mode passes operators through until removed
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # False: TorchDispatchMode leaves __torch_dispatch__ unwrapped, and it switches Dynamo's
-        # frame callback off itself. Where this torch has no Dynamo, let TorchDispatchMode decide.
-        return _set_eval_frame is None
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        prior = _set_eval_frame(None) if _set_eval_frame is not None else None
-        try:
-            op = _op_callable(func)
-            if not self.live:
-                return op(*args, **kwargs) if kwargs else op(*args)
-            try:
-                out = op(*args, **kwargs) if kwargs else op(*args)
-            except RuntimeError:
-                # TorchScript/traced code passes "wrapped number" tensors, which reach a Python
-                # dispatch mode as plain floats/ints the op's schema rejects. Rewrap them and retry;
-                # when there is nothing to rewrap, the error is the user's own and propagates.
-                fixed = _rewrap_numbers(func, args)
-                if fixed is None:
-                    raise
-                out = op(*fixed, **(kwargs or {}))
-            owner = self._owner
-            try:
-                if isinstance(out, _Tensor):
-                    owner._record(out, args)
-                elif isinstance(out, (tuple, list)):
-                    for t in out:
-                        if isinstance(t, _Tensor):
-                            owner._record(t, args)
-            except Exception as exc:  # noqa: BLE001 - a recorder bug must not break the user's op
-                owner._fail(exc)
-            return out
-        finally:
-            if _set_eval_frame is not None:
-                _set_eval_frame(prior)
-
-
-# thread id -> stopped modes still entered on that thread (only it can remove them), and stopped
-# allocator recordings still in that thread's list
-_detached: dict[int | None, list[_RecordingMode | AllocatorRecording]] = {}
-_detached_lock = threading.Lock()
-
-
-class _ThreadEnd:
-    """Kept in a ``threading.local`` of a thread that entered a recording mode: deleted when that
-    thread's Python state is cleared at its end (on that thread, with the GIL, before ``join()``
-    returns), it exits the recording modes still entered there.
-
-    Otherwise the mode would stay in the thread's C++ dispatch-mode stack until the OS thread
-    exits, and dropping it then needs the GIL: when the main thread is already finalizing the
-    interpreter, that thread is ended by a forced unwind through a C++ destructor, and the process
-    aborts with "terminate called without an active exception".
-    """
-
-    __slots__ = ()
-
-    def __del__(self) -> None:
-        try:
-            while isinstance(top := tp.current_dispatch_mode(), _RecordingMode):
-                top.live = False
-                top.__exit__(None, None, None)
-            mod = native.loaded()
-            if mod is not None:
-                mod.release(True)
-            with _detached_lock:
-                _detached.pop(threading.get_ident(), None)
-        except Exception:  # noqa: BLE001 - a thread's end must not raise; nothing better can be done
-            pass
-
-
-_thread_end = threading.local()
-
-
-def _exit_modes_at_thread_end() -> None:
-    """Arrange for :class:`_ThreadEnd` to run at the end of the calling thread (not the main
-    thread: its modes outlive the interpreter's threads, and torch drops them at exit)."""
-    if threading.current_thread() is not threading.main_thread() and not hasattr(_thread_end, "hook"):
-        _thread_end.hook = _ThreadEnd()
-
-
-def _park(thread_id: int | None, mode: _RecordingMode | AllocatorRecording) -> None:
-    with _detached_lock:
-        _detached.setdefault(thread_id, []).append(mode)
-
-
-def release_detached() -> int:
-    """Remove the stopped recording modes still entered on the calling thread; return how many.
-
-    Cheap when there are none (one dict check): the snapshot manager calls it every step.
-    """
-    if not _detached:
-        return 0
-    me = threading.get_ident()
-    with _detached_lock:
-        modes = _detached.pop(me, [])
-        alive = {t.ident for t in threading.enumerate()}
-        for tid in [t for t in _detached if t not in alive]:
-            del _detached[tid]  # a thread that ended took its modes with it
-    removed = 0
-    recordings = [m for m in modes if isinstance(m, AllocatorRecording)]
-    if recordings:
-        recordings[0]._module.release()
-        removed += len(recordings)
-        modes = [m for m in modes if not isinstance(m, AllocatorRecording)]
-    while modes:
-        top = tp.current_dispatch_mode()
-        if not any(top is m for m in modes):
-            break  # a mode of the user's is above ours: wait until it is gone
-        top.__exit__(None, None, None)
-        modes = [m for m in modes if m is not top]
-        removed += 1
-    if modes:
-        with _detached_lock:
-            _detached.setdefault(me, []).extend(modes)
-    return removed
-
-
-def _rewrap_numbers(func: Any, args: tuple) -> tuple | None:
-    """``args`` with Python numbers turned into tensors where the schema wants a Tensor, or None."""
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return None
-    fixed, changed = list(args), False
-    for i, (arg, spec) in enumerate(zip(args, schema.arguments)):
-        if isinstance(arg, (bool, int, float)) and isinstance(spec.type, torch._C.TensorType):
-            fixed[i] = torch.scalar_tensor(arg, dtype=torch.result_type(arg, arg))
-            changed = True
-    return tuple(fixed) if changed else None
 
 
 class DispatchRecorder:
@@ -260,7 +116,7 @@ class DispatchRecorder:
         self.stack_depth = stack_depth
         self._models = models
         self._optimizers = optimizers
-        self._mode: _RecordingMode | None = None
+        self._mode: RecordingMode | None = None
         self._on_free = self._freed  # one bound method for every weak reference's callback
         self._codes: dict[int, Any] = {}  # id(code) -> code, for every code object seen in a stack
         self._skipped: set[int] = set()  # ids of code objects in dispatch machinery (_SKIP_FILES)
@@ -284,14 +140,14 @@ class DispatchRecorder:
         self._register_watched(category_from_role=True)
         if self._alloc is not None:
             self.owner = threading.get_ident()
-            _exit_modes_at_thread_end()
+            exit_at_thread_end()
             self._alloc.start()
             self._alloc_on = True
             markers.register(self)
             return
-        self._mode = _RecordingMode(self)
+        self._mode = RecordingMode(self)
         self.owner = threading.get_ident()
-        _exit_modes_at_thread_end()
+        exit_at_thread_end()
         self._mode.__enter__()
         markers.register(self)
 
@@ -307,7 +163,7 @@ class DispatchRecorder:
             markers.unregister(self)
             assert self._alloc is not None
             if not self._alloc.stop():
-                _park(self.owner, self._alloc)
+                park(self.owner, self._alloc)
             return
         mode, self._mode = self._mode, None
         markers.unregister(self)
@@ -317,7 +173,7 @@ class DispatchRecorder:
         if self.owner == threading.get_ident() and tp.current_dispatch_mode() is mode:
             mode.__exit__(None, None, None)
         else:  # another thread's mode, or one entered below a mode of the user's
-            _park(self.owner, mode)
+            park(self.owner, mode)
 
     @property
     def on_own_thread(self) -> bool:
