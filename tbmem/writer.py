@@ -20,14 +20,14 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import sys
 import tempfile
 import time
 import weakref
-from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -319,10 +319,12 @@ class MemoryWriter:
             if ranks is not None:  # every rank joins the record's collective, monitoring on or off
                 ranks.on_record(step, None)
             return False
-        self._saw(step)
-        cfg = self.config
+        last = self._last_step  # self._saw(step), inline: this runs at every step
+        if last is None or step > last:
+            self._last_step = step
         if self._snapshots is not None:
             self._call_snapshots("on_step", step)
+        cfg = self.config
         due = force or step % cfg.every == 0
         census_due = self._census_on and step % cfg.census_every == 0
         if not (due or census_due):
@@ -394,8 +396,7 @@ class MemoryWriter:
             self._snapshots = None
 
     # --- monitored steps and out-of-memory ------------------------------------------------
-    @contextmanager
-    def monitored_step(self, step: int, *, log: bool = True) -> Iterator[None]:
+    def monitored_step(self, step: int, *, log: bool = True) -> contextlib.AbstractContextManager[None]:
         """Run one training step; log memory after it, and on an out-of-memory error save a
         snapshot, write a record, flush, and re-raise the original exception unchanged.
 
@@ -404,19 +405,7 @@ class MemoryWriter:
             log: False when the step calls ``log_memory(step, roots=...)`` itself (mid-step, so
                 the census sees the activations); the OOM handling stays.
         """
-        if self._ranks is not None:  # names the step in a snapshot written for another rank's OOM
-            self._ranks.last_step = step
-        self._saw(step)
-        try:
-            yield
-        except tp.OutOfMemoryError as exc:
-            self.handle_oom(step, exc)
-            raise
-        except BaseException:
-            self._flush_quietly()
-            raise
-        if log:
-            self.log_memory(step, where="after the step (monitored_step)")
+        return _MonitoredStep(self, step, log)
 
     def handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error and say so in one line; never raises.
@@ -505,6 +494,35 @@ class MemoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _MonitoredStep:
+    """What :meth:`MemoryWriter.monitored_step` returns: a plain context manager, not a generator,
+    because it wraps every training step (a generator-based one costs several times as much),
+    and an exception leaves it as it came in, with no frame of tbmem added to its traceback."""
+
+    __slots__ = ("writer", "step", "log")
+
+    def __init__(self, writer: MemoryWriter, step: int, log: bool) -> None:
+        self.writer, self.step, self.log = writer, step, log
+
+    def __enter__(self) -> None:
+        writer, step = self.writer, self.step
+        if writer._ranks is not None:  # names the step in a snapshot written for another rank's OOM
+            writer._ranks.last_step = step
+        last = writer._last_step
+        if last is None or step > last:
+            writer._last_step = step
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            if self.log:
+                self.writer.log_memory(self.step, where="after the step (monitored_step)")
+        elif isinstance(exc, tp.OutOfMemoryError):
+            self.writer.handle_oom(self.step, exc)
+        else:
+            self.writer._flush_quietly()
+        # None: the exception, if any, goes on unchanged
 
 
 def _tagged(readings: Mapping[str, float]) -> dict[str, float]:
