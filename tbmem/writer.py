@@ -117,7 +117,8 @@ class MemoryWriter:
         self._faults = FaultLedger(str(writer.get_logdir()))
         install_safe_io(writer, self._faults)
         # a record flushed at once is written on this thread: no wait for TensorBoard's writer thread
-        self._direct = DirectEvents(writer) if self.config.flush_each_record else None
+        self._events = DirectEvents(writer)
+        self._direct = self._events if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
@@ -266,9 +267,10 @@ class MemoryWriter:
         self._saw(step)
         if self._layout is not None:
             self._update_layout(values)
-        event = make_event(values, step, walltime)  # what add_summary would queue, built in place
         try:
-            self._writer._get_file_writer().add_event(event, step, event.wall_time)
+            if not self._events.queue(values, step, walltime):  # what add_summary would queue
+                event = make_event(values, step, walltime)
+                self._writer._get_file_writer().add_event(event, step, event.wall_time)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
 
