@@ -38,3 +38,22 @@ def test_write_scalars_queues_events_tensorboard_reads_back(tmp_path):
     assert [(e.step, e.value) for e in acc.Scalars("Loss/train")] == [
         (0, 0.25), *((s, float32.unpack(float32.pack(1.0 / s))[0]) for s in range(1, 5))]
     assert [(e.step, e.value) for e in acc.Scalars("Perf/batch_time_s")] == [(s, s * 0.5) for s in range(1, 5)]
+
+
+def test_with_flush_each_record_write_scalars_writes_on_the_calling_thread_after_queued_events(tmp_path):
+    import threading
+
+    from tbmem import MemoryWriter
+
+    with MemoryWriter(tmp_path, enabled=False, custom_layout=False) as writer:
+        record_writer = writer.summary_writer._get_file_writer().event_writer._async_writer._writer
+        threads: list[threading.Thread] = []
+        real = record_writer.write
+        record_writer.write = lambda data: (threads.append(threading.current_thread()), real(data))[1]
+        writer.add_scalar("Loss/user", 3.0, 0)  # queued for TensorBoard's writer thread
+        writer.write_scalars({"Perf/batch_time_s": 0.5}, 1)
+        assert len(threads) == 2 and threads[0] is not threading.current_thread()
+        assert threads[1] is threading.current_thread()  # no hand-over to the writer thread
+        acc = read_events(tmp_path)  # on disk before any flush or close, in the order written
+        assert [(e.step, e.value) for e in acc.Scalars("Loss/user")] == [(0, 3.0)]
+        assert [(e.step, e.value) for e in acc.Scalars("Perf/batch_time_s")] == [(1, 0.5)]
