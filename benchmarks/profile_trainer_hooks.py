@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         # only the timed epochs count: drop what the warm-up epoch added, per name, at its end
         marks: dict[str, int] = {}
 
-        def epoch_end(real: Callable[[], None] = mon.on_epoch_end) -> None:
+        mon.on_epoch_start = _timed(times, "on_epoch_start", mon.on_epoch_start)
+        timed_epoch_end = _timed(times, "on_epoch_end", mon.on_epoch_end)
+
+        def epoch_end(real: Callable[[], None] = timed_epoch_end) -> None:
             real()
             if not marks:
                 marks.update({k: len(v) for k, v in times.items()})

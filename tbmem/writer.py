@@ -265,23 +265,28 @@ class MemoryWriter:
         an event to TensorBoard's writer thread costs the training thread about twice as much
         (the thread's wake-up and the hand-over of the GIL, measured in a training loop).
         """
+        self._write_event(values, step, walltime)
+
+    def _write_event(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
+        """:meth:`write_scalars`; True when the event was written to the file on this thread."""
         if self.closed:
             self._after_close("write_scalars")
-            return
+            return False
         if not values:
-            return
+            return False
         self._saw(step)
         if self._layout is not None:  # queued before the event, so written before it
             self._update_layout(values)
         events = self._events
         try:
             if self._direct is not None and events.write(values, step, walltime):
-                return
+                return True
             if not events.queue(values, step, walltime):  # what add_summary would queue
                 event = make_event(values, step, walltime)
                 self._writer._get_file_writer().add_event(event, step, event.wall_time)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
+        return False
 
     def _update_layout(self, values: Mapping[str, float]) -> None:
         try:
@@ -296,10 +301,10 @@ class MemoryWriter:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
         self.write_scalars(_tagged(readings), step)
 
-    def _write_record(self, readings: Mapping[str, float], step: int) -> None:
+    def _write_record(self, readings: Mapping[str, float], step: int) -> bool:
         """A memory record: one event of the readings in their tags' units (written on this
-        thread when records are flushed at once: :meth:`write_scalars`)."""
-        self.write_scalars(_tagged(readings), step)
+        thread when records are flushed at once: :meth:`write_scalars`); True when it was."""
+        return self._write_event(_tagged(readings), step)
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
@@ -333,23 +338,28 @@ class MemoryWriter:
         census_due = self._census_on and step % cfg.census_every == 0
         if not (due or census_due):
             return False
+        written = False  # on this thread, after every event queued before it
         if due:
             readings = self._read(step)
             if ranks is not None:
                 ranks.on_record(step, readings)
-            self._write_record(readings, step)
-            if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
-                self._alerts = None
+            written = self._write_record(readings, step) and ranks is None
+            if self._alerts is not None:
+                written = False  # an alert may queue events of its own: flushed below
+                if not self._guard_call("alerts", self._alerts.on_record, step, readings):
+                    self._alerts = None
         if census_due:
+            written = False  # its text is queued
             self._take_census(step, roots, where or "where the training loop called log_memory")
-        if cfg.flush_each_record:
+        if cfg.flush_each_record and not written:  # a record written on this thread is in the file
             self.flush()
         return True
 
     def _read(self, step: int) -> dict[str, float]:
         readings: dict[str, float] = {}
-        for probe in list(self._probes):
-            result = self._guard(probe, probe.read)
+        probes, call = self._probes, self._probe_guard.call  # self._guard, inline
+        for probe in list(probes):
+            result = call(probes, probe, probe.read)
             if result:
                 readings.update(result)
         now = time.perf_counter()
