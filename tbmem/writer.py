@@ -116,7 +116,8 @@ class MemoryWriter:
         # caught where they surface, counted here and reported once (tbmem._safe_io).
         self._faults = FaultLedger(str(writer.get_logdir()))
         install_safe_io(writer, self._faults)
-        # a record flushed at once is written on this thread: no wait for TensorBoard's writer thread
+        # the writer's own events, encoded by hand: written on this thread where records are flushed at
+        # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
         self._events = DirectEvents(writer)
         self._direct = self._events if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
