@@ -40,7 +40,9 @@ class MemoryWriterConfig:
         nvml: Also read device memory through NVML (needs the ``nvml`` extra).
         device: CUDA device index to read; None means the current device.
         flush_each_record: Flush event files after each memory record, so a run
-            killed hard (SIGKILL, OOM killer) keeps every record written before.
+            killed hard (SIGKILL, OOM killer) keeps every record written before. The
+            writer's own events (records, ``write_scalars``: the monitors' and the census's
+            scalars) are then written on the calling thread, after any queued before them.
         custom_layout: Write the custom-scalars layout that groups tbmem's charts, for the tags the
             run writes (updated when a new kind of reading appears; see tbmem.layout).
         fast_crc: Checksum event records with the compiled ``google-crc32c`` instead of

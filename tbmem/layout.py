@@ -235,10 +235,12 @@ class LayoutTracker:
 
     def see(self, values: Mapping[str, float]) -> dict[str, dict[str, list]] | None:
         """Note the tags of one event; return the new layout when it changed, else None."""
-        new = [t for t in values if t not in self._seen]
         workers = self._workers
         # the process tree's charts only once there is a tree: without workers its RSS is the process's
         tree_appears = workers not in self._present and values.get(workers, 0) > 0
+        if not tree_appears and self._seen.issuperset(values):  # every event after the first few
+            return None
+        new = [t for t in values if t not in self._seen]
         if not new and not tree_appears:
             return None
         self._seen.update(new)

@@ -20,14 +20,14 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import sys
 import tempfile
 import time
 import weakref
-from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -116,8 +116,10 @@ class MemoryWriter:
         # caught where they surface, counted here and reported once (tbmem._safe_io).
         self._faults = FaultLedger(str(writer.get_logdir()))
         install_safe_io(writer, self._faults)
-        # a record flushed at once is written on this thread: no wait for TensorBoard's writer thread
-        self._direct = DirectEvents(writer) if self.config.flush_each_record else None
+        # the writer's own events, encoded by hand: written on this thread where records are flushed at
+        # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
+        self._events = DirectEvents(writer)
+        self._direct = self._events if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
@@ -257,20 +259,35 @@ class MemoryWriter:
 
     # --- writing ------------------------------------------------------------------------
     def write_scalars(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> None:
-        """Write many scalars as one event: one ``Summary`` with a value per tag."""
+        """Write many scalars as one event: one ``Summary`` with a value per tag.
+
+        With ``flush_each_record`` (the default) the event is written on the calling thread
+        (tbmem._direct_events): the next record waits for every queued event anyway, and handing
+        an event to TensorBoard's writer thread costs the training thread about twice as much
+        (the thread's wake-up and the hand-over of the GIL, measured in a training loop).
+        """
+        self._write_event(values, step, walltime)
+
+    def _write_event(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
+        """:meth:`write_scalars`; True when the event was written to the file on this thread."""
         if self.closed:
             self._after_close("write_scalars")
-            return
+            return False
         if not values:
-            return
+            return False
         self._saw(step)
-        if self._layout is not None:
+        if self._layout is not None:  # queued before the event, so written before it
             self._update_layout(values)
-        event = make_event(values, step, walltime)  # what add_summary would queue, built in place
+        events = self._events
         try:
-            self._writer._get_file_writer().add_event(event, step, event.wall_time)
+            if self._direct is not None and events.write(values, step, walltime):
+                return True
+            if not events.queue(values, step, walltime):  # what add_summary would queue
+                event = make_event(values, step, walltime)
+                self._writer._get_file_writer().add_event(event, step, event.wall_time)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
+        return False
 
     def _update_layout(self, values: Mapping[str, float]) -> None:
         try:
@@ -285,17 +302,10 @@ class MemoryWriter:
         """Write raw readings keyed by tag-table keys, converted to their tags' units."""
         self.write_scalars(_tagged(readings), step)
 
-    def _write_record(self, readings: Mapping[str, float], step: int) -> None:
-        """A memory record: written on this thread when it is flushed at once anyway (the record
-        does not wait for TensorBoard's writer thread: tbmem._direct_events), else queued."""
-        values = _tagged(readings)
-        if self._direct is not None and values and not self.closed:
-            self._saw(step)
-            if self._layout is not None:  # queued before the record, so written before it
-                self._update_layout(values)
-            if self._direct.write(values, step):
-                return
-        self.write_scalars(values, step)  # a tracker that has seen these tags returns no new layout
+    def _write_record(self, readings: Mapping[str, float], step: int) -> bool:
+        """A memory record: one event of the readings in their tags' units (written on this
+        thread when records are flushed at once: :meth:`write_scalars`); True when it was."""
+        return self._write_event(_tagged(readings), step)
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
@@ -319,31 +329,38 @@ class MemoryWriter:
             if ranks is not None:  # every rank joins the record's collective, monitoring on or off
                 ranks.on_record(step, None)
             return False
-        self._saw(step)
-        cfg = self.config
+        last = self._last_step  # self._saw(step), inline: this runs at every step
+        if last is None or step > last:
+            self._last_step = step
         if self._snapshots is not None:
             self._call_snapshots("on_step", step)
+        cfg = self.config
         due = force or step % cfg.every == 0
         census_due = self._census_on and step % cfg.census_every == 0
         if not (due or census_due):
             return False
+        written = False  # on this thread, after every event queued before it
         if due:
             readings = self._read(step)
             if ranks is not None:
                 ranks.on_record(step, readings)
-            self._write_record(readings, step)
-            if self._alerts is not None and not self._guard_call("alerts", self._alerts.on_record, step, readings):
-                self._alerts = None
+            written = self._write_record(readings, step) and ranks is None
+            if self._alerts is not None:
+                written = False  # an alert may queue events of its own: flushed below
+                if not self._guard_call("alerts", self._alerts.on_record, step, readings):
+                    self._alerts = None
         if census_due:
+            written = False  # its text is queued
             self._take_census(step, roots, where or "where the training loop called log_memory")
-        if cfg.flush_each_record:
+        if cfg.flush_each_record and not written:  # a record written on this thread is in the file
             self.flush()
         return True
 
     def _read(self, step: int) -> dict[str, float]:
         readings: dict[str, float] = {}
-        for probe in list(self._probes):
-            result = self._guard(probe, probe.read)
+        probes, call = self._probes, self._probe_guard.call  # self._guard, inline
+        for probe in list(probes):
+            result = call(probes, probe, probe.read)
             if result:
                 readings.update(result)
         now = time.perf_counter()
@@ -394,8 +411,7 @@ class MemoryWriter:
             self._snapshots = None
 
     # --- monitored steps and out-of-memory ------------------------------------------------
-    @contextmanager
-    def monitored_step(self, step: int, *, log: bool = True) -> Iterator[None]:
+    def monitored_step(self, step: int, *, log: bool = True) -> contextlib.AbstractContextManager[None]:
         """Run one training step; log memory after it, and on an out-of-memory error save a
         snapshot, write a record, flush, and re-raise the original exception unchanged.
 
@@ -404,19 +420,7 @@ class MemoryWriter:
             log: False when the step calls ``log_memory(step, roots=...)`` itself (mid-step, so
                 the census sees the activations); the OOM handling stays.
         """
-        if self._ranks is not None:  # names the step in a snapshot written for another rank's OOM
-            self._ranks.last_step = step
-        self._saw(step)
-        try:
-            yield
-        except tp.OutOfMemoryError as exc:
-            self.handle_oom(step, exc)
-            raise
-        except BaseException:
-            self._flush_quietly()
-            raise
-        if log:
-            self.log_memory(step, where="after the step (monitored_step)")
+        return _MonitoredStep(self, step, log)
 
     def handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error and say so in one line; never raises.
@@ -505,6 +509,35 @@ class MemoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _MonitoredStep:
+    """What :meth:`MemoryWriter.monitored_step` returns: a plain context manager, not a generator,
+    because it wraps every training step (a generator-based one costs several times as much),
+    and an exception leaves it as it came in, with no frame of tbmem added to its traceback."""
+
+    __slots__ = ("writer", "step", "log")
+
+    def __init__(self, writer: MemoryWriter, step: int, log: bool) -> None:
+        self.writer, self.step, self.log = writer, step, log
+
+    def __enter__(self) -> None:
+        writer, step = self.writer, self.step
+        if writer._ranks is not None:  # names the step in a snapshot written for another rank's OOM
+            writer._ranks.last_step = step
+        last = writer._last_step
+        if last is None or step > last:
+            writer._last_step = step
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            if self.log:
+                self.writer.log_memory(self.step, where="after the step (monitored_step)")
+        elif isinstance(exc, tp.OutOfMemoryError):
+            self.writer.handle_oom(self.step, exc)
+        else:
+            self.writer._flush_quietly()
+        # None: the exception, if any, goes on unchanged
 
 
 def _tagged(readings: Mapping[str, float]) -> dict[str, float]:

@@ -29,7 +29,7 @@ import torch
 
 from tbmem._log import report_once
 from tbmem.config import MemoryWriterConfig
-from tbmem.snapshot.markers import mark
+from tbmem.snapshot.markers import mark, recording
 
 __all__ = ["console_above_progress_bar", "TrainerMonitoring", "CENSUS_POINTS"]
 
@@ -68,6 +68,15 @@ class TrainerMonitoring:
         self.perf: Any = None
         self.memory_monitor: Any = None
         self._evaluations_on = enabled
+        # Where the per-step hooks write the record, decided once: they run at every step.
+        self._record_before_backward = enabled and census_at == "before_backward"
+        self._record_after_backward = enabled and census_at == "after_backward"
+        # Snapshot markers are made only while a recorder records (checked when a step starts and
+        # after each record, where a recording window opens or closes): a mark() call costs a few
+        # microseconds even when it does nothing. The first step marks anyway, which tells the
+        # snapshot manager that this trainer marks its own steps (see tbmem.snapshot.markers).
+        self._marking = False
+        self._first_step = True
         if enabled:
             self._build_monitors()
 
@@ -117,42 +126,60 @@ class TrainerMonitoring:
         try:
             return getattr(monitor, method)(*args)
         except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
-            report_once(f"trainers:{attr}", f"trainers: {type(monitor).__name__}.{method} failed; "
-                        "it is switched off", exc=exc)
-            setattr(self, attr, None)
+            self._failed(attr, monitor, method, exc)
             return None
+
+    def _failed(self, attr: str, monitor: Any, method: str, exc: Exception) -> None:
+        report_once(f"trainers:{attr}", f"trainers: {type(monitor).__name__}.{method} failed; "
+                    "it is switched off", exc=exc)
+        setattr(self, attr, None)
 
     # --- SyntheticTrainer hooks -------------------------------------------------------------
     def on_epoch_start(self) -> None:
         """Start an epoch's timing and peak window."""
         self._call("epoch_perf", "on_epoch_start")
 
+    # The per-step hooks below call their monitor directly (not through _call): they run at every
+    # step, and each indirection costs microseconds inside a training step.
     def on_batch_start(self, batch_idx: int) -> None:
         """Start timing a batch."""
-        self._call("epoch_perf", "on_batch_start", batch_idx)
+        monitor = self.epoch_perf
+        if monitor is not None:
+            try:
+                monitor.on_batch_start(batch_idx)
+            except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
+                self._failed("epoch_perf", monitor, "on_batch_start", exc)
 
     def before_backward(self, step: int, loss: torch.Tensor) -> None:
         """With ``census_at="before_backward"``, log the due record here: the census walks ``loss``'s
         graph while the activations saved for backward are alive (gradients are None)."""
-        if self.enabled and self.census_at == "before_backward":
+        if self._record_before_backward:
             self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["before_backward"])
-        mark("backward", kind="phase")
+            self._marking = recording()
+        if self._marking:
+            mark("backward", kind="phase")
 
     def before_optimizer(self, step: int) -> None:
         """The optimizer step begins (a phase boundary in memory snapshots)."""
-        mark("optimizer", kind="phase")
+        if self._marking:
+            mark("optimizer", kind="phase")
 
     def before_zero_grad(self, step: int, loss: torch.Tensor) -> None:
         """With ``census_at="after_backward"`` (the default), log the due record here: after backward
         and the optimizer step, before ``zero_grad``, the census sees the gradients and the optimizer
         state next to the parameters (backward has freed the saved activations; ``loss`` is a root
         for any graph still alive)."""
-        if self.enabled and self.census_at == "after_backward":
+        if self._record_after_backward:
             self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["after_backward"])
 
     def on_batch_end(self, batch_idx: int, loss: float) -> None:
         """Finish a batch: its time, memory and loss (printed for the first batches)."""
-        self._call("epoch_perf", "on_batch_end", batch_idx, loss)
+        monitor = self.epoch_perf
+        if monitor is not None:
+            try:
+                monitor.on_batch_end(batch_idx, loss)
+            except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
+                self._failed("epoch_perf", monitor, "on_batch_end", exc)
 
     def on_epoch_end(self) -> None:
         """Print the epoch's totals and peak memory."""
@@ -165,8 +192,11 @@ class TrainerMonitoring:
         (``census_at``), with the loss as census root.
         The step and its forward phase are marked in memory snapshots.
         """
-        mark(f"step {step}", kind="step")
-        mark("forward", kind="phase")
+        marking = self._marking = recording()
+        if marking or self._first_step:
+            self._first_step = False
+            mark(f"step {step}", kind="step")
+            mark("forward", kind="phase")
         return self.writer.monitored_step(step, log=False)
 
     # --- PhysicalTrainer hooks --------------------------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from tbmem import _torch_private as tp
 from tbmem.monitor._checks import DeviceLike, check_count, check_device, check_file, check_positive, hook_failed
 from tbmem.monitor.formatting import format_mb, loss_summary, render_loss
 from tbmem.monitor.measure import AggregateStats
@@ -101,14 +102,16 @@ class EpochPerformanceMonitor:
         """Start the batch clock (optional: without it a batch starts when the previous ended)."""
         if not self.enabled:
             return
-        synchronize(self.device)
+        if tp.cuda_ready():  # checked here first: these two hooks run at every batch
+            synchronize(self.device)
         self._batch_t0 = time.perf_counter()
 
     def on_batch_end(self, batch_idx: int, loss: Any = None) -> None:
         """Stop the batch clock; print the batch if ``batch_idx < verbose_batches``; write it."""
         if not self.enabled:
             return
-        synchronize(self.device)
+        if tp.cuda_ready():
+            synchronize(self.device)
         now = time.perf_counter()
         step = self.global_step
         self.global_step += 1

@@ -67,8 +67,11 @@ class AggregateStats:
         """Account for one more call."""
         self.count += 1
         self.total += seconds
-        self.min = min(self.min, seconds)
-        self.max = max(self.max, seconds)
+        # comparisons, not min()/max(): this runs twice per batch of EpochPerformanceMonitor
+        if seconds < self.min:
+            self.min = seconds
+        if seconds > self.max:
+            self.max = seconds
 
 
 class Tracked:

@@ -23,9 +23,11 @@ from typing import Any, Iterable
 
 from tbmem._log import report_once
 from tbmem.monitor.formatting import tag_name
-from tbmem.tags import tag_for, to_unit
+from tbmem.tags import TAGS, tag_for
 
 __all__ = ["ScalarSink", "make_sink", "Item"]
+
+_MAX_TAGS = 4096  # names are the caller's (operation names): a run that makes new ones stops caching
 
 #: (tag-table key, name for templated tags or None, raw value in bytes/seconds/...)
 Item = tuple[str, "str | None", "float | None"]
@@ -51,14 +53,22 @@ class ScalarSink:
             writer = MemoryWriter(writer=writer, enabled=False, custom_layout=False)
         self.writer = writer
         self.last: dict[str, float] = {}
+        # (key, name) -> (tag, the tag's scale): a monitor writes the same few tags every time
+        self._tags: dict[tuple[str, str | None], tuple[str, float]] = {}
 
     def write(self, items: Iterable[Item], step: int) -> None:
         """Write the items whose value is not None as one event at ``step``."""
         values: dict[str, float] = {}
+        tags = self._tags
         try:
             for key, name, raw in items:
                 if raw is not None:
-                    values[tag_for(key, tag_name(name) if name is not None else None)] = to_unit(key, raw)
+                    known = tags.get((key, name))
+                    if known is None:
+                        known = (tag_for(key, tag_name(name) if name is not None else None), TAGS[key].scale)
+                        if len(tags) < _MAX_TAGS:
+                            tags[(key, name)] = known
+                    values[known[0]] = float(raw) / known[1]  # tbmem.tags.to_unit
             if values:
                 self.writer.write_scalars(values, int(step))
         except Exception as exc:  # noqa: BLE001 - a closed or broken writer must not stop training

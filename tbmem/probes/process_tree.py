@@ -64,19 +64,35 @@ def _children_proc(pid: int) -> list[int] | None:
     found: list[int] = []
     listed = False
     for tid in tids:
+        # os.open/os.read, not open(): a walk reads one file per thread of every process in the tree
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                found.extend(int(c) for c in fh.read().split())
-            listed = True
+            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY | _CLOEXEC)
         except OSError:  # the thread ended meanwhile, or no CONFIG_PROC_CHILDREN
             continue
+        try:
+            data = b""
+            while True:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        found.extend(int(c) for c in data.split())
+        listed = True
     return found if listed else None
 
 
-def descendants(pid: int | None = None) -> list[int]:
-    """Process ids of every descendant of ``pid`` (default: this process), parents first."""
+def descendants(pid: int | None = None, *, children: list[int] | None = None) -> list[int]:
+    """Process ids of every descendant of ``pid`` (default: this process), parents first.
+
+    ``children``: ``pid``'s direct children from /proc, when the caller has just listed them.
+    """
     pid = os.getpid() if pid is None else pid
-    if _children_proc(pid) is None:
+    first = children if children is not None else _children_proc(pid)
+    if first is None:
         import psutil
 
         try:
@@ -87,7 +103,8 @@ def descendants(pid: int | None = None) -> list[int]:
     queue = [pid]
     seen = {pid}
     while queue:
-        for child in _children_proc(queue.pop(0)) or ():
+        parent = queue.pop(0)
+        for child in (first if parent == pid else _children_proc(parent)) or ():
             if child not in seen:  # guards against a pid reused while walking
                 seen.add(child)
                 out.append(child)
@@ -206,11 +223,12 @@ class ProcessTreeProbe(Probe):
 
     def _walk(self, now: float) -> None:
         self._walked_at = now
-        if _children_proc(self._pid) is None:  # no children files here: psutil from now on
+        children = _children_proc(self._pid)
+        if children is None:  # no children files here: psutil from now on
             self._fast = False
             self.stop()
             return
-        wanted = [self._pid, *descendants(self._pid)]
+        wanted = [self._pid, *descendants(self._pid, children=children)]
         for pid in set(self._statm) - set(wanted):
             os.close(self._statm.pop(pid))
         for pid in wanted:
