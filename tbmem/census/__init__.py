@@ -12,8 +12,9 @@ Example:
     >>> head = torch.nn.Linear(16, 100, bias=False)
     >>> head.weight = emb.weight  # tied: one storage
     >>> model = torch.nn.ModuleDict({"emb": emb, "head": head})
-    >>> take_census(models=[model]).by_category["parameters"]
-    6400
+    >>> census = take_census(models=[model])
+    >>> [(r.name, r.bytes) for r in census.records if r.module is not None]  # the watched model's
+    [('emb.weight', 6400)]
 """
 
 from __future__ import annotations

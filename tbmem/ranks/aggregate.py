@@ -70,12 +70,16 @@ def aggregate_rows(rows: np.ndarray, keys: Sequence[str]) -> tuple[dict[str, flo
         count = np.maximum(present.sum(axis=0), 1)
         mean = np.where(present, data, 0.0).sum(axis=0) / count
         low = np.where(present, data, np.inf).min(axis=0)
-        for j in np.flatnonzero(has):
+        # whole columns at once, then plain floats: indexing numpy scalars key by key cost rank 0
+        # about 3 us per reading at every record
+        high_l = (filled[top, np.arange(data.shape[1])] / scale).tolist()
+        low_l, mean_l, top_l = (low / scale).tolist(), (mean / scale).tolist(), top.tolist()
+        for j in np.flatnonzero(has).tolist():
             names = _stat_tags(keys[j])
-            values[names[0]] = float(filled[top[j], j] / scale[j])
-            values[names[1]] = float(low[j] / scale[j])
-            values[names[2]] = float(mean[j] / scale[j])
-            values[names[3]] = float(top[j])
+            values[names[0]] = high_l[j]
+            values[names[1]] = low_l[j]
+            values[names[2]] = mean_l[j]
+            values[names[3]] = float(top_l[j])
     return values, int(present.any(axis=1).sum())
 
 
@@ -126,6 +130,7 @@ class RankAggregator:
         self._open: _Open | None = None
         self._abandoned: list[_Open] = []  # gloo may still touch their buffers: keep them alive
         self._send: Any = None
+        self._send_np: Any = None
         self._rows: Any = None
         self._receive: list[Any] | None = None
 
@@ -140,10 +145,9 @@ class RankAggregator:
         import torch.distributed as dist
 
         send, rows, receive = self._buffers()
-        vector = send.numpy()
+        vector = self._send_np
         vector[0] = step
-        for i, key in enumerate(self.keys, start=1):
-            vector[i] = readings.get(key, math.nan) if readings else math.nan
+        vector[1:] = [readings.get(key, math.nan) for key in self.keys] if readings else math.nan
         try:
             work = dist.gather(send, receive, dst=0, group=self._group, async_op=True)
         except Exception as exc:  # noqa: BLE001 - monitoring must never break training
@@ -158,6 +162,7 @@ class RankAggregator:
             import torch
 
             self._send = torch.empty(1 + len(self.keys), dtype=torch.float64)
+            self._send_np = self._send.numpy()  # the same memory, filled in place at each record
             if self.rank == 0:
                 self._rows = torch.empty(self.world_size, 1 + len(self.keys), dtype=torch.float64)
                 self._receive = list(self._rows.unbind(0))

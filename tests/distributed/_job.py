@@ -14,6 +14,7 @@ Scenarios:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -119,10 +120,20 @@ def main() -> None:
     scenario, log_dir = sys.argv[1], sys.argv[2]
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 6
     dist.init_process_group("gloo")
+    finished = False
     try:
         SCENARIOS[scenario](log_dir, steps)
+        finished = True
     finally:
         if scenario != "oom":
+            if finished:
+                # Every rank's collectives done before the group goes, and the DDP model released:
+                # gloo's threads keep finished work objects holding tensors, and dropping those at
+                # interpreter exit aborts the process ("terminate called without an active
+                # exception"), as trainers/distributed.py's close() explains. Skipped after an
+                # error: a rank that failed would never arrive.
+                gc.collect()
+                dist.barrier()
             dist.destroy_process_group()
     print(f"rank {os.environ['RANK']} done", flush=True)
 
