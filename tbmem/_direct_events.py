@@ -164,10 +164,15 @@ class DirectEvents:
 
     def write(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
         """Write one event of ``values`` now; False when it must go through TensorBoard's queue."""
+        if self._target() is None:
+            return False
+        return self.write_encoded(encode_event(values, step, walltime))
+
+    def write_encoded(self, data: bytes) -> bool:
+        """Write one serialized ``Event`` now; False when it must go through TensorBoard's queue."""
         aw = self._target()
         if aw is None:
             return False
-        data = encode_event(values, step, walltime)
         with aw._lock:
             if aw._closed or aw._worker.exception is not None:
                 return False  # the queued path raises or counts it, as it always did

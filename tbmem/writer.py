@@ -349,9 +349,8 @@ class MemoryWriter:
                 written = False  # an alert may queue events of its own: flushed below
                 if not self._guard_call("alerts", self._alerts.on_record, step, readings):
                     self._alerts = None
-        if census_due:
-            written = False  # its text is queued
-            self._take_census(step, roots, where or "where the training loop called log_memory")
+        if census_due and not self._take_census(step, roots, where or "where the training loop called log_memory"):
+            written = False  # its table was queued: flushed below
         if cfg.flush_each_record and not written:  # a record written on this thread is in the file
             self.flush()
         return True
@@ -369,8 +368,11 @@ class MemoryWriter:
         self._last_record = (now, step)
         return readings
 
-    def _take_census(self, step: int, roots: Iterable[torch.Tensor], where: str) -> None:
+    def _take_census(self, step: int, roots: Iterable[torch.Tensor], where: str) -> bool:
+        """Take a census and write it; True when its events were written on this thread (nothing
+        of it is left in TensorBoard's queue)."""
         cfg = self.config
+        direct = [False]
 
         def run() -> None:
             import dataclasses
@@ -383,8 +385,8 @@ class MemoryWriter:
                 top_k=cfg.top_k, device=cfg.device,
             )
             census = dataclasses.replace(self._large.apply(census), where=where)
-            self.write_scalars(census.scalars(), step)
-            self._writer.add_text(_CENSUS_TEXT_TAG, census.to_markdown(), step)
+            direct[0] = self._write_event(census.scalars(), step)
+            direct[0] = self._write_text(_CENSUS_TEXT_TAG, census.to_markdown(), step) and direct[0]
             # every census, exact, for the Memory tab; a full disk is counted like the other writes
             append_census(self.log_dir, step, census,
                           on_os_error=lambda where, exc: self._faults.failed(where, exc, census_lines=1))
@@ -392,6 +394,26 @@ class MemoryWriter:
         if not self._guard_call("census", run):
             self._census_on = False
             self._stop_capture()
+            return False
+        return direct[0]
+
+    def _write_text(self, tag: str, text: str, step: int) -> bool:
+        """``add_text``, written on this thread where :meth:`write_scalars` writes there (the same
+        event bytes: a text ``Summary`` in an ``Event``); True when it was."""
+        if self._direct is not None:
+            from tensorboard.compat.proto.event_pb2 import Event
+            from torch.utils.tensorboard.summary import text as text_summary
+
+            event = Event(wall_time=time.time(), step=int(step), summary=text_summary(tag, text))
+            try:
+                if self._events.write_encoded(event.SerializeToString()):
+                    self._saw(step)
+                    return True
+            except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
+                self._faults.failed(self.log_dir, exc, events=1)
+                return False
+        self._writer.add_text(tag, text, step)
+        return False
 
     def _guard(self, probe: Probe, fn: Any) -> Any:
         """Run a probe call; a failure is retried with backoff, then switches the probe off."""

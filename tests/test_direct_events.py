@@ -57,3 +57,32 @@ def test_with_flush_each_record_write_scalars_writes_on_the_calling_thread_after
         acc = read_events(tmp_path)  # on disk before any flush or close, in the order written
         assert [(e.step, e.value) for e in acc.Scalars("Loss/user")] == [(0, 3.0)]
         assert [(e.step, e.value) for e in acc.Scalars("Perf/batch_time_s")] == [(1, 0.5)]
+
+
+def test_the_census_table_is_written_on_the_calling_thread_as_add_text_would(tmp_path):
+    import threading
+
+    import torch
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+    from torch.utils.tensorboard.summary import text as text_summary
+
+    from tbmem import MemoryWriter
+
+    model = torch.nn.Linear(8, 8)
+    with MemoryWriter(tmp_path, every=1, census_every=1, custom_layout=False) as writer:
+        writer.watch(model)
+        record_writer = writer.summary_writer._get_file_writer().event_writer._async_writer._writer
+        threads: list[threading.Thread] = []
+        real = record_writer.write
+        record_writer.write = lambda data: (threads.append(threading.current_thread()), real(data))[1]
+        writer.log_memory(0)
+        assert threads and all(t is threading.current_thread() for t in threads)
+        (path,) = tmp_path.glob("events.out.tfevents.*")
+        events = [e for e in map(Event.FromString, RawEventFileLoader(str(path)).Load())
+                  if any(v.tag == "Memory/Large_Tensors/top_k/text_summary" for v in e.summary.value)]
+        assert len(events) == 1 and events[0].step == 0  # in the file before any flush or close
+        table = events[0].summary.value[0].tensor.string_val[0].decode()
+        assert "weight" in table
+        assert events[0].summary.SerializeToString() == text_summary("Memory/Large_Tensors/top_k", table) \
+            .SerializeToString()

@@ -137,19 +137,25 @@ def frame_arrays(atypes: set[type], *, depth: int = 2, budget: int = 20_000,
     release_mine = not _tracing()
     me = threading.get_ident()
     stacks = list(sys._current_frames().items())
+    # An object several frames hold (each method's ``self``, a shared config) is walked once: what
+    # it leads to was named by the innermost frame holding it, as the first claim names a storage.
+    walked: dict[int, Any] = {}  # id -> the object, held so that no id is reused during the walk
     try:
         for thread, frame in stacks:
             while frame is not None:
                 if not str(frame.f_globals.get("__name__", "")).startswith(skip_module):
                     where = frame.f_code.co_name
                     for var, value in read_locals(frame, release=release_mine and thread == me):
+                        if id(value) in walked:
+                            continue
+                        walked[id(value)] = value
                         for arr in _instances_below(value, atypes, depth, left):
                             yield arr, f"numpy {where}:{var}"
                 frame = frame.f_back
     finally:
         # This generator's own frame is on the stack it walks: a reference to it from its own
         # locals would be a cycle keeping the last array seen alive until the next collection.
-        stacks = frame = value = arr = None  # type: ignore[assignment]
+        stacks = frame = value = arr = walked = None  # type: ignore[assignment]
 
 
 def holder_arrays(holders: Iterable[Any], atypes: set[type]) -> Iterator[tuple[np.ndarray, str]]:
