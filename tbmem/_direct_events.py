@@ -164,15 +164,16 @@ class DirectEvents:
 
     def write(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
         """Write one event of ``values`` now; False when it must go through TensorBoard's queue."""
-        if self._target() is None:
-            return False
-        return self.write_encoded(encode_event(values, step, walltime))
+        aw = self._target()
+        return aw is not None and self._append(aw, encode_event(values, step, walltime))
 
     def write_encoded(self, data: bytes) -> bool:
         """Write one serialized ``Event`` now; False when it must go through TensorBoard's queue."""
         aw = self._target()
-        if aw is None:
-            return False
+        return aw is not None and self._append(aw, data)
+
+    @staticmethod
+    def _append(aw: Any, data: bytes) -> bool:
         with aw._lock:
             if aw._closed or aw._worker.exception is not None:
                 return False  # the queued path raises or counts it, as it always did

@@ -57,7 +57,6 @@ class AllocatorRecording:
         self._rec = module.Recording(max_entries=max(2, max_entries), stacks=stacks, stack_depth=stack_depth,
                                      categories=tuple(range(len(_RECORDED))),
                                      graph_task_id=tp.graph_task_id_getter(), skip_suffixes=tuple(skip_suffixes))
-        self._module = module
         self._marks: list[tuple[str, str]] = []
         self._watched: dict[int, list[Any]] = {}  # id(storage) -> [handle, weak reference]
         self._sids: dict[int, int] = {}  # id(weak reference) -> id(storage)

@@ -135,9 +135,10 @@ class DispatchRecorder:
         if self.active:
             return
         self.reset()
-        self._alloc = self._allocator_recording()
+        watched = self._watched_storages()
+        self._alloc = self._allocator_recording(watched)
         self.backend_used = "dispatch" if self._alloc is None else "allocator"
-        self._register_watched(category_from_role=True)
+        self._register_watched(category_from_role=True, watched=watched)
         if self._alloc is not None:
             self.owner = threading.get_ident()
             exit_at_thread_end()
@@ -187,11 +188,12 @@ class DispatchRecorder:
         else:
             self._builder.mark(label, kind=kind, time_us=_now_ns() // 1000)
 
-    def _allocator_recording(self) -> AllocatorRecording | None:
-        """A recording through torch's CPU allocator when the backend allows it, else None."""
+    def _allocator_recording(self, watched: list[tuple[Any, str]]) -> AllocatorRecording | None:
+        """A recording through torch's CPU allocator when the backend allows it (``watched``: the
+        watched storages, all on the CPU for ``auto``), else None."""
         if self.backend == "dispatch":
             return None
-        if self.backend == "auto" and not all(s.device.type == "cpu" for s, _ in self._watched_storages()):
+        if self.backend == "auto" and not all(s.device.type == "cpu" for s, _ in watched):
             return None
         mod = native.load()
         reason = native.unavailable_reason() if mod is None else None
@@ -360,10 +362,12 @@ class DispatchRecorder:
             entry[0] = int(new_index[entry[0]])
         self._bind()
 
-    def _register_watched(self, *, category_from_role: bool) -> dict[int, str]:
-        """Storages of watched parameters, gradients and optimizer states, by id -> role."""
+    def _register_watched(self, *, category_from_role: bool,
+                          watched: list[tuple[Any, str]] | None = None) -> dict[int, str]:
+        """Storages of watched parameters, gradients and optimizer states (``watched``, else listed
+        now), by id -> role."""
         roles: dict[int, str] = {}
-        for s, role in self._watched_storages():
+        for s, role in self._watched_storages() if watched is None else watched:
             roles[id(s)] = role
             if not category_from_role or s.nbytes() == 0:
                 continue

@@ -84,8 +84,9 @@ def release_detached() -> int:
             del _detached[tid]  # a thread that ended took its modes with it
     removed = 0
     recordings = [m for m in modes if isinstance(m, AllocatorRecording)]
-    if recordings:
-        recordings[0]._module.release()
+    mod = native.loaded()
+    if recordings and mod is not None:  # parked ones exist only where the module was loaded
+        mod.release()
         removed += len(recordings)
         modes = [m for m in modes if not isinstance(m, AllocatorRecording)]
     while modes:
