@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 import torch
 
 from tbmem.census import heap
+from tests._extensions import not_built
 
 
 class Disguised(torch.Tensor):
@@ -27,10 +27,7 @@ def _walk():
     """The C walk; skipped where the install had no C compiler, except under
     ``TBMEM_REQUIRE_C_EXTENSION=1`` (set by .ci/run), where that is a failure."""
     if not heap.C_HEAP_PASS:
-        message = "tbmem/census/_gcwalk.c was not built: the install found no C compiler"
-        if os.environ.get("TBMEM_REQUIRE_C_EXTENSION") == "1":
-            pytest.fail(message + " (TBMEM_REQUIRE_C_EXTENSION=1)")
-        pytest.skip(message)
+        not_built("tbmem/census/_gcwalk.c was not built: the install found no C compiler")
     from tbmem.census._gcwalk import select_tracked
 
     return select_tracked

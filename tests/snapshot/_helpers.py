@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-import pytest
-
 from tbmem.snapshot.schema import Snapshot, SnapshotBuilder
+from tests._extensions import not_built
 
 __all__ = ["small_snapshot", "EVIL", "torch_dict", "REAL", "real_files", "native_module", "require_backend"]
 
@@ -30,10 +29,7 @@ def native_module() -> ModuleType:
 
     mod = native.load()
     if mod is None:
-        reason = f"CPU allocation recorder unavailable: {native.unavailable_reason()}"
-        if os.environ.get("TBMEM_REQUIRE_C_EXTENSION") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        not_built(f"CPU allocation recorder unavailable: {native.unavailable_reason()}")
     return mod
 
 
