@@ -46,25 +46,6 @@ def _timed(times: dict[str, list[float]], name: str | Callable[..., str], fn: Ca
     return wrapper
 
 
-class _TimedContext:
-    def __init__(self, times: dict[str, list[float]], cm: Any, called: float) -> None:
-        self.times, self.cm, self.called = times, cm, called
-
-    def __enter__(self) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.cm.__enter__()
-        finally:
-            self.times["step(): call + enter"].append(self.called + time.perf_counter() - start)
-
-    def __exit__(self, *exc: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.cm.__exit__(*exc)
-        finally:
-            self.times["step(): exit"].append(time.perf_counter() - start)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Train, print a table of per-hook times; return 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,18 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             step_of[0] += 1
             empty(i)
 
-        hook = _timed(times, "on_batch_start", mon.on_batch_start)
-        mon.on_batch_start = lambda i: (batch_start(i), hook(i))[1]
-        step = mon.step
-
-        def timed_step(s: int) -> Any:
-            start = time.perf_counter()
-            cm = step(s)
-            return _TimedContext(times, cm, time.perf_counter() - start)
-
-        mon.step = timed_step
-        mon.before_backward = _timed(times, "before_backward (a mark)", mon.before_backward)
-        mon.before_optimizer = _timed(times, "before_optimizer (a mark)", mon.before_optimizer)
+        hook = _timed(times, "on_batch_start (+ the step's start)", mon.on_batch_start)
+        mon.on_batch_start = lambda i, s=None: (batch_start(i), hook(i, s))[1]
+        mon.before_backward = _timed(times, "before_backward (when mid_step_hooks)", mon.before_backward)
+        mon.before_optimizer = _timed(times, "before_optimizer (when mid_step_hooks)", mon.before_optimizer)
         inside = [False]
         zero_grad = _timed(times, lambda s, loss: "log_memory, due" if s % every == 0 else "log_memory, not due",
                            mon.before_zero_grad)

@@ -37,6 +37,10 @@ class MemoryWriterConfig:
             (the census table says which threshold applies).
         top_k: How many of the largest tensors the census text lists.
         uss: Also read the process's USS (costs about 4 ms per record).
+        system_every_s: Read system RAM and swap (``System/ram_*``, ``System/swap_used_GB``) at
+            most once per this many seconds: they change slowly, and ``/proc/meminfo`` is about a
+            quarter of a record's cost inside a training step. Records in between carry no system
+            readings; 0 reads them at every record.
         nvml: Also read device memory through NVML (needs the ``nvml`` extra).
         device: CUDA device index to read; None means the current device.
         flush_each_record: Flush event files after each memory record, so a run
@@ -62,6 +66,7 @@ class MemoryWriterConfig:
     large_tensor_mb: float | None = None
     top_k: int = 10
     uss: bool = False
+    system_every_s: float = 1.0
     nvml: bool = False
     device: int | None = None
     flush_each_record: bool = True
@@ -80,6 +85,9 @@ class MemoryWriterConfig:
         ce = self.census_every
         if isinstance(ce, bool) or not isinstance(ce, int) or ce < 0:
             raise ValueError(f"{name}.census_every must be an integer >= 0 (0 disables), got {ce!r}")
+        se = self.system_every_s
+        if isinstance(se, bool) or not isinstance(se, (int, float)) or not 0 <= se < float("inf"):
+            raise ValueError(f"{name}.system_every_s must be a number of seconds >= 0 (0: every record), got {se!r}")
         if self.peak_mode not in PEAK_MODES:
             raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")
         mb = self.large_tensor_mb

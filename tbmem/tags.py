@@ -67,6 +67,7 @@ class Tag:
 
 
 _EVERY = "MemoryWriter, every `every` steps"
+_SYSTEM = "MemoryWriter, every `every` steps, at most once per `system_every_s` (1 s)"
 _EVERY_CUDA = "MemoryWriter, every `every` steps, when CUDA is initialised"
 _CENSUS = "MemoryWriter, every `census_every` steps"
 _RANKS = "MemoryWriter on rank 0 of a job with more than one rank, every `every` steps"
@@ -152,13 +153,13 @@ _ROWS: tuple[Tag, ...] = (
         when="per tracked operation"),
     # --- System/: the machine (other processes move these) ----------------------------------------
     Tag(key="ram_system_used", tag="System/ram_used_GB", unit="GB", scale=GiB,
-        meaning="System RAM in use (psutil total - available).", when=_EVERY),
+        meaning="System RAM in use (psutil total - available).", when=_SYSTEM),
     Tag(key="ram_system_available", tag="System/ram_available_GB", unit="GB", scale=GiB,
-        meaning="System RAM available to new allocations without swapping.", when=_EVERY),
+        meaning="System RAM available to new allocations without swapping.", when=_SYSTEM),
     Tag(key="ram_system_percent", tag="System/ram_percent", unit="%",
-        meaning="System RAM in use, percent.", when=_EVERY),
+        meaning="System RAM in use, percent.", when=_SYSTEM),
     Tag(key="ram_swap_used", tag="System/swap_used_GB", unit="GB", scale=GiB,
-        meaning="Swap in use, system-wide.", when=_EVERY),
+        meaning="Swap in use, system-wide.", when=_SYSTEM),
     Tag(key="vram_free", tag="System/vram_free_GB", unit="GB", scale=GiB,
         meaning="Free device memory as the driver sees it (cudaMemGetInfo).", when=_EVERY_CUDA),
     Tag(key="vram_total", tag="System/vram_total_GB", unit="GB", scale=GiB,

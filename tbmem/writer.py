@@ -143,7 +143,7 @@ class MemoryWriter:
     def _setup(self) -> None:
         cfg = self.config
         makers: list[tuple[str, Any]] = [
-            ("host", lambda: HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss)),
+            ("host", lambda: HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss, system_every_s=cfg.system_every_s)),
             ("process_tree", ProcessTreeProbe),
             ("cuda", lambda: CudaProbe(device=cfg.device, peak_mode=cfg.peak_mode))]
         if cfg.nvml:
@@ -444,6 +444,30 @@ class MemoryWriter:
         """
         return _MonitoredStep(self, step, log)
 
+    def begin_step(self, step: int) -> None:
+        """A training step begins (what :meth:`monitored_step` does on entry, for a loop that
+        handles its own exceptions with :meth:`step_failed`): it becomes the last step, the one a
+        snapshot of another rank's out-of-memory error names."""
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.last_step = step
+        last = self._last_step
+        if last is None or step > last:
+            self._last_step = step
+
+    def step_failed(self, step: int, exc: BaseException) -> None:
+        """``exc`` is leaving training step ``step`` (what :meth:`monitored_step` does on an exception):
+        an out-of-memory error gets its snapshot and record (:meth:`handle_oom`), any other the events
+        flushed. Never raises; the caller re-raises ``exc``.
+
+        A ``try``/``except`` in the loop costs nothing until something is raised (Python 3.11+),
+        where a context manager is two calls per step.
+        """
+        if isinstance(exc, tp.OutOfMemoryError):
+            self.handle_oom(step, exc)
+        else:
+            self._flush_quietly()
+
     def handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error and say so in one line; never raises.
 
@@ -544,21 +568,14 @@ class _MonitoredStep:
         self.writer, self.step, self.log = writer, step, log
 
     def __enter__(self) -> None:
-        writer, step = self.writer, self.step
-        if writer._ranks is not None:  # names the step in a snapshot written for another rank's OOM
-            writer._ranks.last_step = step
-        last = writer._last_step
-        if last is None or step > last:
-            writer._last_step = step
+        self.writer.begin_step(self.step)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc_type is None:
             if self.log:
                 self.writer.log_memory(self.step, where="after the step (monitored_step)")
-        elif isinstance(exc, tp.OutOfMemoryError):
-            self.writer.handle_oom(self.step, exc)
-        else:
-            self.writer._flush_quietly()
+        elif exc is not None:
+            self.writer.step_failed(self.step, exc)
         # None: the exception, if any, goes on unchanged
 
 

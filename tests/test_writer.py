@@ -48,6 +48,19 @@ def test_one_event_per_record(tmp_path):
     assert {TAGS[k].tag for k in ("ram_rss", "ram_peak_rss", "ram_system_used", "cpu_percent")} <= tags
 
 
+def test_system_memory_is_written_once_per_system_every_s_and_at_every_record_with_0(tmp_path):
+    used = TAGS["ram_system_used"].tag
+    with MemoryWriter(tmp_path / "default", every=1, census_every=0) as writer:
+        for step in range(5):  # well within a second
+            writer.log_memory(step)
+    assert [s for s, _ in scalars(tmp_path / "default", used)] == [0]
+    assert [s for s, _ in scalars(tmp_path / "default", TAGS["ram_rss"].tag)] == [0, 1, 2, 3, 4]
+    with MemoryWriter(tmp_path / "every", every=1, census_every=0, system_every_s=0) as writer:
+        for step in range(5):
+            writer.log_memory(step)
+    assert [s for s, _ in scalars(tmp_path / "every", used)] == [0, 1, 2, 3, 4]
+
+
 def test_cpu_run_never_initialises_cuda_and_writes_no_vram(tmp_path):
     with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
         writer.log_memory(0)
@@ -97,7 +110,7 @@ def test_disabled_writer_logs_no_memory(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value"),
     [("every", 0), ("every", -5), ("census_every", -1), ("peak_mode", "sometimes"), ("top_k", 0),
-     ("large_tensor_mb", 0), ("device", -1)],
+     ("large_tensor_mb", 0), ("device", -1), ("system_every_s", -1), ("system_every_s", "1s")],
 )
 def test_bad_config_names_the_field(tmp_path, field, value):
     with pytest.raises(ValueError, match=field):

@@ -77,6 +77,9 @@ class TrainerMonitoring:
         # snapshot manager that this trainer marks its own steps (see tbmem.snapshot.markers).
         self._marking = False
         self._first_step = True
+        #: Whether the step in progress needs before_backward and before_optimizer (a record before
+        #: backward, or snapshot markers): the trainer skips the two calls otherwise.
+        self.mid_step_hooks = self._record_before_backward
         if enabled:
             self._build_monitors()
 
@@ -140,19 +143,31 @@ class TrainerMonitoring:
         self._call("epoch_perf", "on_epoch_start")
 
     # The per-step hooks below call their monitor directly (not through _call): they run at every
-    # step, and each indirection costs microseconds inside a training step.
-    def on_batch_start(self, batch_idx: int) -> None:
-        """Start timing a batch."""
+    # step, and each indirection costs microseconds inside a training step, where the caches are
+    # cold from the step's own work (a call costs ~2 us there, ten times what it costs in a loop).
+    def on_batch_start(self, batch_idx: int, step: int | None = None) -> None:
+        """Start timing a batch; with ``step``, begin that training step: the writer names it in an
+        out-of-memory snapshot, and while a recorder records it is marked (with its forward phase)."""
         monitor = self.epoch_perf
         if monitor is not None:
             try:
                 monitor.on_batch_start(batch_idx)
             except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
                 self._failed("epoch_perf", monitor, "on_batch_start", exc)
+        if step is None:
+            return
+        self.writer.begin_step(step)
+        marking = self._marking = recording()
+        self.mid_step_hooks = marking or self._record_before_backward
+        if marking or self._first_step:
+            self._first_step = False
+            mark(f"step {step}", kind="step")
+            mark("forward", kind="phase")
 
     def before_backward(self, step: int, loss: torch.Tensor) -> None:
         """With ``census_at="before_backward"``, log the due record here: the census walks ``loss``'s
-        graph while the activations saved for backward are alive (gradients are None)."""
+        graph while the activations saved for backward are alive (gradients are None). Needed only
+        while :attr:`mid_step_hooks` is true."""
         if self._record_before_backward:
             self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["before_backward"])
             self._marking = recording()
@@ -160,7 +175,8 @@ class TrainerMonitoring:
             mark("backward", kind="phase")
 
     def before_optimizer(self, step: int) -> None:
-        """The optimizer step begins (a phase boundary in memory snapshots)."""
+        """The optimizer step begins (a phase boundary in memory snapshots). Needed only while
+        :attr:`mid_step_hooks` is true."""
         if self._marking:
             mark("optimizer", kind="phase")
 
@@ -185,19 +201,11 @@ class TrainerMonitoring:
         """Print the epoch's totals and peak memory."""
         self._call("epoch_perf", "on_epoch_end")
 
-    def step(self, step: int) -> contextlib.AbstractContextManager[None]:
-        """Run one training step; on out-of-memory save what tbmem can, then re-raise.
-
-        The memory record is written by :meth:`before_zero_grad` or :meth:`before_backward`
-        (``census_at``), with the loss as census root.
-        The step and its forward phase are marked in memory snapshots.
-        """
-        marking = self._marking = recording()
-        if marking or self._first_step:
-            self._first_step = False
-            mark(f"step {step}", kind="step")
-            mark("forward", kind="phase")
-        return self.writer.monitored_step(step, log=False)
+    def on_step_error(self, step: int, exc: BaseException) -> None:
+        """``exc`` leaves training step ``step``: on out-of-memory save the snapshot and record, else
+        flush; the trainer then re-raises ``exc`` (a ``try``/``except`` around the step costs nothing
+        until something is raised, where a ``with`` block would be two calls per step)."""
+        self.writer.step_failed(step, exc)
 
     # --- PhysicalTrainer hooks --------------------------------------------------------------
     @contextlib.contextmanager

@@ -192,25 +192,30 @@ class SyntheticTrainer:
             total, batches = 0.0, len(loader)
             self.optimizer.zero_grad(set_to_none=True)
             for batch_idx, (x0, targets) in enumerate(loader):
-                mon.on_batch_start(batch_idx)
-                with mon.step(step):
+                mon.on_batch_start(batch_idx, step)
+                try:
                     x0 = x0.to(self.device, non_blocking=True)
                     targets = targets.to(self.device, non_blocking=True)
                     with self._autocast():
                         loss = rollout_loss(self.model, x0, targets)
-                    mon.before_backward(step, loss)
+                    if mon.mid_step_hooks:  # a record before backward, or snapshot markers
+                        mon.before_backward(step, loss)
                     last_micro = (batch_idx + 1) % accum == 0 or batch_idx + 1 == batches
                     # DDP: gradients are averaged across ranks on the micro-batch that steps only
                     sync = self.model.no_sync() if self.dist.active and not last_micro else contextlib.nullcontext()
                     with sync:
                         self.scaler.scale(loss / accum).backward()
                     if last_micro:
-                        mon.before_optimizer(step)
+                        if mon.mid_step_hooks:
+                            mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
                     mon.before_zero_grad(step, loss)  # the record: gradients and optimizer state alive
                     if last_micro:
                         self.optimizer.zero_grad(set_to_none=True)
+                except BaseException as exc:  # out of memory: snapshot and record saved, then raised on
+                    mon.on_step_error(step, exc)
+                    raise
                 value = loss.item()
                 mon.on_batch_end(batch_idx, value)
                 bar.set_postfix_str(f"loss={value:.4g}{last_epoch}", refresh=False)

@@ -77,7 +77,9 @@ class EpochPerformanceMonitor:
         self._sink = make_sink(writer) if self.enabled else None
         self.global_step = 0
         self.epoch = 0
-        self._batches = AggregateStats()  # all epochs
+        # One add per batch (it runs inside the training loop): the batches of the current epoch,
+        # folded into those of the epochs before when the next epoch starts.
+        self._batches = AggregateStats()  # epochs before the current one
         self._epoch_batches = AggregateStats()  # current epoch
         self._epoch_total = 0.0
         self._epoch_t0: float | None = None
@@ -93,6 +95,7 @@ class EpochPerformanceMonitor:
             if self._window is not None:
                 self._window.close()
             self._window = PeakWindow.open(self.device)
+            self._batches = self._batches.merged(self._epoch_batches)
             self._epoch_batches = AggregateStats()
             self._epoch_t0 = self._batch_t0 = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
@@ -120,7 +123,6 @@ class EpochPerformanceMonitor:
             return
         seconds = now - self._batch_t0
         self._batch_t0 = now
-        self._batches.add(seconds)
         self._epoch_batches.add(seconds)
         verbose = isinstance(batch_idx, int) and batch_idx < self.verbose_batches
         log = self._sink is not None and step % self.log_every == 0
@@ -176,7 +178,7 @@ class EpochPerformanceMonitor:
 
     def get_statistics(self) -> dict[str, float | int]:
         """Timing over every finished epoch and every batch so far (seconds; zeros before any)."""
-        b = self._batches
+        b = self._batches.merged(self._epoch_batches)
         return {
             "total_epoch_time": self._epoch_total,
             "avg_epoch_time": self._epoch_total / self.epoch if self.epoch else 0.0,

@@ -73,6 +73,11 @@ class AggregateStats:
         if seconds > self.max:
             self.max = seconds
 
+    def merged(self, other: "AggregateStats") -> "AggregateStats":
+        """The statistics of both sets of calls together."""
+        return AggregateStats(count=self.count + other.count, total=self.total + other.total,
+                              min=min(self.min, other.min), max=max(self.max, other.max))
+
 
 class Tracked:
     """What a ``with track_performance(...)``/``track_memory(...)`` block yields;

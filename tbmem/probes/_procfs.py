@@ -42,11 +42,18 @@ def forget() -> None:
     """Close every kept descriptor (they are reopened on next use)."""
     global _owner
     close_all(_fds)
-    _owner = os.getpid()
+    _owner = _pid[0] = os.getpid()
+
+
+# This process's id, updated in a child forked through Python (os.fork, multiprocessing): a
+# getpid() per read is a system call, and the first one after a training step costs ~4 us.
+_pid = [_owner]
+if hasattr(os, "register_at_fork"):  # not on Windows, which has neither fork nor /proc
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
 def _fd(path: str, flags: int) -> int:
-    if os.getpid() != _owner:  # a forked child: its /proc/self is not the one the parent opened
+    if _owner != _pid[0]:  # a forked child: its /proc/self is not the one the parent opened
         forget()
     key = (path, flags)
     fd = _fds.get(key)

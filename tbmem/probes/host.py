@@ -12,8 +12,9 @@ refuses access (``AccessDenied`` in some containers) does not stop the probe,
 and CPU use comes from :func:`os.times`, which needs no permission.
 
 What a record reads, every time (nothing is cached between records): ``/proc/self/status``
-(RSS and the peak), ``/proc/meminfo`` (system RAM and swap), a write of ``5`` to
-``/proc/self/clear_refs`` (the peak's window), :func:`os.times` (CPU). The files stay open and
+(RSS and the peak), a write of ``5`` to ``/proc/self/clear_refs`` (the peak's window),
+:func:`os.times` (CPU); and ``/proc/meminfo`` (system RAM and swap), every time or, with
+``system_every_s``, at most that often (the readings are then left out in between). The files stay open and
 are re-read with ``pread`` (:mod:`tbmem.probes._procfs`): the kernel generates their contents
 anew at each read, so a kept file is as fresh as a newly opened one, at a third of the cost.
 
@@ -106,15 +107,25 @@ class HostProbe(Probe):
             record shows the peak since the previous one; ``"run"`` keeps the
             whole-run peak.
         uss: Also read USS (unique set size); it walks /proc/self/smaps (~4 ms).
+        system_every_s: Read system RAM and swap at most once per this many seconds; reads in
+            between leave them out. 0 (the default) reads them every time.
+
+    Raises:
+        ValueError: ``peak_mode`` or ``system_every_s`` is invalid.
     """
 
     name = "host"
 
-    def __init__(self, *, peak_mode: str = "window", uss: bool = False) -> None:
+    def __init__(self, *, peak_mode: str = "window", uss: bool = False, system_every_s: float = 0.0) -> None:
         if peak_mode not in ("window", "run"):
             raise ValueError(f"peak_mode must be 'window' or 'run', got {peak_mode!r}")
+        if isinstance(system_every_s, bool) or not isinstance(system_every_s, (int, float)) \
+                or not 0 <= system_every_s < float("inf"):
+            raise ValueError(f"system_every_s must be a number of seconds >= 0, got {system_every_s!r}")
         self.peak_mode = peak_mode
         self.uss = uss
+        self.system_every_s = float(system_every_s)
+        self._system_due = -float("inf")  # time.monotonic() from which system memory is read again
         self._psutil_process: Any = None
         self.peak_is_windowed = False
         self._cpu_mark = _cpu_times()
@@ -154,7 +165,13 @@ class HostProbe(Probe):
             readings["ram_peak_rss"] = float(max(peak, readings["ram_rss"]))
         if self.peak_mode == "window":
             self.peak_is_windowed = reset_peak_rss()
-        readings.update(_system_memory())
+        if self.system_every_s:
+            now = time.monotonic()
+            if now >= self._system_due:
+                readings.update(_system_memory())
+                self._system_due = now + self.system_every_s
+        else:
+            readings.update(_system_memory())
         readings["cpu_percent"] = self._cpu_percent()
         return readings
 

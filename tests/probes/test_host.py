@@ -101,3 +101,27 @@ def test_cpu_percent_is_this_process_cpu_time_over_wall_time():
     expected = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
     assert reading == pytest.approx(expected, abs=10)  # os.times ticks are 10 ms
     assert reading > 0
+
+
+def test_system_memory_is_read_at_most_once_per_system_every_s(monkeypatch):
+    import tbmem.probes.host as host
+
+    clock = [100.0]
+    monkeypatch.setattr(host.time, "monotonic", lambda: clock[0])
+    probe = HostProbe(system_every_s=1.0)
+    system = {"ram_system_used", "ram_system_available", "ram_system_percent", "ram_swap_used"}
+    seen = []
+    for advance in (0.0, 0.4, 0.5, 0.2, 1.0):  # reads at 100.0, 100.4, 100.9, 101.1, 102.1
+        clock[0] += advance
+        reading = probe.read()
+        assert "ram_rss" in reading and "cpu_percent" in reading  # the process's readings every time
+        seen.append(system <= set(reading))
+        assert not system & set(reading) or system <= set(reading)  # all four or none
+    assert seen == [True, False, False, True, True]
+    assert all(system <= set(HostProbe().read()) for _ in range(3))  # the default: every read
+
+
+@pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan"), "1", True])
+def test_a_bad_system_interval_is_refused(value):
+    with pytest.raises(ValueError, match="system_every_s"):
+        HostProbe(system_every_s=value)

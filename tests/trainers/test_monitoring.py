@@ -34,16 +34,17 @@ def test_snapshot_windows_hold_every_mark_the_hooks_made_while_recording(tmp_pat
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     try:
-        for step in range(8):
-            mon.on_batch_start(step)
-            with mon.step(step):
-                loss = model(torch.randn(4, 8)).pow(2).sum()
+        for step in range(8):  # as SyntheticTrainer calls the hooks
+            mon.on_batch_start(step, step)
+            loss = model(torch.randn(4, 8)).pow(2).sum()
+            if mon.mid_step_hooks:
                 mon.before_backward(step, loss)
-                loss.backward()
+            loss.backward()
+            if mon.mid_step_hooks:
                 mon.before_optimizer(step)
-                opt.step()
-                mon.before_zero_grad(step, loss)
-                opt.zero_grad()
+            opt.step()
+            mon.before_zero_grad(step, loss)
+            opt.zero_grad()
             mon.on_batch_end(step, loss.item())
         mon.close()
         found = {}
@@ -54,3 +55,43 @@ def test_snapshot_windows_hold_every_mark_the_hooks_made_while_recording(tmp_pat
         assert found == expected
     finally:
         markers._explicit_steps = False
+
+
+def test_mid_step_hooks_are_needed_only_while_recording_or_for_a_record_before_backward(tmp_path):
+    for census_at, expected in (("after_backward", False), ("before_backward", True)):
+        mon = TrainerMonitoring.create(tmp_path / census_at, enabled=True, verbose_batches=0,
+                                       tbmem_config=MemoryWriterConfig(every=1, census_every=0), census_at=census_at)
+        try:
+            mon.on_batch_start(0, 0)
+            assert mon.mid_step_hooks is expected
+            assert mon.writer.last_step == 0
+        finally:
+            mon.close()
+
+
+def test_an_out_of_memory_error_in_a_synthetic_step_saves_its_snapshot_and_leaves_train_unchanged(compose, tmp_path,
+                                                                                                    monkeypatch, caplog):
+    import trainers.synthetic as synthetic
+    from tests._events import scalars
+    from trainers.experiment import run_experiment
+
+    real, calls, raised = synthetic.rollout_loss, [0], torch.OutOfMemoryError("CUDA out of memory (a test)")
+
+    def rollout_loss(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 8:  # step 7: not a due step of every=5
+            raise raised
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(synthetic, "rollout_loss", rollout_loss)
+    cfg = compose("burgers_quick_test", "trainer=synthetic_with_memory", "trainer_params.epochs=1",
+                  "tbmem.every=5", "tbmem.census_every=0", "tbmem.snapshot.every=0")
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        run_experiment(cfg, log_dir=tmp_path / "run")
+    assert info.value is raised and info.value.__context__ is None
+    raised.__traceback__ = None  # its frames hold the trainer: later tests' censuses would count its model
+    assert [s for s, _ in scalars(tmp_path / "run", "Memory/RAM/process_rss_GB")] == [0, 5, 7]  # + the OOM record
+    oom = sorted((tmp_path / "run" / PLUGIN_DIR).glob("oom_*.json.gz"))
+    assert [p.name for p in oom] == ["oom_rank0_step000000007.json.gz"]
+    assert load_snapshot(oom[0]).main.n_allocs > 0  # no window was recording: the memory alive at the error
+    assert any("out of memory at step 7" in r.getMessage() for r in caplog.records)
