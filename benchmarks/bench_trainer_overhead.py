@@ -1,23 +1,32 @@
-"""Overhead of tbmem monitoring on SyntheticTrainer epochs: one process per variant, taking turns step by step.
+"""Overhead of tbmem monitoring on SyntheticTrainer epochs: each variant against itself, epoch by epoch.
 
-Variants: monitoring off; "off" once more (an A/A control whose distance from 1 is
-the run's noise); on with tbmem's defaults (every=10, census_every=500, console
-monitors printing the first 5 batches); on with a census every 50 steps.
+Variants: monitoring off, twice ("off" and "off_again", an A/A control whose distance from 1
+is the run's noise); on with tbmem's defaults (every=10, census_every=500, console monitors
+printing the first 5 batches); on with a census every 50 steps.
 
-Each variant trains in its own process, so each has exactly the heap, threads and
-gc of a real single run (the census's cost depends on them). The processes take
-turns one training step at a time, in an order rotated every round, with their
-training threads on one core: only one runs at any moment, and a drift of this
-shared VM's speed (several percent over minutes) hits all variants within a tenth
-of a second of each other. Each trainer keeps its own step count, so every variant
-pays for every record and census it schedules, as a real run does. A process's
-speed also depends on its heap layout (about 1% here), so each process starts with
-allocations of random sizes, and the comparison is repeated in ``--sessions``
-fresh sets of processes. The ratio is the sum of a variant's step times over the
-sum of "off"'s after a warm-up epoch; the 90% interval comes from resampling
-sessions, then epochs within them.
+Each variant trains in its own process, so each has exactly the heap, threads and gc of a
+real single run (the census's cost depends on them). Within that process, timed epochs
+alternate between the variant's monitoring and none (off, on, on, off, ...: ABBA, so a
+linear drift cancels), with the step count running on. Two identical processes differ in
+speed by about 1% here (where the model's tensors fall in memory and caches), more than the
+overhead measured: a process compared with itself carries none of that.
 
-    .venv/bin/python benchmarks/bench_trainer_overhead.py --sessions 6 --epochs 7 --batch-size 4
+The processes take turns one training step at a time, in an order rotated every round, with
+their training threads on one core: only one runs at any moment, and epoch e of every process
+runs in the same seconds. So the ratio is a variant's monitored epochs over its unmonitored
+ones, divided by the same quotient of "off" (whose halves differ only by when they ran): what
+the machine did in those seconds (a neighbour's load, a slower minute) it did to both, and
+the division leaves it out. The comparison is repeated in ``--sessions`` fresh sets of
+processes; the 90% interval comes from resampling sessions, then epoch pairs within them.
+
+Full (generation 2) garbage collections are timed apart and left out of both halves. A process
+makes about three, each a pause of ~0.2 s against an epoch of ~1.1 s: so far all of them came
+before the timed epochs (imports, set-up, warm-up), but one inside would land in one half by
+chance and move that session's ratio by several percent. Leaving the same pauses out of both
+halves can only raise the ratio; the table shows how many landed in each half (monitoring that
+caused more would show there) and the ratios with them in.
+
+    .venv/bin/python benchmarks/bench_trainer_overhead.py --sessions 6 --epochs 8 --batch-size 4
 """
 
 from __future__ import annotations
@@ -51,6 +60,18 @@ VARIANTS = {
     "census_50": ["trainer_params.enable_memory_monitoring=true", *_DEFAULTS[:1], "tbmem.census_every=50",
                   *_DEFAULTS[2:]],
 }
+#: The per-epoch hooks swapped between a variant's monitoring and none, at each epoch's start.
+_HOOKS = ("on_batch_start", "before_backward", "before_optimizer", "before_zero_grad", "on_batch_end",
+          "on_epoch_end", "on_step_error")
+
+
+def monitored(epoch: int) -> bool:
+    """Whether timed epoch ``epoch`` (0 = the first after the warm-up) runs with monitoring:
+    off, on, on, off, off, on, on, off, ... With 8 epochs of 72 steps after one warm-up epoch,
+    step 500 (tbmem's default census interval) falls in an "on" epoch."""
+    return epoch % 4 in (1, 2)
+
+
 _LIMITS = {"defaults": 1.005, "census_50": 1.01}  # issue 18: +0.5% and +1%
 
 
@@ -109,21 +130,26 @@ def _count_censuses() -> tuple[list[str], list[float]]:
     return scans, durations
 
 
-def _time_collections() -> dict[int, list[float]]:
-    """Generation -> durations of the garbage collections from now on (they land on random steps)."""
+def _time_collections() -> tuple[dict[int, list[float]], list[float]]:
+    """Generation -> durations of the garbage collections from now on (they land on random steps),
+    and a one-element list that sums the full (generation 2) collections' seconds as they end."""
     import gc
 
     times: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    full = [0.0]
     started = [0.0]
 
     def on_collection(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             started[0] = time.perf_counter()
         else:
-            times[info["generation"]].append(time.perf_counter() - started[0])
+            seconds = time.perf_counter() - started[0]
+            times[info["generation"]].append(seconds)
+            if info["generation"] == 2:
+                full[0] += seconds
 
     gc.callbacks.append(on_collection)
-    return times
+    return times, full
 
 
 def _shift_layout(seed: str) -> list[Any]:
@@ -148,21 +174,27 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
     A slice runs from being given the turn to the start of the next batch (through the
     ``on_batch_start`` hook): one step, plus any epoch-level work that follows it
     (validation, checkpoint, the monitors' epoch summary). Slice 0 ends at the first batch.
+    Epoch 0 warms up with monitoring on; after it, each epoch starts by setting the hooks of
+    the variant's monitoring, or those of a monitoring that is off (:func:`monitored`).
     """
     slices: list[float] = []
+    full_in_slice: list[float] = []  # the seconds of full collections within each slice
     try:
         import gc
 
-
         import torch
 
+        from trainers.monitoring import TrainerMonitoring
         from trainers.synthetic import SyntheticResult
 
         torch.set_num_threads(threads)
         padding = _shift_layout(run)  # noqa: F841 - kept alive for the whole run
         scans, durations = _count_censuses()
-        collections = _time_collections()
+        collections, full = _time_collections()
         trainer, mon = _trainer(VARIANTS[name], Path(tmp), run, batch_size, epochs)
+        # What the trainer calls in an "off" epoch: the hooks of monitoring that is off, as the
+        # "off" variant's own (the same writer, for the losses it writes either way).
+        off = TrainerMonitoring(mon.writer, enabled=False, verbose_batches=0, device=None)
         steps = len(trainer._loader(trainer.train_set, shuffle=False))
         if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
             # Every variant's training thread on the same core (one runs at a time): the cores of a
@@ -170,15 +202,28 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
             # run on any core, as they would in a real run.
             os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
         start = [0.0]
+        epoch = [-1]
+        batch_start = [mon.on_batch_start]
 
         def take_turn() -> None:
             slices.append(time.perf_counter() - start[0])
+            full_in_slice.append(full[0])
+            full[0] = 0.0
             done.release()
             go.acquire()
             start[0] = time.perf_counter()
 
-        hook = mon.on_batch_start
-        mon.on_batch_start = lambda i: (take_turn(), hook(i))[1]
+        def epoch_start(real: Any = mon.on_epoch_start, quiet: Any = off.on_epoch_start) -> None:
+            epoch[0] += 1
+            on = epoch[0] == 0 or monitored(epoch[0] - 1)
+            for hook in _HOOKS:  # instance attributes: what the trainer's attribute lookups find
+                mon.__dict__.pop(hook, None) if on else setattr(mon, hook, getattr(off, hook))
+            mon.mid_step_hooks = on and mon._record_before_backward
+            batch_start[0] = mon.on_batch_start
+            mon.on_batch_start = lambda i, step=None: (take_turn(), batch_start[0](i, step))[1]
+            (real if on else quiet)()
+
+        mon.on_epoch_start = epoch_start
         done.release()  # ready
         go.acquire()
         start[0] = time.perf_counter()
@@ -186,8 +231,9 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
             trainer._train_epochs(_NoBar(epochs), trainer._loader(trainer.train_set, shuffle=True),
                                   SyntheticResult())
         slices.append(time.perf_counter() - start[0])
+        full_in_slice.append(full[0])
         mon.close()
-        results.put((name, "ok", {"slices": slices, "steps": steps, "scans": scans, "durations": durations,
+        results.put((name, "ok", {"slices": slices, "full": full_in_slice, "steps": steps, "scans": scans, "durations": durations,
                                   "objects": len(gc.get_objects()), "gc": collections}))
     except BaseException:  # noqa: BLE001 - reported to the scheduler, which must not wait forever
         results.put((name, "error", traceback.format_exc()))
@@ -199,22 +245,22 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
         go.acquire(timeout=_TURN_TIMEOUT_S)
 
 
-def _interval(sessions: list[dict[str, list[float]]], name: str, rng: random.Random) -> tuple[float, float]:
-    """90% bootstrap interval of sum(name) / sum(off): resample sessions, then epochs within each.
-
-    Resampling sessions carries the speed differences between processes (memory layout) that
-    no amount of epochs within one session averages out.
-    """
+def _interval(sessions: list[dict[str, list[tuple[float, float]]]], name: str,
+              rng: random.Random) -> tuple[float, float]:
+    """90% bootstrap interval of :func:`_ratio` for ``name``: resample sessions, then the (on, off)
+    epoch pairs within each (the same pairs for ``name`` and "off": they ran at the same time)."""
     ratios = []
     for _ in range(2000):
-        num = den = 0.0
+        sums = [0.0, 0.0, 0.0, 0.0]
         for _ in sessions:
-            blocks = sessions[rng.randrange(len(sessions))]
-            n = len(blocks["off"])
-            for i in (rng.randrange(n) for _ in range(n)):
-                num += blocks[name][i]
-                den += blocks["off"][i]
-        ratios.append(num / den)
+            session = sessions[rng.randrange(len(sessions))]
+            mine, base = session[name], session["off"]
+            for i in (rng.randrange(len(mine)) for _ in mine):
+                sums[0] += mine[i][0]
+                sums[1] += mine[i][1]
+                sums[2] += base[i][0]
+                sums[3] += base[i][1]
+        ratios.append(sums[0] / sums[1] / (sums[2] / sums[3]))
     ratios.sort()
     return ratios[len(ratios) // 20], ratios[-len(ratios) // 20 - 1]
 
@@ -272,25 +318,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=6,
                         help="fresh sets of processes: a process's speed depends on its memory layout, so the "
-                             "A/B comparison is repeated with new processes")
-    parser.add_argument("--epochs", type=int, default=7,
-                        help="timed epochs per variant and session: 7 x 72 steps = 504 steps, one default "
-                             "census interval (500) and ten of 50")
+                             "comparison is repeated with new processes")
+    parser.add_argument("--epochs", type=int, default=8,
+                        help="timed epochs per variant and session, a multiple of 4 (off, on, on, off): 8 x 72 "
+                             "steps = 576 steps, half of them monitored, step 500 among those")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--prepare", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, default=4,
-                        help="batch 4 gives 72 steps of about 25 ms per epoch: small steps make the "
+                        help="batch 4 gives 72 steps of about 16 ms per epoch: small steps make the "
                              "per-step overhead a large share of a step")
     args = parser.parse_args(argv)
     if args.prepare:  # child process: generate the simulation cache, then exit
         _trainer(VARIANTS["off"], Path(args.prepare), "prepare", args.batch_size, 1)[1].close()
         return 0
+    if args.epochs <= 0 or args.epochs % 4:
+        parser.error(f"--epochs must be a positive multiple of 4 (off, on, on, off), got {args.epochs}")
     epochs = args.epochs + 1  # the first epoch warms up and is not counted
     ctx = mp.get_context("spawn")
     names = list(VARIANTS)
-    sessions: list[dict[str, list[float]]] = []
+    # per session and variant: (on epoch, off epoch) pairs of summed step times
+    sessions: list[dict[str, list[tuple[float, float]]]] = []
     scans: list[str] = []
     durations: list[float] = []
+    sessions_all: list[dict[str, list[tuple[float, float]]]] = []  # the same with full collections in
+    # per variant and half: (full collections, their seconds) per timed epoch
+    full: dict[str, dict[str, list[tuple[int, float]]]] = {name: {"on": [], "off": []} for name in names}
     # Checkpoints and event files go to memory where there is a tmpfs: a shared disk's write-back
     # stalls land on random steps of random variants and are not what this measures.
     shm = Path("/dev/shm")
@@ -303,34 +355,81 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.sessions):
             reports = _session(ctx, names, d, k, args, epochs)
             steps = reports["off"]["steps"]
-            # Slice 0 runs up to the first batch, slice k ends at the start of batch k: drop the
-            # warm-up epoch, then sum each epoch's slices into one block for the bootstrap.
-            sessions.append({name: [sum(rep["slices"][1 + steps * e: 1 + steps * (e + 1)]) for e in range(1, epochs)]
-                             for name, rep in reports.items()})
+            session, session_all = {}, {}
+            for name, rep in reports.items():
+                # Slice 0 runs up to the first batch, slice k ends at the start of batch k: drop the
+                # warm-up epoch, then sum each epoch's slices into one block; its full collections
+                # apart (see the module's docstring).
+                timed = range(1, epochs)
+                raw = [sum(_epoch(rep["slices"], steps, e)) for e in timed]
+                gc2 = [sum(_epoch(rep["full"], steps, e)) for e in timed]
+                pauses = [sum(1 for x in _epoch(rep["full"], steps, e) if x) for e in timed]
+                for i, (seconds, count) in enumerate(zip(gc2, pauses)):
+                    full[name]["on" if monitored(i) else "off"].append((count, seconds))
+                clean = [r - g for r, g in zip(raw, gc2)]
+                session[name] = _pairs(clean)
+                session_all[name] = _pairs(raw)
+            sessions.append(session)
+            sessions_all.append(session_all)
             scans += reports["census_50"]["scans"]
             durations += reports["census_50"]["durations"]
             objects = reports["census_50"]["objects"]
             print(f"session {k + 1}/{args.sessions}: " + ", ".join(
-                f"{name} {sum(sessions[-1][name]) / sum(sessions[-1]['off']):.4f}" for name in names[1:]),
-                flush=True)
-    total = {name: sum(sum(s[name]) for s in sessions) for name in names}
+                f"{name} {_ratio([session])[name]:.4f}" for name in names[1:])
+                + f" (the halves of 'off': {_halves([session])['off']:.4f})", flush=True)
+    ratios = _ratio(sessions)
     print(f"SyntheticTrainer, burgers_quick_test, batch {args.batch_size}: {args.sessions} sessions of "
-          f"{args.epochs} epochs ({args.epochs * steps} steps) per variant after one warm-up epoch; one process "
-          f"per variant, turns step by step; {args.threads} thread(s)")
+          f"{args.epochs} epochs ({args.epochs * steps} steps) per variant after one warm-up epoch, half of them "
+          f"monitored (off, on, on, off); one process per variant, turns step by step; {args.threads} thread(s)")
     print(f"census_50 processes: {objects:,} gc-tracked objects; {len(scans)} censuses, "
           f"{scans.count('incremental')} of them incremental; census median "
           f"{statistics.median(durations) * 1e3:.1f} ms, max {max(durations) * 1e3:.1f} ms")
-    print(f"{'variant':<12}{'ms/step':>9}{'ratio':>9}{'90% interval':>18}")
-    ratios, rng = {}, random.Random(0)
+    print("full (generation 2) garbage collections in the timed epochs, monitored / unmonitored half: " + ", ".join(
+        f"{name} {sum(c for c, _ in h['on'])} ({sum(t for _, t in h['on']) * 1e3:.0f} ms) / "
+        f"{sum(c for c, _ in h['off'])} ({sum(t for _, t in h['off']) * 1e3:.0f} ms)" for name, h in full.items()))
+    print("Their time is left out of the ratios (a pause lands in one half by chance). With them in: " + ", ".join(f"{name} {r:.4f}" for name, r in _ratio(sessions_all).items()))
+    print(f"{'variant':<12}{'on ms/step':>12}{'off ms/step':>13}{'on/off':>9}{'ratio':>9}{'90% interval':>18}")
+    rng = random.Random(0)
+    n = args.sessions * args.epochs // 2 * steps
+    halves = _halves(sessions)
     for name in names:
-        ratios[name] = total[name] / total["off"]
-        lo, hi = _interval(sessions, name, rng)
-        print(f"{name:<12}{total[name] / (args.sessions * args.epochs * steps) * 1e3:>9.2f}{ratios[name]:>9.4f}"
+        on = sum(p[0] for s in sessions for p in s[name])
+        off = sum(p[1] for s in sessions for p in s[name])
+        lo, hi = _interval(sessions, name, rng) if name != "off" else (1.0, 1.0)
+        print(f"{name:<12}{on / n * 1e3:>12.2f}{off / n * 1e3:>13.2f}{halves[name]:>9.4f}{ratios[name]:>9.4f}"
               f"{f'{lo:.4f}-{hi:.4f}':>18}")
-    print("off_again is 'off' once more: its distance from 1 is this run's noise.")
+    print("on/off: a process's monitored epochs over its unmonitored ones; ratio: that over the same for 'off'. "
+          "'off_again' is 'off' once more (an A/A control): its distance from 1 is this run's noise.")
     for name, limit in _LIMITS.items():
         print(f"RESULT name=trainer.epoch_{name}_vs_off ratio={ratios[name]:.4f} limit={limit}")
     return 0
+
+
+def _epoch(per_slice: list[float], steps: int, epoch: int) -> list[float]:
+    """The values of one epoch's slices (slice 0 runs up to the first batch)."""
+    return per_slice[1 + steps * epoch: 1 + steps * (epoch + 1)]
+
+
+def _pairs(blocks: list[float]) -> list[tuple[float, float]]:
+    """(monitored epoch, unmonitored epoch) pairs, each with its neighbour: (1, 0), (2, 3), (5, 4), ..."""
+    on = [b for e, b in enumerate(blocks) if monitored(e)]
+    off = [b for e, b in enumerate(blocks) if not monitored(e)]
+    return list(zip(on, off))
+
+
+def _halves(sessions: list[dict[str, list[tuple[float, float]]]]) -> dict[str, float]:
+    """Per variant: its monitored epochs' summed time over its unmonitored epochs' (for "off" and
+    "off_again", whose epochs are all unmonitored: the two halves of the same schedule)."""
+    return {name: sum(p[0] for s in sessions for p in s[name]) / sum(p[1] for s in sessions for p in s[name])
+            for name in sessions[0]}
+
+
+def _ratio(sessions: list[dict[str, list[tuple[float, float]]]]) -> dict[str, float]:
+    """Per variant: :func:`_halves` over "off"'s. The processes take turns step by step, so a
+    variant's epochs and "off"'s ran in the same seconds: what the machine did to one half (a
+    neighbour's load, a slower minute) it did to both, and the quotient leaves it out."""
+    halves = _halves(sessions)
+    return {name: value / halves["off"] for name, value in halves.items()}
 
 
 if __name__ == "__main__":

@@ -355,6 +355,21 @@ class MemoryWriter:
             self.flush()
         return True
 
+    def next_due(self, step: int) -> int:
+        """The first step from ``step`` on at which :meth:`log_memory` does more than note the step.
+
+        It is ``step`` itself while snapshots, ranks or a closed writer need every call. A loop
+        that skips the calls in between must call :meth:`begin_step` at each step instead (the
+        trainers do: a call costs microseconds inside a training step, where the caches are cold).
+        """
+        if self.closed or not self._active or self._ranks is not None or self._snapshots is not None:
+            return step
+        cfg = self.config
+        due = -(-step // cfg.every) * cfg.every
+        if self._census_on:
+            due = min(due, -(-step // cfg.census_every) * cfg.census_every)
+        return due
+
     def _read(self, step: int) -> dict[str, float]:
         readings: dict[str, float] = {}
         probes, call = self._probes, self._probe_guard.call  # self._guard, inline

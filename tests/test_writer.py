@@ -61,6 +61,24 @@ def test_system_memory_is_written_once_per_system_every_s_and_at_every_record_wi
     assert [s for s, _ in scalars(tmp_path / "every", used)] == [0, 1, 2, 3, 4]
 
 
+def test_next_due_is_the_next_record_or_census_step_and_every_step_while_snapshots_need_them(tmp_path):
+    from tbmem.snapshot import SnapshotConfig
+
+    with MemoryWriter(tmp_path / "plain", every=10, census_every=25) as writer:
+        assert [writer.next_due(s) for s in (0, 1, 10, 11, 21, 26, 50)] == [0, 10, 10, 20, 25, 30, 50]
+        for step in range(0, 60):  # logging only the due steps writes what logging every step writes
+            if writer.next_due(step) == step:
+                writer.log_memory(step)
+    assert [s for s, _ in scalars(tmp_path / "plain", TAGS["ram_rss"].tag)] == [0, 10, 20, 30, 40, 50]
+    assert [s for s, _ in scalars(tmp_path / "plain", "Memory/Tensor_Census/total_MB")] == [0, 25, 50]
+    with MemoryWriter(tmp_path / "off", every=10, census_every=0, enabled=False) as writer:
+        assert writer.next_due(3) == 3
+    snapshots = SnapshotConfig(every=0, html=False, pickle=False)
+    with MemoryWriter(tmp_path / "snap", every=10, census_every=0, snapshot=snapshots) as writer:
+        assert writer.next_due(3) == 3  # the snapshot manager sees every step
+    assert writer.next_due(5) == 5  # closed: each call says so
+
+
 def test_cpu_run_never_initialises_cuda_and_writes_no_vram(tmp_path):
     with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
         writer.log_memory(0)

@@ -77,6 +77,8 @@ class TrainerMonitoring:
         # snapshot manager that this trainer marks its own steps (see tbmem.snapshot.markers).
         self._marking = False
         self._first_step = True
+        # The last step logged and the next step due: the steps strictly between skip log_memory.
+        self._logged, self._next_due = -1, 0
         #: Whether the step in progress needs before_backward and before_optimizer (a record before
         #: backward, or snapshot markers): the trainer skips the two calls otherwise.
         self.mid_step_hooks = self._record_before_backward
@@ -154,7 +156,7 @@ class TrainerMonitoring:
                 monitor.on_batch_start(batch_idx)
             except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
                 self._failed("epoch_perf", monitor, "on_batch_start", exc)
-        if step is None:
+        if step is None or not self.enabled:
             return
         self.writer.begin_step(step)
         marking = self._marking = recording()
@@ -168,8 +170,8 @@ class TrainerMonitoring:
         """With ``census_at="before_backward"``, log the due record here: the census walks ``loss``'s
         graph while the activations saved for backward are alive (gradients are None). Needed only
         while :attr:`mid_step_hooks` is true."""
-        if self._record_before_backward:
-            self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["before_backward"])
+        if self._record_before_backward and not self._logged < step < self._next_due:
+            self._log(step, loss, "before_backward")
             self._marking = recording()
         if self._marking:
             mark("backward", kind="phase")
@@ -185,8 +187,15 @@ class TrainerMonitoring:
         and the optimizer step, before ``zero_grad``, the census sees the gradients and the optimizer
         state next to the parameters (backward has freed the saved activations; ``loss`` is a root
         for any graph still alive)."""
-        if self._record_after_backward:
-            self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS["after_backward"])
+        if self._record_after_backward and not self._logged < step < self._next_due:
+            self._log(step, loss, "after_backward")
+
+    def _log(self, step: int, loss: torch.Tensor, where: str) -> None:
+        """``log_memory`` for ``step``; the steps up to the next due one skip the call (their
+        ``on_batch_start`` told the writer the step)."""
+        writer = self.writer
+        writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS[where])
+        self._logged, self._next_due = step, writer.next_due(step + 1)
 
     def on_batch_end(self, batch_idx: int, loss: float) -> None:
         """Finish a batch: its time, memory and loss (printed for the first batches)."""
