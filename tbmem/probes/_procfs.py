@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["pread_all", "write_all", "kb_fields", "forget", "close_all", "PAGE_SIZE"]
+__all__ = ["pread_all", "write_all", "kb_fields", "forget", "close_all", "current_pid", "PAGE_SIZE"]
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CHUNK = 8192  # /proc/self/status and /proc/meminfo are 1.5-2 KiB; larger files are read in chunks
@@ -50,6 +50,11 @@ def forget() -> None:
 _pid = [_owner]
 if hasattr(os, "register_at_fork"):  # not on Windows, which has neither fork nor /proc
     os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def current_pid() -> int:
+    """``os.getpid()`` without a system call (kept current in children forked through Python)."""
+    return _pid[0]
 
 
 def _fd(path: str, flags: int) -> int:

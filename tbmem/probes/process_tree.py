@@ -46,7 +46,7 @@ import threading
 import time
 import weakref
 
-from tbmem.probes._procfs import PAGE_SIZE, close_all
+from tbmem.probes._procfs import PAGE_SIZE, close_all, current_pid
 from tbmem.probes.base import Probe
 
 __all__ = ["ProcessTreeProbe", "descendants", "tree_rss"]
@@ -178,9 +178,9 @@ class ProcessTreeProbe(Probe):
         self._finalizer_children = weakref.finalize(self, close_all, self._children)
 
     def read(self) -> dict[str, float]:
-        if os.getpid() != self._pid:  # read in a forked child: it is its own tree
+        if current_pid() != self._pid:  # read in a forked child: it is its own tree
             self.stop()
-            self._pid = os.getpid()
+            self._pid = current_pid()
         if not self._fast:
             total, workers = tree_rss(self._pid)
             return {"ram_tree_rss": float(total), "ram_tree_workers": float(workers)}

@@ -55,8 +55,11 @@ def _statm_now() -> int:
 
 
 def test_a_forked_child_reads_its_own_proc_files():
-    probe = HostProbe(peak_mode="run")
+    from tbmem.probes.process_tree import ProcessTreeProbe
+
+    probe, tree = HostProbe(peak_mode="run"), ProcessTreeProbe()
     parent = probe.read()["ram_rss"]  # the /proc/self files are open now, in the parent
+    tree.read()
     read_rss()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -64,16 +67,18 @@ def test_a_forked_child_reads_its_own_proc_files():
         try:
             before = probe.read()["ram_rss"]
             block = np.ones(300 * MiB // 8)
-            out = [before, probe.read()["ram_rss"], read_rss(), _statm_now(), int(block[0])]
+            out = [before, probe.read()["ram_rss"], read_rss(), _statm_now(), tree.read()["ram_tree_rss"],
+                   int(block[0])]
             os.write(write_fd, json.dumps(out).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
     with os.fdopen(read_fd) as fh:
-        before, after, rss, truth, _ = json.loads(fh.read())
+        before, after, rss, truth, tree_rss, _ = json.loads(fh.read())
     os.waitpid(pid, 0)
     assert after >= before + 0.9 * 300 * MiB
     assert after == pytest.approx(truth, rel=0.02) and rss == pytest.approx(truth, rel=0.02)
+    assert tree_rss == pytest.approx(truth, rel=0.02)  # the child's own tree: itself, no parent
     assert probe.read()["ram_rss"] < parent + 0.5 * 300 * MiB  # and the parent still reads itself
 
 
