@@ -594,10 +594,18 @@ class _MonitoredStep:
         # None: the exception, if any, goes on unchanged
 
 
+# key -> (tag, scale) in a plain dict: TAGS is a read-only proxy, and a record looks up a dozen keys
+_UNITS: dict[str, tuple[str, float]] = {key: (row.tag, row.scale) for key, row in TAGS.items()}
+
+
 def _tagged(readings: Mapping[str, float]) -> dict[str, float]:
     """Raw readings keyed by tag-table keys as ``{tag: value in the tag's unit}``."""
-    tags = TAGS
-    return {tags[k].tag: float(v) / tags[k].scale for k, v in readings.items()}
+    units = _UNITS
+    tagged = {}
+    for key, value in readings.items():
+        tag, scale = units[key]
+        tagged[tag] = float(value) / scale
+    return tagged
 
 
 def _job_dir() -> str:
