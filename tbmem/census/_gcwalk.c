@@ -149,10 +149,275 @@ static PyObject *select_tracked(PyObject *module, PyObject *types) {
     return result;
 }
 
+/* ---- select_listed: the items of a list whose exact type is in a set ----------------------
+ *
+ * The incremental scan selects, out of the young generations (a few thousand objects), those of
+ * about a thousand types: in Python, one type() and one set lookup per object at interpreter speed.
+ */
+static PyObject *select_listed(PyObject *module, PyObject *args) {
+    PyObject *objs, *types, *marker;
+    if (!PyArg_ParseTuple(args, "O!OO:select_listed", &PyList_Type, &objs, &types, &marker)) {
+        return NULL;
+    }
+    if (!PyAnySet_Check(types)) {
+        return PyErr_Format(PyExc_TypeError, "types must be a set or frozenset, got %.100s", Py_TYPE(types)->tp_name);
+    }
+    PyObject *chosen = PyList_New(0);
+    int marked = 0;
+    /* the list may change while we look (a set lookup can run a metaclass's __eq__): index each time */
+    for (Py_ssize_t i = 0; chosen != NULL && i < PyList_GET_SIZE(objs); i++) {
+        PyObject *item = PyList_GET_ITEM(objs, i);
+        marked |= item == marker;
+        Py_INCREF(item);
+        int hit = PySet_Contains(types, (PyObject *)Py_TYPE(item));
+        if (hit < 0 || (hit && PyList_Append(chosen, item) < 0)) {
+            Py_CLEAR(chosen);
+        }
+        Py_DECREF(item);
+    }
+    if (chosen == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(NO)", chosen, marked ? Py_True : Py_False);
+}
+
+/* ---- instances_below: instances of given types reachable through gc referents ------------------
+ *
+ * tbmem/census/walk.py's _instances_below, eagerly and in one call: the frame walk looks below some
+ * hundred local variables per census, each costing a few microseconds of list and set building in
+ * Python for typically a dozen referents. The same objects are visited in the same order, the
+ * same budget is spent, the same instances come back in the same order.
+ */
+static int descends(PyTypeObject *kind) {
+    /* objects that can hold references, but not modules, types or functions (which lead everywhere) */
+    return PyType_HasFeature(kind, Py_TPFLAGS_HAVE_GC) && !PyType_IsSubtype(kind, &PyType_Type) &&
+           !PyType_IsSubtype(kind, &PyModule_Type) && !PyType_IsSubtype(kind, &PyCFunction_Type) &&
+           !PyType_IsSubtype(kind, &PyFunction_Type);
+}
+
+static int append_referent(PyObject *obj, void *list) { return PyList_Append((PyObject *)list, obj) < 0; }
+
+static int is_container(PyObject *o) {
+    return PyList_CheckExact(o) || PyTuple_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
+           PyFrozenSet_CheckExact(o);
+}
+
+/* At most ``limit`` referents of ``level`` (gc.get_referents's order), without listing all items of
+ * a huge container: those containers' items (a dict's values) come last, up to the limit. */
+static PyObject *bounded_referents(PyObject *level, Py_ssize_t limit) {
+    PyObject *refs = PyList_New(0), *big = PyList_New(0);
+    if (refs == NULL || big == NULL) {
+        goto fail;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(level);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(level, i);
+        if (is_container(o) && PyObject_Length(o) > limit) {
+            if (PyList_Append(big, o) < 0) {
+                goto fail;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(level, i);
+        int skip = 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(big); j++) {
+            skip |= PyList_GET_ITEM(big, j) == o;
+        }
+        if (skip || !PyObject_IS_GC(o) || Py_TYPE(o)->tp_traverse == NULL) {
+            continue;
+        }
+        if (Py_TYPE(o)->tp_traverse(o, append_referent, refs)) {
+            goto fail;
+        }
+    }
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(big); j++) {
+        PyObject *container = PyList_GET_ITEM(big, j);
+        Py_ssize_t room = limit - PyList_GET_SIZE(refs);
+        if (room <= 0) {
+            continue;
+        }
+        PyObject *items = PyDict_CheckExact(container) ? PyObject_CallMethod(container, "values", NULL)
+                                                       : (Py_INCREF(container), container);
+        PyObject *it = items ? PyObject_GetIter(items) : NULL;
+        Py_XDECREF(items);
+        if (it == NULL) {
+            goto fail;
+        }
+        PyObject *item;
+        while (room-- > 0 && (item = PyIter_Next(it)) != NULL) {
+            int failed = PyList_Append(refs, item) < 0;
+            Py_DECREF(item);
+            if (failed) {
+                Py_DECREF(it);
+                goto fail;
+            }
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+    }
+    if (PyList_GET_SIZE(refs) > limit && PyList_SetSlice(refs, limit, PyList_GET_SIZE(refs), NULL) < 0) {
+        goto fail;
+    }
+    Py_DECREF(big);
+    return refs;
+fail:
+    Py_XDECREF(refs);
+    Py_XDECREF(big);
+    return NULL;
+}
+
+static PyObject *instances_below(PyObject *module, PyObject *args) {
+    PyObject *obj, *atypes, *budget;
+    int depth;
+    if (!PyArg_ParseTuple(args, "OOiO!:instances_below", &obj, &atypes, &depth, &PyList_Type, &budget)) {
+        return NULL;
+    }
+    if (PyList_GET_SIZE(budget) != 1) {
+        return PyErr_Format(PyExc_ValueError, "budget must be a list of one int");
+    }
+    PyObject *found = PyList_New(0), *level = PyList_New(0);
+    if (found == NULL || level == NULL) {
+        goto fail;
+    }
+    int hit = PySequence_Contains(atypes, (PyObject *)Py_TYPE(obj));
+    if (hit < 0) {
+        goto fail;
+    }
+    if (hit) {
+        Py_DECREF(level);
+        if (PyList_Append(found, obj) < 0) {
+            Py_DECREF(found);
+            return NULL;
+        }
+        return found;
+    }
+    if (descends(Py_TYPE(obj)) && PyList_Append(level, obj) < 0) {
+        goto fail;
+    }
+    for (int d = 0; d < depth; d++) {
+        Py_ssize_t left = PyLong_AsSsize_t(PyList_GET_ITEM(budget, 0));
+        if (left == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (left <= 0 || PyList_GET_SIZE(level) == 0) {
+            break;
+        }
+        PyObject *refs = bounded_referents(level, left);
+        if (refs == NULL) {
+            goto fail;
+        }
+        PyObject *spent = PyLong_FromSsize_t(left - PyList_GET_SIZE(refs));
+        if (spent == NULL || PyList_SetItem(budget, 0, spent) < 0) { /* SetItem steals spent */
+            Py_DECREF(refs);
+            goto fail;
+        }
+        PyObject *next = PyList_New(0);
+        if (next == NULL) {
+            Py_DECREF(refs);
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(refs); i++) {
+            PyObject *r = PyList_GET_ITEM(refs, i);
+            int wanted = PySequence_Contains(atypes, (PyObject *)Py_TYPE(r));
+            if (wanted < 0 || (wanted && PyList_Append(found, r) < 0) ||
+                (descends(Py_TYPE(r)) && PyList_Append(next, r) < 0)) {
+                Py_DECREF(next);
+                Py_DECREF(refs);
+                goto fail;
+            }
+        }
+        Py_DECREF(refs);
+        Py_SETREF(level, next);
+    }
+    Py_DECREF(level);
+    return found;
+fail:
+    Py_XDECREF(found);
+    Py_XDECREF(level);
+    return NULL;
+}
+
+/* ---- subclasses: a type and all its subclasses, recursively ------------------------------------
+ *
+ * tbmem/census/heap.py's _subclasses in one call: the census looks for instances of about a thousand
+ * types (every autograd Function's node class), whose subclass lists it reads afresh each time (a
+ * class may have been defined since). type.__subclasses__ is called as Python calls it, unbound (a
+ * metaclass cannot override it).
+ */
+/* Most of those types have no subclass: a heap type keeps its subclasses in a dict of weak
+ * references (tp_subclasses; NULL before the first), which __subclasses__ would turn into an
+ * empty list. Static types (3.12 moved the builtin ones' elsewhere) always ask __subclasses__. */
+static int has_no_subclasses(PyTypeObject *kind) {
+    if (!PyType_HasFeature(kind, Py_TPFLAGS_HEAPTYPE)) {
+        return 0;
+    }
+    PyObject *subs = (PyObject *)kind->tp_subclasses;
+    return subs == NULL || (PyDict_CheckExact(subs) && PyDict_GET_SIZE(subs) == 0);
+}
+
+static PyObject *subclasses(PyObject *module, PyObject *root) {
+    if (!PyType_Check(root)) {
+        return PyErr_Format(PyExc_TypeError, "root must be a type, got %.100s", Py_TYPE(root)->tp_name);
+    }
+    PyObject *method = PyObject_GetAttrString((PyObject *)&PyType_Type, "__subclasses__");
+    PyObject *out = method ? PySet_New(NULL) : NULL;
+    PyObject *stack = out ? PyList_New(0) : NULL;
+    if (stack == NULL || PySet_Add(out, root) < 0 || PyList_Append(stack, root) < 0) {
+        goto fail;
+    }
+    while (PyList_GET_SIZE(stack)) {
+        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
+        PyObject *kind = PyList_GET_ITEM(stack, last);
+        Py_INCREF(kind);
+        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0) {
+            Py_DECREF(kind);
+            goto fail;
+        }
+        if (has_no_subclasses((PyTypeObject *)kind)) {
+            Py_DECREF(kind);
+            continue;
+        }
+        PyObject *subs = PyObject_CallOneArg(method, kind);
+        Py_DECREF(kind);
+        if (subs == NULL) {
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(subs); i++) {
+            PyObject *sub = PyList_GET_ITEM(subs, i);
+            int known = PySet_Contains(out, sub);
+            if (known < 0 || (!known && (PySet_Add(out, sub) < 0 || PyList_Append(stack, sub) < 0))) {
+                Py_DECREF(subs);
+                goto fail;
+            }
+        }
+        Py_DECREF(subs);
+    }
+    Py_DECREF(stack);
+    Py_DECREF(method);
+    return out;
+fail:
+    Py_XDECREF(stack);
+    Py_XDECREF(out);
+    Py_XDECREF(method);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"select_tracked", select_tracked, METH_O,
      "select_tracked(types) -> list\n\nEvery gc-tracked object whose exact type is one of ``types``, in the\n"
      "order of gc.get_objects(); objects frozen by gc.freeze() are not seen, as there."},
+    {"select_listed", select_listed, METH_VARARGS,
+     "select_listed(objs, types, marker) -> (list, bool)\n\nThe items of the list ``objs`` whose exact type is in the set\n"
+     "``types``, in order, and whether the object ``marker`` is among ``objs``."},
+    {"subclasses", subclasses, METH_O,
+     "subclasses(root) -> set\n\n``root`` and every subclass of it, recursively (tbmem.census.heap._subclasses)."},
+    {"instances_below", instances_below, METH_VARARGS,
+     "instances_below(obj, atypes, depth, budget) -> list\n\ntbmem.census.walk._instances_below, eagerly: the\n"
+     "instances of ``atypes`` reachable from ``obj`` through at most ``depth`` hops of gc referents;\n"
+     "``budget[0]`` referents may be examined and is decreased by those that were."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -160,7 +425,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gcwalk", "The censu
 
 PyMODINIT_FUNC PyInit__gcwalk(void) {
     PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[s]", "select_tracked") : NULL;
+    PyObject *all = m ? Py_BuildValue("[ssss]", "select_tracked", "select_listed", "subclasses", "instances_below") : NULL;
     if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
         Py_XDECREF(all);
         Py_XDECREF(m);

