@@ -41,7 +41,10 @@ __all__ = [
     "disable_torch_function_subclass",
     "saved_tensors_of",
     "saved_tensor_attrs",
+    "saved_tensor_fields",
     "read_saved_tensors",
+    "SAVED_TENSOR_VALUE",
+    "NODE_EDGES",
     "current_dispatch_mode",
     "op_callable",
     "eval_frame_setter",
@@ -235,6 +238,21 @@ def saved_tensor_attrs(node_type: type) -> tuple[str, ...]:
     return attrs
 
 
+_SAVED_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+#: The attribute of a ``SavedTensor`` giving its tensor without running unpack hooks (None once released).
+SAVED_TENSOR_VALUE = "data"
+#: The attribute of an autograd node listing ``(next node, input index)`` pairs.
+NODE_EDGES = "next_functions"
+
+
+def saved_tensor_fields(node_type: type) -> tuple[tuple[str, str], ...]:
+    """``(attribute, label)`` of each ``_raw_saved_*`` attribute of a node type: ``("_raw_saved_self", "saved_self")``."""
+    fields = _SAVED_FIELDS.get(node_type)
+    if fields is None:
+        fields = _SAVED_FIELDS[node_type] = tuple((attr, attr[5:]) for attr in saved_tensor_attrs(node_type))
+    return fields
+
+
 def read_saved_tensors(node: Any, attrs: tuple[str, ...]) -> list[tuple[torch.Tensor, str]]:
     """:func:`saved_tensors_of` for a node whose type has ``attrs`` (:func:`saved_tensor_attrs`), as a list."""
     out = []
@@ -245,11 +263,11 @@ def read_saved_tensors(node: Any, attrs: tuple[str, ...]) -> list[tuple[torch.Te
             continue
         if type(value) in _SEQUENCES:
             for saved in value:
-                data = getattr(saved, "data", None)
+                data = getattr(saved, SAVED_TENSOR_VALUE, None)
                 if data is not None:
                     out.append((data, attr[5:]))
         else:
-            data = getattr(value, "data", None)
+            data = getattr(value, SAVED_TENSOR_VALUE, None)
             if data is not None:
                 out.append((data, attr[5:]))
     return out

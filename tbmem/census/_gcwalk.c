@@ -405,6 +405,231 @@ fail:
     return NULL;
 }
 
+/* ---- walk_graph: the autograd graph walk of tbmem/census/scan.py ---------------------------------
+ *
+ * scan.walk_autograd's loop, eagerly: a census after backward walks every node of the step's graph
+ * (a few hundred) only to find its saved tensors released; in Python that costs more than reading
+ * the attributes themselves. What is read is named by the caller (tbmem._torch_private): the
+ * fields of each node type, the attribute of a saved value that gives its tensor without running
+ * unpack hooks, and the attribute listing a node's successors.
+ */
+static int getattr_or_none(PyObject *obj, PyObject *name, PyObject **out) {
+    /* getattr(obj, name, None): only AttributeError means "none" */
+    *out = PyObject_GetAttr(obj, name);
+    if (*out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    return 0;
+}
+
+static int add_saved(PyObject *saved, PyObject *value_name, PyObject *label, PyObject *found) {
+    PyObject *data;
+    if (getattr_or_none(saved, value_name, &data) < 0) {
+        return -1;
+    }
+    if (data == NULL || data == Py_None) {
+        Py_XDECREF(data);
+        return 0;
+    }
+    PyObject *pair = PyTuple_Pack(2, data, label);
+    Py_DECREF(data);
+    int failed = pair == NULL || PyList_Append(found, pair) < 0;
+    Py_XDECREF(pair);
+    return failed ? -1 : 0;
+}
+
+/* tbmem._torch_private.read_saved_tensors: (tensor, label) of each saved value of ``node``. */
+static int read_fields(PyObject *node, PyObject *fields, PyObject *value_name, PyObject *found) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        PyObject *field = PyTuple_GET_ITEM(fields, i);
+        PyObject *attr = PyTuple_GET_ITEM(field, 0), *label = PyTuple_GET_ITEM(field, 1);
+        PyObject *value = PyObject_GetAttr(node, attr);
+        if (value == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) { /* released or never saved: skipped */
+                return -1;
+            }
+            PyErr_Clear();
+            continue;
+        }
+        int failed = 0;
+        if (PyTuple_CheckExact(value) || PyList_CheckExact(value)) {
+            PyObject *items = PySequence_Fast(value, "");
+            for (Py_ssize_t j = 0; items != NULL && !failed && j < PySequence_Fast_GET_SIZE(items); j++) {
+                failed = add_saved(PySequence_Fast_GET_ITEM(items, j), value_name, label, found) < 0;
+            }
+            failed |= items == NULL;
+            Py_XDECREF(items);
+        } else {
+            failed = add_saved(value, value_name, label, found) < 0;
+        }
+        Py_DECREF(value);
+        if (failed) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ``[n for n, _ in node.<edges_name> if n is not None]`` appended to ``nexts``. */
+static int read_edges(PyObject *node, PyObject *edges_name, PyObject *nexts) {
+    PyObject *edges = PyObject_GetAttr(node, edges_name);
+    PyObject *it = edges ? PyObject_GetIter(edges) : NULL;
+    Py_XDECREF(edges);
+    if (it == NULL) {
+        return -1;
+    }
+    PyObject *edge;
+    while ((edge = PyIter_Next(it)) != NULL) {
+        PyObject *first = NULL;
+        if (PyTuple_CheckExact(edge) && PyTuple_GET_SIZE(edge) == 2) {
+            first = PyTuple_GET_ITEM(edge, 0);
+            Py_INCREF(first);
+        } else { /* ``n, _ = edge`` for anything else: exactly two items, or ValueError as Python says */
+            PyObject *parts = PySequence_Tuple(edge);
+            if (parts != NULL && PyTuple_GET_SIZE(parts) == 2) {
+                first = PyTuple_GET_ITEM(parts, 0);
+                Py_INCREF(first);
+            } else if (parts != NULL) {
+                PyErr_Format(PyExc_ValueError, PyTuple_GET_SIZE(parts) < 2
+                             ? "not enough values to unpack (expected 2, got %zd)"
+                             : "too many values to unpack (expected 2)", PyTuple_GET_SIZE(parts));
+            }
+            Py_XDECREF(parts);
+        }
+        Py_DECREF(edge);
+        if (first == NULL || (first != Py_None && PyList_Append(nexts, first) < 0)) {
+            Py_XDECREF(first);
+            Py_DECREF(it);
+            return -1;
+        }
+        Py_DECREF(first);
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *walk_graph(PyObject *module, PyObject *args) {
+    PyObject *stack, *visited, *keep, *errors, *fields_of, *value_name, *edges_name;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OUU:walk_graph", &PyList_Type, &stack, &PySet_Type, &visited, &PyList_Type,
+                          &keep, &PyList_Type, &errors, &fields_of, &value_name, &edges_name)) {
+        return NULL;
+    }
+    PyObject *found = PyList_New(0), *cache = PyDict_New(), *node = NULL, *node_saved = NULL, *nexts = NULL;
+    if (found == NULL || cache == NULL) {
+        goto fail;
+    }
+    while (PyList_GET_SIZE(stack)) {
+        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
+        node = PyList_GET_ITEM(stack, last);
+        Py_INCREF(node);
+        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0) {
+            goto fail;
+        }
+        PyObject *key = PyLong_FromVoidPtr(node); /* id(node) */
+        int seen = key ? PySet_Contains(visited, key) : -1;
+        if (seen != 0 || PySet_Add(visited, key) < 0 || PyList_Append(keep, node) < 0) {
+            Py_XDECREF(key);
+            if (seen == 1) {
+                Py_CLEAR(node);
+                continue;
+            }
+            goto fail;
+        }
+        Py_DECREF(key);
+        PyObject *kind = (PyObject *)Py_TYPE(node);
+        PyObject *fields = PyDict_GetItemWithError(cache, kind); /* borrowed */
+        if (fields == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            PyObject *listed = PyObject_CallOneArg(fields_of, kind);
+            if (listed == NULL) {
+                goto fail;
+            }
+            int bad = !PyTuple_CheckExact(listed);
+            for (Py_ssize_t i = 0; !bad && i < PyTuple_GET_SIZE(listed); i++) {
+                PyObject *f = PyTuple_GET_ITEM(listed, i);
+                bad = !PyTuple_CheckExact(f) || PyTuple_GET_SIZE(f) != 2;
+            }
+            if (bad || PyDict_SetItem(cache, kind, listed) < 0) {
+                if (bad) {
+                    PyErr_SetString(PyExc_TypeError, "fields_of must return a tuple of (attribute, label) pairs");
+                }
+                Py_DECREF(listed);
+                goto fail;
+            }
+            Py_DECREF(listed);
+            fields = PyDict_GetItemWithError(cache, kind);
+        }
+        node_saved = PyList_New(0);
+        nexts = PyList_New(0);
+        if (node_saved == NULL || nexts == NULL) {
+            goto fail;
+        }
+        if ((PyTuple_GET_SIZE(fields) && read_fields(node, fields, value_name, node_saved) < 0) ||
+            read_edges(node, edges_name, nexts) < 0) {
+            /* one odd node (a custom Function's) must not stop the walk; it is reported */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                goto fail;
+            }
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL && value != NULL) {
+                PyException_SetTraceback(value, traceback);
+            }
+            int failed = value == NULL || PyList_Append(errors, value) < 0;
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            if (failed) {
+                goto fail;
+            }
+            Py_CLEAR(node_saved);
+            Py_CLEAR(nexts);
+            Py_CLEAR(node);
+            continue;
+        }
+        if (PyList_GET_SIZE(node_saved)) {
+            PyObject *name = PyObject_GetAttrString(kind, "__name__");
+            if (name == NULL) {
+                goto fail;
+            }
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(node_saved); i++) {
+                PyObject *pair = PyList_GET_ITEM(node_saved, i);
+                PyObject *label = PyUnicode_FromFormat("%S.%S", name, PyTuple_GET_ITEM(pair, 1));
+                PyObject *named = label ? PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 0), label) : NULL;
+                Py_XDECREF(label);
+                if (named == NULL || PyList_Append(found, named) < 0) {
+                    Py_XDECREF(named);
+                    Py_DECREF(name);
+                    goto fail;
+                }
+                Py_DECREF(named);
+            }
+            Py_DECREF(name);
+        }
+        if (PyList_SetSlice(stack, PyList_GET_SIZE(stack), PyList_GET_SIZE(stack), nexts) < 0) { /* extend */
+            goto fail;
+        }
+        Py_CLEAR(node_saved);
+        Py_CLEAR(nexts);
+        Py_CLEAR(node);
+    }
+    Py_DECREF(cache);
+    return found;
+fail:
+    Py_XDECREF(node);
+    Py_XDECREF(node_saved);
+    Py_XDECREF(nexts);
+    Py_XDECREF(found);
+    Py_XDECREF(cache);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"select_tracked", select_tracked, METH_O,
      "select_tracked(types) -> list\n\nEvery gc-tracked object whose exact type is one of ``types``, in the\n"
@@ -414,6 +639,10 @@ static PyMethodDef methods[] = {
      "``types``, in order, and whether the object ``marker`` is among ``objs``."},
     {"subclasses", subclasses, METH_O,
      "subclasses(root) -> set\n\n``root`` and every subclass of it, recursively (tbmem.census.heap._subclasses)."},
+    {"walk_graph", walk_graph, METH_VARARGS,
+     "walk_graph(stack, visited, keep, errors, fields_of, value_name, edges_name) -> list\n\n"
+     "tbmem.census.scan.walk_autograd's loop, eagerly: [(saved tensor, \"NodeType.label\"), ...] of the graphs\n"
+     "below the nodes in ``stack``; ``fields_of(node_type)`` gives (attribute, label) pairs."},
     {"instances_below", instances_below, METH_VARARGS,
      "instances_below(obj, atypes, depth, budget) -> list\n\ntbmem.census.walk._instances_below, eagerly: the\n"
      "instances of ``atypes`` reachable from ``obj`` through at most ``depth`` hops of gc referents;\n"
@@ -425,7 +654,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gcwalk", "The censu
 
 PyMODINIT_FUNC PyInit__gcwalk(void) {
     PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[ssss]", "select_tracked", "select_listed", "subclasses", "instances_below") : NULL;
+    PyObject *all = m ? Py_BuildValue("[sssss]", "select_tracked", "select_listed", "subclasses", "walk_graph", "instances_below") : NULL;
     if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
         Py_XDECREF(all);
         Py_XDECREF(m);

@@ -221,3 +221,93 @@ def test_subclasses_in_c_lists_what_python_lists() -> None:
     assert kinds.subclasses(Base) == {Base, Child, Grandchild}
     with pytest.raises(TypeError):
         subclasses(3)
+
+
+class _Saved:
+    def __init__(self, data: object) -> None:
+        self.data = data
+
+
+class _Node:
+    """A stand-in autograd node: what the walk reads of one, and every way reading it can fail."""
+
+    def __init__(self, nexts: object, saved: object = None) -> None:
+        self._nexts, self._saved = nexts, saved
+
+    @property
+    def next_functions(self) -> object:
+        if isinstance(self._nexts, Exception):
+            raise self._nexts
+        return self._nexts
+
+
+class _One(_Node):
+    @property
+    def _raw_saved_self(self) -> object:
+        if self._saved is None:
+            raise RuntimeError("released")  # what a released tensor list raises
+        return self._saved
+
+
+class _Two(_One):
+    @property
+    def _raw_saved_other(self) -> object:
+        # no .data: skipped like None
+        return self.__dict__.setdefault("_other", [_Saved(torch.ones(2)), _Saved(None), object()])
+
+
+class _Hostile(_Node):
+    @property
+    def _raw_saved_self(self) -> object:
+        raise KeyError("not a RuntimeError: the node is reported")
+
+
+def _fake_graph() -> list[_Node]:
+    leaf = _One(())
+    shared = _Two(((leaf, 0), (None, 0)), _Saved(torch.zeros(3)))
+    return [
+        _One(((shared, 0), (leaf, 1)), (_Saved(torch.zeros(1)), _Saved(None))),
+        _Two(((shared, 0),), None),
+        _Hostile(((leaf, 0),)),
+        _One(ValueError("no edges"), _Saved(torch.zeros(4))),
+        _One([(leaf, 0, 1)], _Saved(torch.zeros(5))),  # cannot be unpacked as (node, index)
+        _One([[shared, 2]], _Saved(torch.zeros(6))),  # a list pair unpacks fine
+        None,
+    ]
+
+
+def test_the_graph_walk_in_c_reads_what_python_reads(monkeypatch) -> None:
+    from tbmem.census import scan
+
+    _module()
+    nodes = _fake_graph()
+
+    def walk() -> tuple[list, list, list, list]:
+        visited: set[int] = set()
+        keep: list = []
+        errors: list[BaseException] = []
+        saved = [(id(t), name) for t, name in scan.walk_autograd(nodes, visited, keep, errors)]
+        return saved, sorted(visited), [id(n) for n in keep], [(type(e), str(e)) for e in errors]
+
+    in_c = walk()
+    monkeypatch.setattr(scan, "_walk_graph_c", None)
+    in_python = walk()
+    assert in_c == in_python
+    saved, _, keep, errors = in_c
+    assert len(keep) == 8 and len(saved) == 5  # every node once; the failed ones' tensors are not counted
+    assert {name for _, name in saved} == {"_One.saved_self", "_Two.saved_self", "_Two.saved_other"}
+    assert sorted(t.__name__ for t, _ in errors) == ["KeyError", "ValueError", "ValueError"]
+
+
+def test_the_graph_walk_in_c_lets_interrupts_through() -> None:
+    from tbmem import _torch_private as tp
+
+    walk_graph = _module().walk_graph
+
+    class Interrupting(_Node):
+        @property
+        def _raw_saved_self(self) -> object:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        walk_graph([Interrupting(())], set(), [], [], tp.saved_tensor_fields, tp.SAVED_TENSOR_VALUE, tp.NODE_EDGES)
