@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import time
+from itertools import compress
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Literal
 
@@ -144,12 +145,10 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
     ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
     stypes, ntypes = found.storage_types, found.node_types
-    kinds = list(map(type, found.objects))
-    tensors = [o for o, k in zip(found.objects, kinds) if k in ttypes]
-    storages = [o for o, k in zip(found.objects, kinds) if k in stypes]
-    nodes = [o for o, k in zip(found.objects, kinds) if k in ntypes]
-    holders = [o for o, k in zip(found.objects, kinds) if k in htypes]
-    del found, kinds
+    objs, kinds = found.objects, list(map(type, found.objects))
+    tensors, storages, nodes, holders = (list(compress(objs, map(types.__contains__, kinds)))
+                                         for types in (ttypes, stypes, ntypes, htypes))
+    del found, kinds, objs
     ledger = Ledger(ttypes)
     frozen = heap.frozen_objects()
     if frozen:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import operator
 import sys
 import sysconfig
 import threading
@@ -89,8 +90,8 @@ def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
     Raises:
         TypeError: another object cannot be weakly referenced.
     """
-    cpp = _CPP_NODE_TYPES.__contains__
-    return list(map(weakref.ref, itertools.filterfalse(lambda o: cpp(type(o)), objs)))
+    weak = map(operator.not_, map(_CPP_NODE_TYPES.__contains__, map(type, objs)))
+    return list(map(weakref.ref, itertools.compress(objs, weak)))
 
 
 def frozen_objects() -> int:
@@ -298,12 +299,11 @@ def _can_skip_old(last: _LastScan | None, promotions: tuple[int, int], observed:
 
 def _young(types: frozenset[type], known: list[weakref.ref[Any]], instances: list[Any]) -> Found:
     """The survivors still alive, then the young instances not among them."""
-    objects, ids = [], set()
-    for o in map(weakref.ref.__call__, known):
-        if o is not None and type(o) in types and id(o) not in ids:
-            ids.add(id(o))
-            objects.append(o)
-    objects += [o for o in instances if id(o) not in ids]
+    alive = list(map(weakref.ref.__call__, known))  # None for the dead: not of any of the types
+    kept = list(itertools.compress(alive, map(types.__contains__, map(type, alive))))
+    by_id = dict(zip(map(id, kept), kept))  # the first of each, in order (one id: one object while held)
+    objects = list(by_id.values())
+    objects += itertools.compress(instances, map(operator.not_, map(by_id.__contains__, map(id, instances))))
     return Found(objects, set(), set(), "young")
 
 
