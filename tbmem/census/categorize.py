@@ -119,8 +119,11 @@ class Ledger:
 
     def claim_storage(self, s: Any, name: str) -> None:
         """Count a storage held without a tensor (``UntypedStorage``/``TypedStorage``), category ``other``."""
-        if not self._first(s):
+        if id(s) in self._seen:  # self._first(s), inlined
             return
+        self._seen.add(id(s))
+        self._keep.append(s)
+        self._final = None
         try:
             if scan.storage_key(s) in self._records:  # most are the storage of a tensor counted already
                 return

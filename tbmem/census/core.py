@@ -203,10 +203,15 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
             def state_of(item: tuple[Any, Any]) -> None:
                 p, state = item
-                _, pname, module = named.get(id(p), (p, f"param@{id(p):x}", None))
+                entry = named.get(id(p))
+                _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
+                prefix = f"{label}.state[{pname}]."
                 for key, value in list(state.items()):
+                    if type(value) in ttypes:  # the usual entry (exp_avg, step): what _tensors_in yields first
+                        ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
+                        continue
                     for t, suffix in _tensors_in(value, ttypes):
-                        ledger.claim(t, "optimizer_state", f"{label}.state[{pname}].{key}{suffix}", module)
+                        ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
 
             _each(ledger, "optimizer state", list(opt.state.items()), state_of)
 
