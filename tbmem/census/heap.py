@@ -33,6 +33,10 @@ to move them to generation 2, so promotions no longer force a full scan; at its 
 it makes a new marker. It costs a pass over the young generations (a few thousand
 objects) per such collection, which itself traverses them.
 
+The types looked for are listed once and kept while no class was defined since
+(:mod:`tbmem.census.kinds`): the classes among the young objects are compared with
+those young at the last scan, and the callback flags a new class it sees promoted.
+
 Any doubt (a collection this module did not see, a collection during the scan, the
 marker gone from the young generations, a type that did not exist at the last scan,
 an old instance that cannot be weakly referenced, such as a C++ autograd node's
