@@ -187,7 +187,7 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         if not marked:
             raise LookupError("gc.unfreeze() moved young objects to the oldest generation")
         instances, classes = _split_classes(picked, last.kinds)
-        if not _known(classes, last.classes):
+        if _new_kinds(classes, last.classes, last.kinds):
             _new_class = True
         _promoted.extend(_weak_refs(instances))
         if len(_promoted) > _MAX_PROMOTED:
@@ -262,13 +262,34 @@ def _split_classes(picked: list[Any], kinds: Kinds) -> tuple[list[Any], list[typ
     return list(itertools.compress(picked, map(kinds.types.__contains__, of))), classes
 
 
-def _known(classes: list[type], known: dict[int, weakref.ref[type]]) -> bool:
-    """Whether each of ``classes`` was young at the last scan (no class was defined since)."""
+_bases_of = vars(type)["__bases__"].__get__  # type's own: a metaclass's property cannot intercept it
+
+
+def _new_kinds(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
+    """Whether a class among ``classes`` that was not young at the last scan derives from a type
+    looked for (or is a metaclass): then the listing may lack it. ``type.__subclasses__`` lists
+    the classes naming a type among their ``__bases__``, so only those can join a listing; a class
+    that derives from none (``torch.save`` makes a pickler class per call) changes nothing."""
     for cls in classes:
         ref = known.get(id(cls))
-        if ref is None or ref() is not cls:
-            return False
-    return True
+        if ref is not None and ref() is cls:
+            continue
+        stack, seen = [cls], {id(cls)}
+        while stack:
+            kind = stack.pop()
+            if kind in kinds.watch:
+                return True
+            for base in _bases_of(kind):
+                if id(base) not in seen:
+                    seen.add(id(base))
+                    stack.append(base)
+    return False
+
+
+def _outdated(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
+    """Whether ``kinds`` must be listed again: a new class may be a type looked for, or PhiML's
+    holder class appeared (imported since: a root of its own)."""
+    return _new_kinds(classes, known, kinds) or (kinds.holders and frozenset(holder_types()) != kinds.holder_types)
 
 
 def _incremental(last: _LastScan, promoted: list[weakref.ref[Any]], promotions: tuple[int, int], observed: int,
@@ -283,8 +304,8 @@ def _incremental(last: _LastScan, promoted: list[weakref.ref[Any]], promotions: 
         if not marked:  # gc.freeze(); gc.unfreeze() moved what is new to the oldest generation
             return None, kinds, None
         instances, classes = _split_classes(picked, kinds)
-        if kinds is last.kinds and not _known(classes, last.classes):
-            kinds = list_kinds(holders)  # a class was defined since the types were listed
+        if kinds is last.kinds and _outdated(classes, last.classes, kinds):
+            kinds = list_kinds(holders)  # a class that may be one of them was defined since the listing
             continue
         return _young(kinds.types, last.survivors + promoted, instances), kinds, classes
 

@@ -8,8 +8,12 @@ show that no class was defined since: every class is an instance of a metaclass
 (a subclass of ``type``), every class object is gc-tracked, and a class made since
 the last scan is in a young generation or was seen by the gc callback before its
 promotion. So the young objects that are classes are compared with those that were
-young when the types were listed (:attr:`Kinds.metaclasses`); any other means a
-new listing. A class whose ``__bases__`` are reassigned to make it a tensor
+young when the types were listed (:attr:`Kinds.metaclasses`). A new one means a new
+listing when it derives (through ``__bases__``, which is what ``__subclasses__``
+follows) from a type looked for or from ``type``; one that derives from none of them
+(``torch.save`` defines a pickler class at every call) changes nothing. PhiML's
+holder class is a root of its own: its appearance (PhiML imported since) means a new
+listing too. A class whose ``__bases__`` are reassigned to make it a tensor
 subclass is not a new class: its instances are counted once a full scan runs.
 
 Example:

@@ -240,7 +240,8 @@ def listings(monkeypatch) -> list[bool]:
     return made
 
 
-def test_the_types_are_listed_again_only_when_a_class_was_defined(no_automatic_gc, listings) -> None:
+def test_the_types_are_listed_again_only_when_a_class_that_may_be_one_was_defined(no_automatic_gc, listings,
+                                                                                   monkeypatch) -> None:
     heap.find_instances()
     assert len(listings) == 1
     kept = [torch.zeros(3) for _ in range(3)]
@@ -248,13 +249,38 @@ def test_the_types_are_listed_again_only_when_a_class_was_defined(no_automatic_g
         assert heap.find_instances().method == "young"
     assert len(listings) == 1  # no class defined since: the listing is kept
 
-    class Unrelated:  # not a tensor, but any new class means listing again (it could have been one)
+    class Unrelated(dict):  # derives from no type looked for (as torch.save's pickler class per call)
         pass
 
     assert heap.find_instances().method == "young"
-    assert len(listings) == 2
+    assert len(listings) == 1
+
+    class Meta(type):  # a metaclass: the classes it makes must be recognised as classes
+        pass
+
     heap.find_instances()
-    assert len(listings) == 2 and kept
+    assert len(listings) == 2
+
+    class Mixin:
+        pass
+
+    class Derived(Mixin, torch.nn.Parameter):  # a tensor type, reached through its second base
+        pass
+
+    found = heap.find_instances()
+    assert len(listings) == 3 and Derived in found.tensor_types
+    heap.find_instances()
+    assert len(listings) == 3 and kept
+
+    class Holder:  # PhiML imported since: its holder class is a root of its own, no subclass of any
+        pass
+
+    from tbmem.census import kinds
+
+    for module in (heap, kinds):
+        monkeypatch.setattr(module, "holder_types", lambda: {Holder})
+    found = heap.find_instances(holders=True)
+    assert len(listings) == 4 and Holder in found.holder_types
 
 
 def test_a_tensor_type_defined_since_the_last_scan_is_found_incrementally(no_automatic_gc, listings) -> None:
@@ -306,9 +332,19 @@ def test_a_class_promoted_before_the_next_scan_is_noticed_by_the_callback(no_aut
     assert len(listings) >= 2 and Promoted in found.tensor_types
     assert any(o is promoted for o in found.objects)
 
-    class Harmless:  # a class that is no tensor type, promoted: listed again, still incremental
+    heap.find_instances()
+    count = len(listings)
+
+    class Harmless:  # a class that derives from no type looked for, promoted: nothing to list again
         pass
 
     gc.collect(1)
-    count = len(listings)
-    assert heap.find_instances().method == "young" and len(listings) == count + 1
+    assert heap.find_instances().method == "young" and len(listings) == count
+
+    class Later(torch.nn.Parameter):  # a tensor type, promoted: seen by the callback, listed again
+        pass
+
+    gc.collect(1)
+    found = heap.find_instances()
+    assert found.method in FULL and len(listings) > count and Later in found.tensor_types
+    assert Harmless
