@@ -91,13 +91,13 @@ class Ledger:
 
     def _add(self, storages: list[scan.Storage], category: str, name: str, module: str | None,
              numpy: bool = False) -> None:
-        for st in storages:
-            key = (st.key[0], st.key[1], st.nbytes)
+        for (where, address), nbytes, dtype, device, shape, foreign in storages:  # scan.Storage's fields
+            key = (where, address, nbytes)
             if key not in self._records:
-                self._records[key] = _record(name, category, st.shape, st.dtype, st.device, st.nbytes, module)
+                self._records[key] = _record(name, category, shape, dtype, device, nbytes, module)
                 if numpy:
                     self._numpy_keys.add(key)
-                elif st.foreign:
+                elif foreign:
                     self._foreign.add(key)
 
     def claim(self, t: torch.Tensor, category: str, name: str, module: str | None = None) -> None:
