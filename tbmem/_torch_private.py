@@ -246,7 +246,8 @@ NODE_EDGES = "next_functions"
 
 
 def saved_tensor_fields(node_type: type) -> tuple[tuple[str, str], ...]:
-    """``(attribute, label)`` of each ``_raw_saved_*`` attribute of a node type: ``("_raw_saved_self", "saved_self")``."""
+    """``(attribute, label)`` of each ``_raw_saved_*`` attribute of a node type (``("_raw_saved_self",
+    "saved_self")``)."""
     fields = _SAVED_FIELDS.get(node_type)
     if fields is None:
         fields = _SAVED_FIELDS[node_type] = tuple((attr, attr[5:]) for attr in saved_tensor_attrs(node_type))

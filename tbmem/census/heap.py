@@ -65,8 +65,8 @@ from typing import Any, NamedTuple
 from tbmem.census.layout import select_types
 
 from tbmem.census.kinds import (
-    _CPP_NODE_TYPES, Kinds, array_types, cpp_node_types, holder_types, list_kinds, metaclasses, node_types,
-    storage_types, tensor_types,
+    _CPP_NODE_TYPES, Kinds, array_types, cpp_node_types, holder_types, list_kinds, metaclasses, new_kinds,
+    node_types, outdated, split_classes, storage_types, tensor_types,
 )
 
 try:  # the heap pass in C (tbmem/census/_gcwalk.c), built where a C compiler was at install time
@@ -186,8 +186,8 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         picked, marked = _split_marker(_young_objects(), last.kinds.watch, last.marker)
         if not marked:
             raise LookupError("gc.unfreeze() moved young objects to the oldest generation")
-        instances, classes = _split_classes(picked, last.kinds)
-        if _new_kinds(classes, last.classes, last.kinds):
+        instances, classes = split_classes(picked, last.kinds)
+        if new_kinds(classes, last.classes, last.kinds):
             _new_class = True
         _promoted.extend(_weak_refs(instances))
         if len(_promoted) > _MAX_PROMOTED:
@@ -255,43 +255,6 @@ def _select(objs: list[Any], types: frozenset[type]) -> list[Any]:
     return _select_listed(objs, types, None)[0] if _select_listed is not None else select_types(objs, types)
 
 
-def _split_classes(picked: list[Any], kinds: Kinds) -> tuple[list[Any], list[type]]:
-    """``picked`` split into the instances of ``kinds.types`` and the classes (instances of a metaclass)."""
-    of = list(map(type, picked))
-    classes = list(itertools.compress(picked, map(kinds.metaclasses.__contains__, of)))
-    return list(itertools.compress(picked, map(kinds.types.__contains__, of))), classes
-
-
-_bases_of = vars(type)["__bases__"].__get__  # type's own: a metaclass's property cannot intercept it
-
-
-def _new_kinds(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
-    """Whether a class among ``classes`` that was not young at the last scan derives from a type
-    looked for (or is a metaclass): then the listing may lack it. ``type.__subclasses__`` lists
-    the classes naming a type among their ``__bases__``, so only those can join a listing; a class
-    that derives from none (``torch.save`` makes a pickler class per call) changes nothing."""
-    for cls in classes:
-        ref = known.get(id(cls))
-        if ref is not None and ref() is cls:
-            continue
-        stack, seen = [cls], {id(cls)}
-        while stack:
-            kind = stack.pop()
-            if kind in kinds.watch:
-                return True
-            for base in _bases_of(kind):
-                if id(base) not in seen:
-                    seen.add(id(base))
-                    stack.append(base)
-    return False
-
-
-def _outdated(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
-    """Whether ``kinds`` must be listed again: a new class may be a type looked for, or PhiML's
-    holder class appeared (imported since: a root of its own)."""
-    return _new_kinds(classes, known, kinds) or (kinds.holders and frozenset(holder_types()) != kinds.holder_types)
-
-
 def _incremental(last: _LastScan, promoted: list[weakref.ref[Any]], promotions: tuple[int, int], observed: int,
                  frozen: int, holders: bool, new_class: bool) -> tuple[Found | None, Kinds, list[type] | None]:
     """The survivors plus the young instances, or None (a full scan is needed); the types; the young classes."""
@@ -303,8 +266,8 @@ def _incremental(last: _LastScan, promoted: list[weakref.ref[Any]], promotions: 
         picked, marked = _split_marker(young, kinds.watch, last.marker)
         if not marked:  # gc.freeze(); gc.unfreeze() moved what is new to the oldest generation
             return None, kinds, None
-        instances, classes = _split_classes(picked, kinds)
-        if kinds is last.kinds and _outdated(classes, last.classes, kinds):
+        instances, classes = split_classes(picked, kinds)
+        if kinds is last.kinds and outdated(classes, last.classes, kinds):
             kinds = list_kinds(holders)  # a class that may be one of them was defined since the listing
             continue
         return _young(kinds.types, last.survivors + promoted, instances), kinds, classes

@@ -28,8 +28,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import sys
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +44,7 @@ except ImportError:
 
 __all__ = [
     "Kinds", "list_kinds", "subclasses", "tensor_types", "storage_types", "cpp_node_types", "node_types",
-    "array_types", "holder_types", "metaclasses",
+    "array_types", "holder_types", "metaclasses", "split_classes", "new_kinds", "outdated",
 ]
 
 # Subclasses whose instances never own memory of their own outside tracing/tests:
@@ -144,3 +147,40 @@ def list_kinds(holders: bool) -> Kinds:
     htypes = frozenset(holder_types()) if holders else frozenset()
     types = frozenset().union(ttypes, stypes, ntypes, htypes)
     return Kinds(holders, ttypes, stypes, ntypes, htypes, types, metas, types | metas)
+
+
+def split_classes(picked: list[Any], kinds: Kinds) -> tuple[list[Any], list[type]]:
+    """``picked`` split into the instances of ``kinds.types`` and the classes (instances of a metaclass)."""
+    of = list(map(type, picked))
+    classes = list(itertools.compress(picked, map(kinds.metaclasses.__contains__, of)))
+    return list(itertools.compress(picked, map(kinds.types.__contains__, of))), classes
+
+
+_bases_of = vars(type)["__bases__"].__get__  # type's own: a metaclass's property cannot intercept it
+
+
+def new_kinds(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
+    """Whether a class among ``classes`` that was not young at the last scan derives from a type
+    looked for (or is a metaclass): then the listing may lack it. ``type.__subclasses__`` lists
+    the classes naming a type among their ``__bases__``, so only those can join a listing; a class
+    that derives from none (``torch.save`` makes a pickler class per call) changes nothing."""
+    for cls in classes:
+        ref = known.get(id(cls))
+        if ref is not None and ref() is cls:
+            continue
+        stack, seen = [cls], {id(cls)}
+        while stack:
+            kind = stack.pop()
+            if kind in kinds.watch:
+                return True
+            for base in _bases_of(kind):
+                if id(base) not in seen:
+                    seen.add(id(base))
+                    stack.append(base)
+    return False
+
+
+def outdated(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
+    """Whether ``kinds`` must be listed again: a new class may be a type looked for, or PhiML's
+    holder class appeared (imported since: a root of its own)."""
+    return new_kinds(classes, known, kinds) or (kinds.holders and frozenset(holder_types()) != kinds.holder_types)

@@ -69,7 +69,8 @@ def _instances_below(obj: Any, atypes: set[type], depth: int, budget: list[int])
 
 
 def _below(obj: Any, atypes: set[type], depth: int, budget: list[int]) -> Iterable[Any]:
-    """:func:`_instances_below`, in C where it was built (the same instances in the same order, the same budget spent)."""
+    """:func:`_instances_below`, in C where it was built (the same instances in the same order, the same
+    budget spent)."""
     if _instances_below_c is not None:
         return _instances_below_c(obj, atypes, depth, budget)
     return _instances_below(obj, atypes, depth, budget)
