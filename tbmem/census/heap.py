@@ -70,10 +70,13 @@ from tbmem.census.kinds import (
 )
 
 try:  # the heap pass in C (tbmem/census/_gcwalk.c), built where a C compiler was at install time
-    from tbmem.census._gcwalk import select_listed as _select_listed
     from tbmem.census._gcwalk import select_tracked as _select_tracked
 except ImportError:
-    _select_tracked = _select_listed = None
+    _select_tracked = None
+try:  # apart: an extension built from an older _gcwalk.c still gives the full pass
+    from tbmem.census._gcwalk import select_listed as _select_listed
+except ImportError:
+    _select_listed = None
 #: Whether full scans walk the heap in C (False: ``gc.get_objects()``, as fast as numpy makes it).
 C_HEAP_PASS = _select_tracked is not None
 

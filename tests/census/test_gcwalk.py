@@ -117,6 +117,9 @@ def _module():
     _walk()
     from tbmem.census import _gcwalk
 
+    missing = {"select_listed", "subclasses", "instances_below", "walk_graph"} - set(dir(_gcwalk))
+    if missing:  # a build of an older _gcwalk.c: `make install` (or build_ext --inplace) rebuilds it
+        not_built(f"tbmem/census/_gcwalk.c was built before {sorted(missing)} existed: rebuild it")
     return _gcwalk
 
 
