@@ -40,6 +40,11 @@ __all__ = [
     "attach_oom_observer",
     "disable_torch_function_subclass",
     "saved_tensors_of",
+    "saved_tensor_attrs",
+    "saved_tensor_fields",
+    "read_saved_tensors",
+    "SAVED_TENSOR_VALUE",
+    "NODE_EDGES",
     "current_dispatch_mode",
     "op_callable",
     "eval_frame_setter",
@@ -222,6 +227,51 @@ def graph_task_id_getter() -> Callable[[], int]:
 
 
 _SAVED_ATTRS: dict[type, tuple[str, ...]] = {}
+_SEQUENCES = (tuple, list)
+
+
+def saved_tensor_attrs(node_type: type) -> tuple[str, ...]:
+    """The ``_raw_saved_*`` attributes of an autograd node type (empty: it saves no tensor)."""
+    attrs = _SAVED_ATTRS.get(node_type)
+    if attrs is None:
+        attrs = _SAVED_ATTRS[node_type] = tuple(n for n in dir(node_type) if n.startswith("_raw_saved_"))
+    return attrs
+
+
+_SAVED_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+#: The attribute of a ``SavedTensor`` giving its tensor without running unpack hooks (None once released).
+SAVED_TENSOR_VALUE = "data"
+#: The attribute of an autograd node listing ``(next node, input index)`` pairs.
+NODE_EDGES = "next_functions"
+
+
+def saved_tensor_fields(node_type: type) -> tuple[tuple[str, str], ...]:
+    """``(attribute, label)`` of each ``_raw_saved_*`` attribute of a node type (``("_raw_saved_self",
+    "saved_self")``)."""
+    fields = _SAVED_FIELDS.get(node_type)
+    if fields is None:
+        fields = _SAVED_FIELDS[node_type] = tuple((attr, attr[5:]) for attr in saved_tensor_attrs(node_type))
+    return fields
+
+
+def read_saved_tensors(node: Any, attrs: tuple[str, ...]) -> list[tuple[torch.Tensor, str]]:
+    """:func:`saved_tensors_of` for a node whose type has ``attrs`` (:func:`saved_tensor_attrs`), as a list."""
+    out = []
+    for attr in attrs:
+        try:
+            value = getattr(node, attr)
+        except RuntimeError:  # released or never saved
+            continue
+        if type(value) in _SEQUENCES:
+            for saved in value:
+                data = getattr(saved, SAVED_TENSOR_VALUE, None)
+                if data is not None:
+                    out.append((data, attr[5:]))
+        else:
+            data = getattr(value, SAVED_TENSOR_VALUE, None)
+            if data is not None:
+                out.append((data, attr[5:]))
+    return out
 
 
 def saved_tensors_of(node: Any) -> Iterator[tuple[torch.Tensor, str]]:
@@ -231,19 +281,9 @@ def saved_tensors_of(node: Any) -> Iterator[tuple[torch.Tensor, str]]:
     ``_saved_*`` do not run saved-tensor unpack hooks (those may copy offloaded tensors back
     to the device). A graph already run backward has released them: nothing is yielded.
     """
-    node_type = type(node)
-    attrs = _SAVED_ATTRS.get(node_type)
-    if attrs is None:
-        attrs = _SAVED_ATTRS[node_type] = tuple(n for n in dir(node_type) if n.startswith("_raw_saved_"))
-    for attr in attrs:
-        try:
-            value = getattr(node, attr)
-        except RuntimeError:  # released or never saved
-            continue
-        for saved in value if type(value) in (tuple, list) else (value,):
-            data = getattr(saved, "data", None)
-            if data is not None:
-                yield data, attr[5:]
+    attrs = saved_tensor_attrs(type(node))
+    if attrs:
+        yield from read_saved_tensors(node, attrs)
 
 
 def autocast_cache_dtype(device_type: str) -> torch.dtype | None:

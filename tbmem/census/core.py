@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import time
+from itertools import compress
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Literal
 
@@ -144,12 +145,10 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
     ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
     stypes, ntypes = found.storage_types, found.node_types
-    kinds = list(map(type, found.objects))
-    tensors = [o for o, k in zip(found.objects, kinds) if k in ttypes]
-    storages = [o for o, k in zip(found.objects, kinds) if k in stypes]
-    nodes = [o for o, k in zip(found.objects, kinds) if k in ntypes]
-    holders = [o for o, k in zip(found.objects, kinds) if k in htypes]
-    del found, kinds
+    objs, kinds = found.objects, list(map(type, found.objects))
+    tensors, storages, nodes, holders = (list(compress(objs, map(types.__contains__, kinds)))
+                                         for types in (ttypes, stypes, ntypes, htypes))
+    del found, kinds, objs
     ledger = Ledger(ttypes)
     frozen = heap.frozen_objects()
     if frozen:
@@ -204,10 +203,15 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
             def state_of(item: tuple[Any, Any]) -> None:
                 p, state = item
-                _, pname, module = named.get(id(p), (p, f"param@{id(p):x}", None))
+                entry = named.get(id(p))
+                _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
+                prefix = f"{label}.state[{pname}]."
                 for key, value in list(state.items()):
+                    if type(value) in ttypes:  # the usual entry (exp_avg, step): what _tensors_in yields first
+                        ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
+                        continue
                     for t, suffix in _tensors_in(value, ttypes):
-                        ledger.claim(t, "optimizer_state", f"{label}.state[{pname}].{key}{suffix}", module)
+                        ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
 
             _each(ledger, "optimizer state", list(opt.state.items()), state_of)
 

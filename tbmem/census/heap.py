@@ -33,6 +33,10 @@ to move them to generation 2, so promotions no longer force a full scan; at its 
 it makes a new marker. It costs a pass over the young generations (a few thousand
 objects) per such collection, which itself traverses them.
 
+The types looked for are listed once and kept while no class was defined since
+(:mod:`tbmem.census.kinds`): the classes among the young objects are compared with
+those young at the last scan, and the callback flags a new class it sees promoted.
+
 Any doubt (a collection this module did not see, a collection during the scan, the
 marker gone from the young generations, a type that did not exist at the last scan,
 an old instance that cannot be weakly referenced, such as a C++ autograd node's
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import operator
 import sys
 import sysconfig
 import threading
@@ -57,76 +62,33 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
-import torch
-
 from tbmem.census.layout import select_types
+
+from tbmem.census.kinds import (
+    _CPP_NODE_TYPES, Kinds, array_types, cpp_node_types, holder_types, list_kinds, metaclasses, new_kinds,
+    node_types, outdated, split_classes, storage_types, tensor_types,
+)
 
 try:  # the heap pass in C (tbmem/census/_gcwalk.c), built where a C compiler was at install time
     from tbmem.census._gcwalk import select_tracked as _select_tracked
 except ImportError:
     _select_tracked = None
+try:  # apart: an extension built from an older _gcwalk.c still gives the full pass
+    from tbmem.census._gcwalk import select_listed as _select_listed
+except ImportError:
+    _select_listed = None
 #: Whether full scans walk the heap in C (False: ``gc.get_objects()``, as fast as numpy makes it).
 C_HEAP_PASS = _select_tracked is not None
 
-__all__ = [
+__all__ = [  # the type listings are re-exported from tbmem.census.kinds
     "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "tensor_types", "storage_types", "node_types", "array_types",
     "holder_types", "cpp_node_types", "find_instances", "frozen_objects", "forget", "start_capture", "stop_capture",
 ]
 
-# Subclasses whose instances never own memory of their own outside tracing/tests:
-# fake tensors live on the meta device, functional tensors wrap a tensor found anyway.
-_SKIPPED_MODULE_PREFIXES = ("torch._subclasses.", "torch.testing.")
 # The generational collector the incremental scan relies on: CPython 3.10-3.13 with the GIL
 # (3.14 collects incrementally, and the free-threaded build has no generations to speak of).
 INCREMENTAL_SUPPORTED = (sys.implementation.name == "cpython" and sys.version_info[:2] < (3, 14)
                          and not sysconfig.get_config_var("Py_GIL_DISABLED"))
-
-
-def _subclasses(root: type) -> set[type]:
-    out, stack = {root}, [root]
-    while stack:
-        for sub in type.__subclasses__(stack.pop()):
-            if sub not in out:
-                out.add(sub)
-                stack.append(sub)
-    return out
-
-
-def tensor_types() -> set[type]:
-    """``torch.Tensor`` and every subclass defined now (nn.Parameter, DTensor, user subclasses)."""
-    return {t for t in _subclasses(torch.Tensor) if not t.__module__.startswith(_SKIPPED_MODULE_PREFIXES)}
-
-
-def storage_types() -> set[type]:
-    """``torch.UntypedStorage``, ``torch.TypedStorage`` and their subclasses (storages held without a tensor)."""
-    return _subclasses(torch.UntypedStorage) | _subclasses(torch.TypedStorage)
-
-
-def _cpp_node_types() -> frozenset[type]:
-    """Python types of C++ autograd nodes, less ``AccumulateGrad`` (a leaf: nothing saved, nothing below).
-
-    Their objects cannot be weakly referenced, and torch keeps each one alive as long as
-    its node once it exists (``AccumulateGrad``'s as long as its parameter is in a graph).
-    """
-    functions = getattr(torch._C, "_functions", None)
-    if functions is None:
-        return frozenset()
-    return frozenset(v for k, v in vars(functions).items() if isinstance(v, type) and k != "AccumulateGrad")
-
-
-_CPP_NODE_TYPES = _cpp_node_types()
-
-
-def cpp_node_types() -> frozenset[type]:
-    """The types of C++ autograd nodes' Python objects (no weak references to these)."""
-    return _CPP_NODE_TYPES
-
-
-def node_types() -> set[type]:
-    """Types of autograd nodes: those of C++ functions (``MulBackward0``, ...) and of Python ``Function``s."""
-    base = getattr(torch._C, "_FunctionBase", None)
-    return set(_CPP_NODE_TYPES) | (_subclasses(base) if isinstance(base, type) else set())
 
 
 def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
@@ -135,20 +97,8 @@ def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
     Raises:
         TypeError: another object cannot be weakly referenced.
     """
-    cpp = _CPP_NODE_TYPES.__contains__
-    return list(map(weakref.ref, itertools.filterfalse(lambda o: cpp(type(o)), objs)))
-
-
-def array_types() -> set[type]:
-    """``numpy.ndarray`` and its subclasses."""
-    return _subclasses(np.ndarray)
-
-
-def holder_types() -> set[type]:
-    """Types of objects known to wrap arrays: PhiML's dense tensors, when PhiML is imported."""
-    mod = sys.modules.get("phiml.math._tensors")
-    dense = getattr(mod, "Dense", None) if mod is not None else None
-    return set(_subclasses(dense)) if isinstance(dense, type) else set()
+    weak = map(operator.not_, map(_CPP_NODE_TYPES.__contains__, map(type, objs)))
+    return list(map(weakref.ref, itertools.compress(objs, weak)))
 
 
 def frozen_objects() -> int:
@@ -160,8 +110,8 @@ class Found(NamedTuple):
     """What one heap pass found."""
 
     objects: list[Any]  # instances of the types below
-    tensor_types: set[type]
-    holder_types: set[type]
+    tensor_types: frozenset[type]  # shared between scans: never to be changed
+    holder_types: frozenset[type]
     method: str  # "objects" (full scan) or "young" (incremental)
     storage_types: frozenset[type] = frozenset()
     node_types: frozenset[type] = frozenset()
@@ -184,6 +134,8 @@ class _LastScan:
     types: frozenset[type]  # the instances of these were all found
     survivors: list[weakref.ref[Any]]
     marker: _Marker
+    kinds: Kinds  # those types, listed at this scan or one before (see tbmem.census.kinds)
+    classes: dict[int, weakref.ref[type]]  # the classes young when it started: one not among them is new
 
 
 _last: _LastScan | None = None
@@ -193,6 +145,7 @@ _observed = 0
 _promoted: list[weakref.ref[Any]] = []
 _MAX_PROMOTED = 1_000_000  # beyond this, forget the index (a full scan is cheaper than the list)
 _forgotten = 0  # times the callback dropped the index: a scan running meanwhile must not store its own
+_new_class = False  # the callback saw a class made since the last scan: list the types afresh
 _capture_users = 0
 
 
@@ -209,6 +162,9 @@ def _young_objects() -> list[Any]:
 
 def _split_marker(objs: list[Any], types: frozenset[type] | set[type], marker: _Marker) -> tuple[list[Any], bool]:
     """The instances of ``types`` among ``objs``, and whether ``marker`` is among them."""
+    if _select_listed is not None:  # in C: a few thousand objects, a thousand types
+        instances, marked = _select_listed(objs, types, marker)
+        return instances, marked
     picked = select_types(objs, {*types, _Marker})
     instances = [o for o in picked if type(o) is not _Marker]
     return instances, any(o is marker for o in picked)
@@ -216,7 +172,7 @@ def _split_marker(objs: list[Any], types: frozenset[type] | set[type], marker: _
 
 def _on_collection(phase: str, info: dict[str, Any]) -> None:
     """gc callback: before a collection moves the young generations to generation 2, note their instances."""
-    global _observed, _last, _forgotten
+    global _observed, _last, _forgotten, _new_class
     if info.get("generation", 0) == 0:
         return
     last = _last
@@ -230,9 +186,12 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
     if last is None:
         return
     try:
-        instances, marked = _split_marker(_young_objects(), last.types, last.marker)
+        picked, marked = _split_marker(_young_objects(), last.kinds.watch, last.marker)
         if not marked:
             raise LookupError("gc.unfreeze() moved young objects to the oldest generation")
+        instances, classes = split_classes(picked, last.kinds)
+        if new_kinds(classes, last.classes, last.kinds):
+            _new_class = True
         _promoted.extend(_weak_refs(instances))
         if len(_promoted) > _MAX_PROMOTED:
             raise OverflowError("too many promoted instances")
@@ -272,26 +231,49 @@ def find_instances(holders: bool = True, *, incremental: bool = True) -> Found:
         incremental: Scan only the young generations when that is known to find
             everything (see the module docstring); False forces a full scan.
     """
-    global _last, _promoted
+    global _last, _promoted, _new_class
     with _lock:
-        ttypes, stypes, ntypes = tensor_types(), frozenset(storage_types()), frozenset(node_types())
-        htypes = holder_types() if holders else set()
-        types = frozenset(ttypes | stypes | ntypes | htypes)
         promotions, observed, frozen, forgotten = _promotions(), _observed, frozen_objects(), _forgotten
         promoted = _promoted
         _promoted = []
-        found = None
-        if incremental and _can_skip_old(_last, promotions, observed, frozen, holders, types):
-            assert _last is not None
-            found = _young(types, _last.survivors + promoted, _last.marker)
+        new_class, _new_class = _new_class, False
+        found = kinds = classes = None
+        if incremental and _last is not None:
+            found, kinds, classes = _incremental(_last, promoted, promotions, observed, frozen, holders, new_class)
             if _promotions() != promotions:  # a collection ran meanwhile (another thread's gc.collect())
                 found = None
         if found is None:
-            found = _full(types)
+            # The young classes before the types are listed: one defined in between is new next time.
+            classes = _select(_young_objects(), metaclasses())
+            kinds = list_kinds(holders)
+            found = _full(kinds.types)
         del promoted
-        fresh = _remember(found, promotions, observed, frozen, holders, types)
+        fresh = _remember(found, promotions, observed, frozen, holders, kinds, classes)
         _last = fresh if _forgotten == forgotten else None
-        return found._replace(tensor_types=ttypes, holder_types=htypes, storage_types=stypes, node_types=ntypes)
+        return found._replace(tensor_types=kinds.tensor_types, holder_types=kinds.holder_types,
+                              storage_types=kinds.storage_types, node_types=kinds.node_types)
+
+
+def _select(objs: list[Any], types: frozenset[type]) -> list[Any]:
+    return _select_listed(objs, types, None)[0] if _select_listed is not None else select_types(objs, types)
+
+
+def _incremental(last: _LastScan, promoted: list[weakref.ref[Any]], promotions: tuple[int, int], observed: int,
+                 frozen: int, holders: bool, new_class: bool) -> tuple[Found | None, Kinds, list[type] | None]:
+    """The survivors plus the young instances, or None (a full scan is needed); the types; the young classes."""
+    kinds = last.kinds if not new_class and last.holders == holders else list_kinds(holders)
+    young = _young_objects()
+    while True:
+        if not _can_skip_old(last, promotions, observed, frozen, holders, kinds.types):
+            return None, kinds, None
+        picked, marked = _split_marker(young, kinds.watch, last.marker)
+        if not marked:  # gc.freeze(); gc.unfreeze() moved what is new to the oldest generation
+            return None, kinds, None
+        instances, classes = split_classes(picked, kinds)
+        if kinds is last.kinds and outdated(classes, last.classes, kinds):
+            kinds = list_kinds(holders)  # a class that may be one of them was defined since the listing
+            continue
+        return _young(kinds.types, last.survivors + promoted, instances), kinds, classes
 
 
 def _can_skip_old(last: _LastScan | None, promotions: tuple[int, int], observed: int, frozen: int,
@@ -306,29 +288,26 @@ def _can_skip_old(last: _LastScan | None, promotions: tuple[int, int], observed:
     return moved == observed - last.observed and types <= last.types
 
 
-def _young(types: frozenset[type], known: list[weakref.ref[Any]], marker: _Marker) -> Found | None:
-    """Survivors plus the young generations' instances; None when the marker left the young generations."""
-    instances, marked = _split_marker(_young_objects(), types, marker)
-    if not marked:  # gc.freeze(); gc.unfreeze() moved what is new to the oldest generation
-        return None
-    objects, ids = [], set()
-    for o in map(weakref.ref.__call__, known):
-        if o is not None and type(o) in types and id(o) not in ids:
-            ids.add(id(o))
-            objects.append(o)
-    objects += [o for o in instances if id(o) not in ids]
+def _young(types: frozenset[type], known: list[weakref.ref[Any]], instances: list[Any]) -> Found:
+    """The survivors still alive, then the young instances not among them."""
+    alive = list(map(weakref.ref.__call__, known))  # None for the dead: not of any of the types
+    kept = list(itertools.compress(alive, map(types.__contains__, map(type, alive))))
+    by_id = dict(zip(map(id, kept), kept))  # the first of each, in order (one id: one object while held)
+    objects = list(by_id.values())
+    objects += itertools.compress(instances, map(operator.not_, map(by_id.__contains__, map(id, instances))))
     return Found(objects, set(), set(), "young")
 
 
 def _remember(found: Found, promotions: tuple[int, int], observed: int, frozen: int, holders: bool,
-              types: frozenset[type]) -> _LastScan | None:
+              kinds: Kinds, classes: list[type]) -> _LastScan | None:
     if not INCREMENTAL_SUPPORTED:
         return None
     try:
         survivors = _weak_refs(found.objects)
+        known = {id(c): weakref.ref(c) for c in classes}
     except TypeError:  # an instance that cannot be weakly referenced: full scans from now on
         return None
-    return _LastScan(promotions, observed, frozen, holders, types, survivors, _Marker())
+    return _LastScan(promotions, observed, frozen, holders, kinds.types, survivors, _Marker(), kinds, known)
 
 
 def forget() -> None:

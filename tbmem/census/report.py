@@ -49,10 +49,6 @@ class TensorRecord:
     module: str | None = None
 
 
-def _add(table: dict[str, int], key: str, value: int) -> None:
-    table[key] = table.get(key, 0) + value
-
-
 @dataclass
 class Census:
     """What holds memory right now: every live storage found, counted once.
@@ -116,11 +112,12 @@ class Census:
         by_device: dict[str, int] = {}
         by_module: dict[str, int] = {}
         for rec in ordered:
-            _add(by_category, rec.category, rec.bytes)
-            _add(by_dtype, rec.dtype, rec.bytes)
-            _add(by_device, rec.device, rec.bytes)
+            nbytes = rec.bytes
+            by_category[rec.category] = by_category.get(rec.category, 0) + nbytes
+            by_dtype[rec.dtype] = by_dtype.get(rec.dtype, 0) + nbytes
+            by_device[rec.device] = by_device.get(rec.device, 0) + nbytes
             if rec.module is not None:
-                _add(by_module, rec.module, rec.bytes)
+                by_module[rec.module] = by_module.get(rec.module, 0) + nbytes
         return cls(records=ordered, total_bytes=sum(by_category.values()), by_category=by_category,
                    by_dtype=by_dtype, by_device=by_device, by_module=by_module,
                    large_tensors=[r for r in ordered if r.bytes >= large_tensor_bytes],

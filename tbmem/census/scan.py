@@ -22,6 +22,11 @@ import torch
 
 from tbmem import _torch_private as tp
 
+try:  # the graph walk's loop in C (tbmem/census/_gcwalk.c), where it was built
+    from tbmem.census._gcwalk import walk_graph as _walk_graph_c
+except ImportError:
+    _walk_graph_c = None
+
 __all__ = [
     "Storage", "NoStorageError", "device_name", "tensor_attr", "tensor_storages", "storage_key",
     "storage_storages", "array_storage", "walk_autograd",
@@ -37,6 +42,9 @@ class Storage(NamedTuple):
     device: str
     shape: tuple[int, ...] = ()
     foreign: bool = False  # CPU memory torch did not allocate (from_numpy, frombuffer, DLPack, mmap)
+
+
+_tuple_new = tuple.__new__  # Storage(...) without NamedTuple's Python-level __new__ (a third of a lookup's cost)
 
 
 class NoStorageError(Exception):
@@ -119,7 +127,8 @@ def tensor_storages(t: torch.Tensor) -> list[Storage]:
     if _is_nested(t):  # strided nested: sizes live in tensors of their own, not in ``shape``
         buffer = Storage((dev, address), nbytes, _dtype_name(dtype), dev, (nbytes // dtype.itemsize,), foreign)
         return [buffer] + [s for meta in _NESTED_METADATA for s in tensor_storages(getattr(t, meta)())]
-    return [Storage((dev, address), nbytes, _dtype_name(dtype), dev, tuple(_shape(t)), foreign)]
+    name = _DTYPE_NAMES.get(dtype) or _dtype_name(dtype)
+    return [_tuple_new(Storage, ((dev, address), nbytes, name, dev, tuple(_shape(t)), foreign))]
 
 
 def _inner_storages(t: torch.Tensor, exc: BaseException) -> list[Storage]:
@@ -185,19 +194,33 @@ def walk_autograd(nodes: Iterable[Any], visited: set[int], keep: list[Any],
     census runs; a node that cannot be read is appended to ``errors`` and skipped.
     """
     stack = [n for n in nodes if n is not None]
+    if _walk_graph_c is not None:  # the same reads in the same order, 0.4 ms -> 0.1 ms for a step's graph
+        yield from _walk_graph_c(stack, visited, keep, errors, tp.saved_tensor_fields, tp.SAVED_TENSOR_VALUE,
+                                 tp.NODE_EDGES)
+        return
+    attrs_of, read = tp.saved_tensor_attrs, tp.read_saved_tensors
+    types_attrs: dict[type, tuple[str, ...]] = {}
+    seen, remember, push = visited.add, keep.append, stack.extend
+    # One pass per node, no generator or f-string unless it saved something: after backward (the
+    # usual census point) every saved tensor of the graph was released, and the walk is just its nodes.
     while stack:
         node = stack.pop()
         if id(node) in visited:
             continue
-        visited.add(id(node))
-        keep.append(node)
-        kind = type(node).__name__
+        seen(id(node))
+        remember(node)
+        kind = type(node)
+        attrs = types_attrs.get(kind)
+        if attrs is None:
+            attrs = types_attrs[kind] = attrs_of(kind)
         try:
-            saved = list(tp.saved_tensors_of(node))
+            saved = read(node, attrs) if attrs else None
             nexts = [n for n, _ in node.next_functions if n is not None]
         except Exception as exc:  # noqa: BLE001 - one odd node (a custom Function's) must not stop the walk
             errors.append(exc)
             continue
-        for data, attr in saved:
-            yield data, f"{kind}.{attr}"
-        stack.extend(nexts)
+        if saved:
+            name = kind.__name__
+            for data, attr in saved:
+                yield data, f"{name}.{attr}"
+        push(nexts)

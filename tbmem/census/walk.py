@@ -29,6 +29,11 @@ import numpy as np
 
 from tbmem.census.layout import select_types
 
+try:  # _instances_below in C (tbmem/census/_gcwalk.c), where it was built
+    from tbmem.census._gcwalk import instances_below as _instances_below_c
+except ImportError:
+    _instances_below_c = None
+
 __all__ = ["tensors_below", "read_locals", "frame_arrays", "holder_arrays", "all_arrays"]
 
 _NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
@@ -36,7 +41,7 @@ _NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
 
 def tensors_below(obj: Any, ttypes: set[type], *, depth: int = 3, budget: int = 10_000) -> Iterator[Any]:
     """Tensors reachable from ``obj`` through at most ``depth`` hops of gc referents (what a pack hook made)."""
-    yield from _instances_below(obj, ttypes, depth, [budget])
+    yield from _below(obj, ttypes, depth, [budget])
 
 
 def _instances_below(obj: Any, atypes: set[type], depth: int, budget: list[int]) -> Iterator[Any]:
@@ -61,6 +66,14 @@ def _instances_below(obj: Any, atypes: set[type], depth: int, budget: list[int])
         for kind in set(kinds).difference(_DESCENDS):
             _descends(kind)
         level = list(itertools.compress(refs, map(_DESCENDS.__getitem__, kinds)))
+
+
+def _below(obj: Any, atypes: set[type], depth: int, budget: list[int]) -> Iterable[Any]:
+    """:func:`_instances_below`, in C where it was built (the same instances in the same order, the same
+    budget spent)."""
+    if _instances_below_c is not None:
+        return _instances_below_c(obj, atypes, depth, budget)
+    return _instances_below(obj, atypes, depth, budget)
 
 
 _CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
@@ -149,7 +162,7 @@ def frame_arrays(atypes: set[type], *, depth: int = 2, budget: int = 20_000,
                         if id(value) in walked:
                             continue
                         walked[id(value)] = value
-                        for arr in _instances_below(value, atypes, depth, left):
+                        for arr in _below(value, atypes, depth, left):
                             yield arr, f"numpy {where}:{var}"
                 frame = frame.f_back
     finally:
@@ -162,7 +175,7 @@ def holder_arrays(holders: Iterable[Any], atypes: set[type]) -> Iterator[tuple[n
     """Arrays wrapped by known holder objects (PhiML tensors: instance dict -> native array)."""
     left = [1 << 62]
     for holder in holders:
-        for arr in _instances_below(holder, atypes, 2, left):
+        for arr in _below(holder, atypes, 2, left):
             yield arr, f"numpy in {type(holder).__name__}"
 
 

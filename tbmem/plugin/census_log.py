@@ -62,6 +62,13 @@ def census_record(step: int, census: Any) -> dict[str, Any]:
     }
 
 
+# json.dumps(separators=(",", ":"), allow_nan=False) makes this encoder at every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+# Folders made (or found) once: os.makedirs costs three system calls and an exception per census.
+_FOLDERS_MADE: set[str] = set()
+
+
 def append_census(run_dir: str, step: int, census: Any,
                   on_os_error: Callable[[str, OSError], Any] | None = None) -> None:
     """Append one census to the run's side file; a failure is reported once, never raised.
@@ -74,17 +81,24 @@ def append_census(run_dir: str, step: int, census: Any,
             counts it with its other dropped writes); None reports it once on the tbmem logger.
     """
     path = census_log_path(run_dir)
+    folder = os.path.dirname(path)
     try:
-        line = json.dumps(census_record(step, census), separators=(",", ":"), allow_nan=False) + "\n"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)  # the umask decides, as for events
+        line = _ENCODER.encode(census_record(step, census)) + "\n"
+        if folder not in _FOLDERS_MADE:
+            os.makedirs(folder, exist_ok=True)
+            _FOLDERS_MADE.add(folder)
+        try:
+            fd = os.open(path, _APPEND, 0o666)  # the umask decides, as for events
+        except FileNotFoundError:  # the folder was removed since this process made it: made again
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(path, _APPEND, 0o666)
         try:
             os.write(fd, line.encode("utf-8"))  # one write: concurrent appenders never interleave lines
         finally:
             os.close(fd)
     except OSError as exc:
         if on_os_error is not None:
-            on_os_error(os.path.dirname(path), exc)
+            on_os_error(folder, exc)
         else:
             report_once("census-log", "tbmem: could not append the census to plugins/tbmem/census.jsonl; "
                                       "the Memory tab will show the largest tensors of fewer censuses", exc=exc)

@@ -111,3 +111,206 @@ def test_objects_of_garbage_cycles_survive_the_collection_the_result_list_can_st
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def _module():
+    _walk()
+    from tbmem.census import _gcwalk
+
+    missing = {"select_listed", "subclasses", "instances_below", "walk_graph"} - set(dir(_gcwalk))
+    if missing:  # a build of an older _gcwalk.c: `make install` (or build_ext --inplace) rebuilds it
+        not_built(f"tbmem/census/_gcwalk.c was built before {sorted(missing)} existed: rebuild it")
+    return _gcwalk
+
+
+class _Slots:
+    __slots__ = ("a", "b")
+
+
+class _Plain:
+    pass
+
+
+def _graphs() -> list[object]:
+    """Objects of every shape the frame walk meets: instances with dicts and slots, containers nested
+    and huge (beyond the budget), arrays and tensor views of arrays, modules and functions it must not
+    enter, and a cycle."""
+    import numpy as np
+
+    arrays = [np.zeros(n) for n in range(1, 9)]
+    plain = _Plain()
+    plain.arrays, plain.me, plain.fn, plain.module = arrays[:2], plain, len, np
+    slots = _Slots()
+    slots.a, slots.b = {"x": arrays[2], "y": (arrays[3], [arrays[4]])}, np.ndarray
+    huge_list = [0] * 50 + [arrays[5]] + [1] * 50
+    huge_dict = {i: (arrays[6] if i == 30 else i) for i in range(100)}
+    return [arrays[7], plain, slots, huge_list, huge_dict, {arrays[0].tobytes()}, frozenset({1, 2}),
+            (huge_list, huge_dict), torch.zeros(2), [[[[arrays[1]]]]], 7, "text", _Plain]
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+@pytest.mark.parametrize("budget", [0, 1, 5, 40, 60, 150, 10_000])
+def test_instances_below_in_c_finds_what_python_finds_and_spends_the_same_budget(depth, budget) -> None:
+    import numpy as np
+
+    from tbmem.census import walk
+
+    instances_below = _module().instances_below
+    atypes = {np.ndarray}
+    for obj in _graphs():
+        python_budget, c_budget = [budget], [budget]
+        expected = list(walk._instances_below(obj, atypes, depth, python_budget))
+        got = instances_below(obj, atypes, depth, c_budget)
+        assert [id(o) for o in got] == [id(o) for o in expected], type(obj)
+        assert c_budget == python_budget
+
+
+def test_instances_below_shares_one_budget_between_calls() -> None:
+    import numpy as np
+
+    from tbmem.census import walk
+
+    instances_below = _module().instances_below
+    objs, budget, python_budget = _graphs(), [60], [60]
+    found = [[id(a) for a in instances_below(o, {np.ndarray}, 2, budget)] for o in objs]
+    expected = [[id(a) for a in walk._instances_below(o, {np.ndarray}, 2, python_budget)] for o in objs]
+    assert found == expected and budget == python_budget
+    assert budget[0] <= 0 and not any(found[4:])  # the walk stopped where the budget ran out
+    with pytest.raises(TypeError):
+        instances_below(objs[0], {np.ndarray}, 2, 5)
+    with pytest.raises(ValueError):
+        instances_below(objs[0], {np.ndarray}, 2, [])
+
+
+def test_select_listed_picks_by_exact_type_in_order_and_sees_the_marker() -> None:
+    select_listed = _module().select_listed
+    marker = object()
+    objs = [torch.zeros(1), 3, torch.nn.Parameter(torch.zeros(1)), marker,
+            torch.Tensor._make_subclass(Disguised, torch.ones(1)), "s"]
+    types = frozenset({torch.Tensor, Disguised})
+    chosen, marked = select_listed(objs, types, marker)
+    assert [id(o) for o in chosen] == [id(objs[0]), id(objs[4])] and marked
+    assert select_listed(objs, set(types), object()) == (chosen, False)
+    with pytest.raises(TypeError):
+        select_listed(objs, tuple(types), None)
+
+
+def test_subclasses_in_c_lists_what_python_lists() -> None:
+    from tbmem.census import kinds
+
+    subclasses = _module().subclasses
+
+    class Base:
+        pass
+
+    class Child(Base):
+        pass
+
+    class Grandchild(Child, torch.nn.Module):
+        pass
+
+    def in_python(root: type) -> set[type]:
+        out, stack = {root}, [root]
+        while stack:
+            for sub in type.__subclasses__(stack.pop()):
+                if sub not in out:
+                    out.add(sub)
+                    stack.append(sub)
+        return out
+
+    for root in (Base, torch.Tensor, torch._C._FunctionBase, torch.UntypedStorage, type, object):
+        assert subclasses(root) == in_python(root)
+    assert subclasses(Base) == {Base, Child, Grandchild}
+    assert kinds.subclasses(Base) == {Base, Child, Grandchild}
+    with pytest.raises(TypeError):
+        subclasses(3)
+
+
+class _Saved:
+    def __init__(self, data: object) -> None:
+        self.data = data
+
+
+class _Node:
+    """A stand-in autograd node: what the walk reads of one, and every way reading it can fail."""
+
+    def __init__(self, nexts: object, saved: object = None) -> None:
+        self._nexts, self._saved = nexts, saved
+
+    @property
+    def next_functions(self) -> object:
+        if isinstance(self._nexts, Exception):
+            raise self._nexts
+        return self._nexts
+
+
+class _One(_Node):
+    @property
+    def _raw_saved_self(self) -> object:
+        if self._saved is None:
+            raise RuntimeError("released")  # what a released tensor list raises
+        return self._saved
+
+
+class _Two(_One):
+    @property
+    def _raw_saved_other(self) -> object:
+        # no .data: skipped like None
+        return self.__dict__.setdefault("_other", [_Saved(torch.ones(2)), _Saved(None), object()])
+
+
+class _Hostile(_Node):
+    @property
+    def _raw_saved_self(self) -> object:
+        raise KeyError("not a RuntimeError: the node is reported")
+
+
+def _fake_graph() -> list[_Node]:
+    leaf = _One(())
+    shared = _Two(((leaf, 0), (None, 0)), _Saved(torch.zeros(3)))
+    return [
+        _One(((shared, 0), (leaf, 1)), (_Saved(torch.zeros(1)), _Saved(None))),
+        _Two(((shared, 0),), None),
+        _Hostile(((leaf, 0),)),
+        _One(ValueError("no edges"), _Saved(torch.zeros(4))),
+        _One([(leaf, 0, 1)], _Saved(torch.zeros(5))),  # cannot be unpacked as (node, index)
+        _One([[shared, 2]], _Saved(torch.zeros(6))),  # a list pair unpacks fine
+        None,
+    ]
+
+
+def test_the_graph_walk_in_c_reads_what_python_reads(monkeypatch) -> None:
+    from tbmem.census import scan
+
+    _module()
+    nodes = _fake_graph()
+
+    def walk() -> tuple[list, list, list, list]:
+        visited: set[int] = set()
+        keep: list = []
+        errors: list[BaseException] = []
+        saved = [(id(t), name) for t, name in scan.walk_autograd(nodes, visited, keep, errors)]
+        return saved, sorted(visited), [id(n) for n in keep], [(type(e), str(e)) for e in errors]
+
+    in_c = walk()
+    monkeypatch.setattr(scan, "_walk_graph_c", None)
+    in_python = walk()
+    assert in_c == in_python
+    saved, _, keep, errors = in_c
+    assert len(keep) == 8 and len(saved) == 5  # every node once; the failed ones' tensors are not counted
+    assert {name for _, name in saved} == {"_One.saved_self", "_Two.saved_self", "_Two.saved_other"}
+    assert sorted(t.__name__ for t, _ in errors) == ["KeyError", "ValueError", "ValueError"]
+
+
+def test_the_graph_walk_in_c_lets_interrupts_through() -> None:
+    from tbmem import _torch_private as tp
+
+    walk_graph = _module().walk_graph
+
+    class Interrupting(_Node):
+        @property
+        def _raw_saved_self(self) -> object:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        walk_graph([Interrupting(())], set(), [], [], tp.saved_tensor_fields, tp.SAVED_TENSOR_VALUE, tp.NODE_EDGES)

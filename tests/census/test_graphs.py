@@ -181,3 +181,50 @@ def test_node_objects_of_graphs_tensors_hold_do_not_stop_incremental_scans(no_au
         opt.step()
         opt.zero_grad()
     assert scans == ["full", "incremental", "incremental", "incremental"]
+
+
+def _conv_net_loss(x: torch.Tensor, net: nn.Module) -> torch.Tensor:
+    """A graph with single saved tensors (convolution, gelu) and a saved tensor list (indexing by a tensor)."""
+    picks = torch.tensor([0, 2, 3])
+    y = torch.nn.functional.gelu(net(x))
+    return y[:, picks].square().mean()
+
+
+def test_a_graph_is_counted_whole_before_backward_and_empty_after_without_notes(no_automatic_gc) -> None:
+    """The walk reads every node of a released graph cheaply: nothing counted, nothing noted; the
+    same graph before backward counts every saved tensor."""
+    from tbmem.census import scan
+
+    torch.manual_seed(0)
+    net, x = nn.Conv1d(4, 6, 3), torch.randn(2, 4, 32)
+    params = list(net.parameters())
+    saved = _saved_storages(lambda: _conv_net_loss(x, net))
+    loss = _conv_net_loss(x, net)
+    expected = sum(n for ptr, n in saved.items() if ptr not in storage_ptrs(params))  # x too: saved by the conv
+    before = take_census(models=[net], roots=[loss])
+    assert before.by_category["activations"] == expected + loss.untyped_storage().nbytes()
+    assert before.notes == []
+    loss.backward()
+    errors: list[BaseException] = []
+    walked = list(scan.walk_autograd([loss.grad_fn], set(), [], errors))
+    assert walked == [] and errors == []  # released: neither a saved tensor nor a failed read
+    after = take_census(models=[net], roots=[loss])
+    assert after.by_category["activations"] == loss.untyped_storage().nbytes()  # the root only
+    assert after.notes == []
+
+
+def test_a_graph_run_backward_in_part_still_counts_the_part_not_run(no_automatic_gc) -> None:
+    """``autograd.grad`` to an intermediate tensor releases only the nodes it ran: the walk must not
+    conclude from released nodes that the rest of the graph is released too."""
+    x = torch.randn(4_000, requires_grad=True)
+    hidden = x * 2
+    deep = x.exp().exp()  # the inner exp's result: saved by its node, held by nothing else
+    loss = hidden.sum() + deep.sum()
+    torch.autograd.grad(loss, [hidden])  # runs the nodes above hidden only, releasing them
+    census = take_census(roots=[loss])
+    inner = [r for r in census.records if r.name == "ExpBackward0.saved_result"]
+    assert [(r.category, r.bytes) for r in inner] == [("activations", x.numel() * 4)]
+    # hidden's own node (below it, not run) still holds the scalar it multiplied by
+    assert {r.name for r in census.records if r.category == "activations"} == {
+        "root", "MulBackward0 output", "ExpBackward0 output", "ExpBackward0.saved_result", "MulBackward0.saved_other"}
+    assert census.notes == []

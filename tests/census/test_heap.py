@@ -221,3 +221,130 @@ def test_subclass_instances_are_found_after_another_reference_to_the_class_was_d
     expected = scarce.untyped_storage().nbytes()
     census = take_census(full_scan=True)
     assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("Scarce", expected)]
+
+
+# --- the types are listed once and kept while no class is defined (tbmem.census.kinds) -----------
+@pytest.fixture
+def listings(monkeypatch) -> list[bool]:
+    """Each listing of the types the scan looks for."""
+    from tbmem.census import kinds
+
+    made: list[bool] = []
+    real = kinds.list_kinds
+
+    def counting(holders: bool) -> kinds.Kinds:
+        made.append(holders)
+        return real(holders)
+
+    monkeypatch.setattr(heap, "list_kinds", counting)
+    return made
+
+
+def test_the_types_are_listed_again_only_when_a_class_that_may_be_one_was_defined(no_automatic_gc, listings,
+                                                                                   monkeypatch) -> None:
+    heap.find_instances()
+    assert len(listings) == 1
+    kept = [torch.zeros(3) for _ in range(3)]
+    for _ in range(3):
+        assert heap.find_instances().method == "young"
+    assert len(listings) == 1  # no class defined since: the listing is kept
+
+    class Unrelated(dict):  # derives from no type looked for (as torch.save's pickler class per call)
+        pass
+
+    assert heap.find_instances().method == "young"
+    assert len(listings) == 1
+
+    class Meta(type):  # a metaclass: the classes it makes must be recognised as classes
+        pass
+
+    heap.find_instances()
+    assert len(listings) == 2
+
+    class Mixin:
+        pass
+
+    class Derived(Mixin, torch.nn.Parameter):  # a tensor type, reached through its second base
+        pass
+
+    found = heap.find_instances()
+    assert len(listings) == 3 and Derived in found.tensor_types
+    heap.find_instances()
+    assert len(listings) == 3 and kept
+
+    class Holder:  # PhiML imported since: its holder class is a root of its own, no subclass of any
+        pass
+
+    from tbmem.census import kinds
+
+    for module in (heap, kinds):
+        monkeypatch.setattr(module, "holder_types", lambda: {Holder})
+    found = heap.find_instances(holders=True)
+    assert len(listings) == 4 and Holder in found.holder_types
+
+
+def test_a_tensor_type_defined_since_the_last_scan_is_found_incrementally(no_automatic_gc, listings) -> None:
+    heap.find_instances()
+    heap.find_instances()
+
+    class Brand(torch.Tensor):
+        pass
+
+    brand = torch.zeros(6).as_subclass(Brand)
+    found = heap.find_instances()
+    assert found.method == "young" and Brand in found.tensor_types
+    assert any(o is brand for o in found.objects)
+    assert _ids(found) == _ids(heap.find_instances(incremental=False))
+
+
+def test_an_autograd_function_defined_since_the_last_scan_has_its_nodes_found(no_automatic_gc) -> None:
+    heap.find_instances()
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[override]
+            ctx.save_for_backward(x)
+            return 2 * x
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[override]
+            return 2 * grad
+
+    node = Twice.apply(torch.ones(3, requires_grad=True)).grad_fn  # the graph's only holder
+    found = heap.find_instances()
+    assert found.method == "young" and type(node) in found.node_types
+    assert any(o is node for o in found.objects)
+
+
+def test_a_class_promoted_before_the_next_scan_is_noticed_by_the_callback(no_automatic_gc, capture,
+                                                                        listings) -> None:
+    heap.find_instances()
+    heap.find_instances()
+    assert len(listings) == 1
+
+    class Promoted(torch.Tensor):
+        pass
+
+    promoted = torch.zeros(7).as_subclass(Promoted)
+    gc.collect(1)  # the class and its instance leave the young generations
+    assert not any(o is Promoted for o in gc.get_objects(generation=0) + gc.get_objects(generation=1))
+    found = heap.find_instances()
+    assert len(listings) >= 2 and Promoted in found.tensor_types
+    assert any(o is promoted for o in found.objects)
+
+    heap.find_instances()
+    count = len(listings)
+
+    class Harmless:  # a class that derives from no type looked for, promoted: nothing to list again
+        pass
+
+    gc.collect(1)
+    assert heap.find_instances().method == "young" and len(listings) == count
+
+    class Later(torch.nn.Parameter):  # a tensor type, promoted: seen by the callback, listed again
+        pass
+
+    gc.collect(1)
+    found = heap.find_instances()
+    assert found.method in FULL and len(listings) > count and Later in found.tensor_types
+    assert Harmless

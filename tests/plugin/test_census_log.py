@@ -95,3 +95,18 @@ def test_record_is_json_without_nan(tmp_path):
     with open(census_log_path(str(tmp_path))) as fh:
         line = fh.readline()
     assert json.loads(line)["step"] == 0 and "NaN" not in line
+
+
+def test_a_side_file_folder_removed_between_censuses_is_made_again(tmp_path, tbmem_log):
+    import shutil
+
+    append_census(str(tmp_path), 0, _census("a", 4))
+    shutil.rmtree(tmp_path / "plugins")  # the folder is made once per process, then assumed: not here
+    append_census(str(tmp_path), 1, _census("b", 8))
+    assert sorted(CensusLog().read(census_log_path(str(tmp_path)))) == [1]
+    assert not [r for r in tbmem_log.records if "census" in r.getMessage()]
+    with open(census_log_path(str(tmp_path))) as fh:
+        line = fh.read()
+    assert line.count("\n") == 1 and json.loads(line)["total_bytes"] == 8
+    # the bytes are those json.dumps writes with the same options
+    assert line == json.dumps(json.loads(line), separators=(",", ":"), allow_nan=False) + "\n"
