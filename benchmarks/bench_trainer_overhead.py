@@ -11,9 +11,12 @@ linear drift cancels), with the step count running on. Two identical processes d
 speed by about 1% here (where the model's tensors fall in memory and caches), more than the
 overhead measured: a process compared with itself carries none of that.
 
-The processes take turns one training step at a time, in an order rotated every round, with
-their training threads on one core: only one runs at any moment, and epoch e of every process
-runs in the same seconds. So the ratio is a variant's monitored epochs over its unmonitored
+The processes take turns of 8 training steps (``--turn-steps``; every epoch's first batch
+starts a turn), in an order rotated every round, with their training threads on one core: only
+one runs at any moment, and epoch e of every process runs in the same seconds. (Turns of one
+step made every step start in caches another process had just filled, which a real run never
+meets: steps took 10% longer and the hooks, which run cold in any case, about 50% longer.)
+So the ratio is a variant's monitored epochs over its unmonitored
 ones, divided by the same quotient of "off" (whose halves differ only by when they ran): what
 the machine did in those seconds (a neighbour's load, a slower minute) it did to both, and
 the division leaves it out. The comparison is repeated in ``--sessions`` fresh sets of
@@ -26,7 +29,7 @@ chance and move that session's ratio by several percent. Leaving the same pauses
 halves can only raise the ratio; the table shows how many landed in each half (monitoring that
 caused more would show there) and the ratios with them in.
 
-    .venv/bin/python benchmarks/bench_trainer_overhead.py --sessions 6 --epochs 8 --batch-size 4
+    .venv/bin/python benchmarks/bench_trainer_overhead.py --sessions 6 --epochs 8 --turn-steps 8 --batch-size 4
 """
 
 from __future__ import annotations
@@ -167,13 +170,14 @@ def _shift_layout(seed: str) -> list[Any]:
             [object() for _ in range(rng.randrange(1, 5000))]]
 
 
-def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads: int, go: Any, done: Any,
-            results: Any) -> None:
-    """One variant's process: build its trainer, then run one step per turn.
+def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads: int, turn_steps: int, go: Any,
+            done: Any, results: Any) -> None:
+    """One variant's process: build its trainer, then run ``turn_steps`` steps per turn.
 
-    A slice runs from being given the turn to the start of the next batch (through the
-    ``on_batch_start`` hook): one step, plus any epoch-level work that follows it
-    (validation, checkpoint, the monitors' epoch summary). Slice 0 ends at the first batch.
+    A slice runs from being given the turn to the start of the batch that ends it (through the
+    ``on_batch_start`` hook; a turn ends at every epoch's start too): its steps, plus any
+    epoch-level work that follows them (validation, checkpoint, the monitors' epoch summary).
+    Slice 0 ends at the first batch.
     Epoch 0 warms up with monitoring on; after it, each epoch starts by setting the hooks of
     the variant's monitoring, or those of a monitoring that is off (:func:`monitored`).
     """
@@ -220,7 +224,7 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
                 mon.__dict__.pop(hook, None) if on else setattr(mon, hook, getattr(off, hook))
             mon.mid_step_hooks = on and mon._record_before_backward
             batch_start[0] = mon.on_batch_start
-            mon.on_batch_start = lambda i, step=None: (take_turn(), batch_start[0](i, step))[1]
+            mon.on_batch_start = lambda i, step=None: (i % turn_steps or take_turn(), batch_start[0](i, step))[1]
             (real if on else quiet)()
 
         mon.on_epoch_start = epoch_start
@@ -300,7 +304,7 @@ def _session(ctx: Any, names: list[str], directory: str, session: int, args: arg
     go = {name: ctx.Semaphore(0) for name in names}
     done, results = ctx.Semaphore(0), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(name, directory, f"session{session}/{name}", args.batch_size, epochs,
-                                               args.threads, go[name], done, results), daemon=True)
+                                               args.threads, args.turn_steps, go[name], done, results), daemon=True)
              for name in names]
     for p in procs:
         p.start()
@@ -323,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed epochs per variant and session, a multiple of 4 (off, on, on, off): 8 x 72 "
                              "steps = 576 steps, half of them monitored, step 500 among those")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--turn-steps", type=int, default=8,
+                        help="steps a process runs per turn (each epoch's first batch starts a turn too): a step "
+                             "right after another process's turn starts with caches that process left, which a "
+                             "real run meets only at its turn's first step")
     parser.add_argument("--prepare", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, default=4,
                         help="batch 4 gives 72 steps of about 16 ms per epoch: small steps make the "
@@ -331,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare:  # child process: generate the simulation cache, then exit
         _trainer(VARIANTS["off"], Path(args.prepare), "prepare", args.batch_size, 1)[1].close()
         return 0
+    if args.turn_steps <= 0:
+        parser.error(f"--turn-steps must be positive, got {args.turn_steps}")
     if args.epochs <= 0 or args.epochs % 4:
         parser.error(f"--epochs must be a positive multiple of 4 (off, on, on, off), got {args.epochs}")
     epochs = args.epochs + 1  # the first epoch warms up and is not counted
@@ -361,9 +371,10 @@ def main(argv: list[str] | None = None) -> int:
                 # warm-up epoch, then sum each epoch's slices into one block; its full collections
                 # apart (see the module's docstring).
                 timed = range(1, epochs)
-                raw = [sum(_epoch(rep["slices"], steps, e)) for e in timed]
-                gc2 = [sum(_epoch(rep["full"], steps, e)) for e in timed]
-                pauses = [sum(1 for x in _epoch(rep["full"], steps, e) if x) for e in timed]
+                turns = -(-steps // args.turn_steps)  # turns per epoch
+                raw = [sum(_epoch(rep["slices"], turns, e)) for e in timed]
+                gc2 = [sum(_epoch(rep["full"], turns, e)) for e in timed]
+                pauses = [sum(1 for x in _epoch(rep["full"], turns, e) if x) for e in timed]
                 for i, (seconds, count) in enumerate(zip(gc2, pauses)):
                     full[name]["on" if monitored(i) else "off"].append((count, seconds))
                 clean = [r - g for r, g in zip(raw, gc2)]
@@ -380,14 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     ratios = _ratio(sessions)
     print(f"SyntheticTrainer, burgers_quick_test, batch {args.batch_size}: {args.sessions} sessions of "
           f"{args.epochs} epochs ({args.epochs * steps} steps) per variant after one warm-up epoch, half of them "
-          f"monitored (off, on, on, off); one process per variant, turns step by step; {args.threads} thread(s)")
+          f"monitored (off, on, on, off); one process per variant, turns of {args.turn_steps} steps; {args.threads} thread(s)")
     print(f"census_50 processes: {objects:,} gc-tracked objects; {len(scans)} censuses, "
           f"{scans.count('incremental')} of them incremental; census median "
           f"{statistics.median(durations) * 1e3:.1f} ms, max {max(durations) * 1e3:.1f} ms")
     print("full (generation 2) garbage collections in the timed epochs, monitored / unmonitored half: " + ", ".join(
         f"{name} {sum(c for c, _ in h['on'])} ({sum(t for _, t in h['on']) * 1e3:.0f} ms) / "
         f"{sum(c for c, _ in h['off'])} ({sum(t for _, t in h['off']) * 1e3:.0f} ms)" for name, h in full.items()))
-    print("Their time is left out of the ratios (a pause lands in one half by chance). With them in: " + ", ".join(f"{name} {r:.4f}" for name, r in _ratio(sessions_all).items()))
+    with_pauses = _ratio(sessions_all)
+    print("Their time is left out of the ratios (a pause lands in one half by chance). With them in: "
+          + ", ".join(f"{name} {with_pauses[name]:.4f}" for name in names[1:]))
     print(f"{'variant':<12}{'on ms/step':>12}{'off ms/step':>13}{'on/off':>9}{'ratio':>9}{'90% interval':>18}")
     rng = random.Random(0)
     n = args.sessions * args.epochs // 2 * steps
@@ -405,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _epoch(per_slice: list[float], steps: int, epoch: int) -> list[float]:
-    """The values of one epoch's slices (slice 0 runs up to the first batch)."""
-    return per_slice[1 + steps * epoch: 1 + steps * (epoch + 1)]
+def _epoch(per_slice: list[float], turns: int, epoch: int) -> list[float]:
+    """The values of one epoch's slices, ``turns`` per epoch (slice 0 runs up to the first batch)."""
+    return per_slice[1 + turns * epoch: 1 + turns * (epoch + 1)]
 
 
 def _pairs(blocks: list[float]) -> list[tuple[float, float]]:
@@ -425,7 +438,7 @@ def _halves(sessions: list[dict[str, list[tuple[float, float]]]]) -> dict[str, f
 
 
 def _ratio(sessions: list[dict[str, list[tuple[float, float]]]]) -> dict[str, float]:
-    """Per variant: :func:`_halves` over "off"'s. The processes take turns step by step, so a
+    """Per variant: :func:`_halves` over "off"'s. The processes take short turns, so a
     variant's epochs and "off"'s ran in the same seconds: what the machine did to one half (a
     neighbour's load, a slower minute) it did to both, and the quotient leaves it out."""
     halves = _halves(sessions)
