@@ -133,26 +133,22 @@ def _count_censuses() -> tuple[list[str], list[float]]:
     return scans, durations
 
 
-def _time_collections() -> tuple[dict[int, list[float]], list[float]]:
-    """Generation -> durations of the garbage collections from now on (they land on random steps),
-    and a one-element list that sums the full (generation 2) collections' seconds as they end."""
+def _time_full_collections() -> list[float]:
+    """A one-element list that sums the seconds of full (generation 2) collections as they end
+    (they land on random steps)."""
     import gc
 
-    times: dict[int, list[float]] = {0: [], 1: [], 2: []}
     full = [0.0]
     started = [0.0]
 
     def on_collection(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             started[0] = time.perf_counter()
-        else:
-            seconds = time.perf_counter() - started[0]
-            times[info["generation"]].append(seconds)
-            if info["generation"] == 2:
-                full[0] += seconds
+        elif info["generation"] == 2:
+            full[0] += time.perf_counter() - started[0]
 
     gc.callbacks.append(on_collection)
-    return times, full
+    return full
 
 
 def _shift_layout(seed: str) -> list[Any]:
@@ -194,7 +190,7 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
         torch.set_num_threads(threads)
         padding = _shift_layout(run)  # noqa: F841 - kept alive for the whole run
         scans, durations = _count_censuses()
-        collections, full = _time_collections()
+        full = _time_full_collections()
         trainer, mon = _trainer(VARIANTS[name], Path(tmp), run, batch_size, epochs)
         # What the trainer calls in an "off" epoch: the hooks of monitoring that is off, as the
         # "off" variant's own (the same writer, for the losses it writes either way).
@@ -237,8 +233,8 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
         slices.append(time.perf_counter() - start[0])
         full_in_slice.append(full[0])
         mon.close()
-        results.put((name, "ok", {"slices": slices, "full": full_in_slice, "steps": steps, "scans": scans, "durations": durations,
-                                  "objects": len(gc.get_objects()), "gc": collections}))
+        results.put((name, "ok", {"slices": slices, "full": full_in_slice, "steps": steps, "scans": scans,
+                                  "durations": durations, "objects": len(gc.get_objects())}))
     except BaseException:  # noqa: BLE001 - reported to the scheduler, which must not wait forever
         results.put((name, "error", traceback.format_exc()))
     finally:
@@ -391,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = _ratio(sessions)
     print(f"SyntheticTrainer, burgers_quick_test, batch {args.batch_size}: {args.sessions} sessions of "
           f"{args.epochs} epochs ({args.epochs * steps} steps) per variant after one warm-up epoch, half of them "
-          f"monitored (off, on, on, off); one process per variant, turns of {args.turn_steps} steps; {args.threads} thread(s)")
+          f"monitored (off, on, on, off); one process per variant, turns of {args.turn_steps} steps; "
+          f"{args.threads} thread(s)")
     print(f"census_50 processes: {objects:,} gc-tracked objects; {len(scans)} censuses, "
           f"{scans.count('incremental')} of them incremental; census median "
           f"{statistics.median(durations) * 1e3:.1f} ms, max {max(durations) * 1e3:.1f} ms")

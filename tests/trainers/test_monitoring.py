@@ -69,8 +69,8 @@ def test_mid_step_hooks_are_needed_only_while_recording_or_for_a_record_before_b
             mon.close()
 
 
-def test_an_out_of_memory_error_in_a_synthetic_step_saves_its_snapshot_and_leaves_train_unchanged(compose, tmp_path,
-                                                                                                    monkeypatch, caplog):
+def test_an_out_of_memory_error_in_a_synthetic_step_saves_its_snapshot_and_leaves_train_unchanged(
+        compose, tmp_path, monkeypatch, caplog):
     import trainers.synthetic as synthetic
     from tests._events import scalars
     from trainers.experiment import run_experiment
