@@ -13,10 +13,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["MemoryWriterConfig", "PEAK_MODES", "unknown_keys"]
+__all__ = ["MemoryWriterConfig", "PEAK_MODES", "seconds", "unknown_keys"]
 
 PEAK_MODES = ("window", "run")
 
@@ -85,9 +86,7 @@ class MemoryWriterConfig:
         ce = self.census_every
         if isinstance(ce, bool) or not isinstance(ce, int) or ce < 0:
             raise ValueError(f"{name}.census_every must be an integer >= 0 (0 disables), got {ce!r}")
-        se = self.system_every_s
-        if isinstance(se, bool) or not isinstance(se, (int, float)) or not 0 <= se < float("inf"):
-            raise ValueError(f"{name}.system_every_s must be a number of seconds >= 0 (0: every record), got {se!r}")
+        seconds(self.system_every_s, f"{name}.system_every_s", hint=" (0: every record)")
         if self.peak_mode not in PEAK_MODES:
             raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")
         mb = self.large_tensor_mb
@@ -118,6 +117,19 @@ class MemoryWriterConfig:
         if problem:
             raise ValueError(problem)
         return cls(**dict(values))
+
+
+def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> float:
+    """``value`` as a float number of seconds; ValueError naming ``label`` when it is not a finite
+    number >= ``low`` (a bool, a string, NaN, infinity).
+
+    Example:
+        >>> seconds(2, "timeout_s")
+        2.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+        raise ValueError(f"{label} must be a number of seconds >= {low:g}{hint}, got {value!r}")
+    return float(value)
 
 
 def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:

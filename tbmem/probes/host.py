@@ -35,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from tbmem.config import seconds
 from tbmem.probes import _procfs
 from tbmem.probes.base import Probe
 
@@ -119,12 +120,9 @@ class HostProbe(Probe):
     def __init__(self, *, peak_mode: str = "window", uss: bool = False, system_every_s: float = 0.0) -> None:
         if peak_mode not in ("window", "run"):
             raise ValueError(f"peak_mode must be 'window' or 'run', got {peak_mode!r}")
-        if isinstance(system_every_s, bool) or not isinstance(system_every_s, (int, float)) \
-                or not 0 <= system_every_s < float("inf"):
-            raise ValueError(f"system_every_s must be a number of seconds >= 0, got {system_every_s!r}")
+        self.system_every_s = seconds(system_every_s, "system_every_s")
         self.peak_mode = peak_mode
         self.uss = uss
-        self.system_every_s = float(system_every_s)
         self._system_due = -float("inf")  # time.monotonic() from which system memory is read again
         self._psutil_process: Any = None
         self.peak_is_windowed = False

@@ -12,11 +12,10 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tbmem.config import unknown_keys
+from tbmem.config import seconds, unknown_keys
 
 __all__ = ["RanksConfig", "DEFAULT_RANK_TAGS"]
 
@@ -71,11 +70,7 @@ class RanksConfig:
                                  "tbmem.tags.TAGS without {name}")
         object.__setattr__(self, "tags", tags)
         for attr, low in (("timeout_s", 1.0), ("oom_wait_s", 0.0)):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < low:
-                raise ValueError(f"{name}.{attr} must be a number of seconds >= {low:g}, got {value!r}")
-            object.__setattr__(self, attr, float(value))
+            object.__setattr__(self, attr, seconds(getattr(self, attr), f"{name}.{attr}", low=low))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "RanksConfig":
