@@ -25,7 +25,10 @@ _CHUNK = 8192  # /proc/self/status and /proc/meminfo are 1.5-2 KiB; larger files
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 _fds: dict[tuple[str, int], int] = {}
-_owner = os.getpid()
+# This process's id, kept current by forget() in a child forked through Python (os.fork,
+# multiprocessing): a getpid() per read is a system call, and the first one after a training
+# step costs ~4 us.
+_pid = [os.getpid()]
 
 
 def close_all(fds: dict[Any, int]) -> None:
@@ -39,17 +42,14 @@ def close_all(fds: dict[Any, int]) -> None:
 
 
 def forget() -> None:
-    """Close every kept descriptor (they are reopened on next use)."""
-    global _owner
+    """Close every kept descriptor (they are reopened on next use); in a forked child, whose
+    ``/proc/self`` is not the one the parent opened, this runs at the fork."""
     close_all(_fds)
-    _owner = _pid[0] = os.getpid()
+    _pid[0] = os.getpid()
 
 
-# This process's id, updated in a child forked through Python (os.fork, multiprocessing): a
-# getpid() per read is a system call, and the first one after a training step costs ~4 us.
-_pid = [_owner]
 if hasattr(os, "register_at_fork"):  # not on Windows, which has neither fork nor /proc
-    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+    os.register_at_fork(after_in_child=forget)
 
 
 def current_pid() -> int:
@@ -58,8 +58,6 @@ def current_pid() -> int:
 
 
 def _fd(path: str, flags: int) -> int:
-    if _owner != _pid[0]:  # a forked child: its /proc/self is not the one the parent opened
-        forget()
     key = (path, flags)
     fd = _fds.get(key)
     if fd is None:
