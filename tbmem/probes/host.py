@@ -163,13 +163,10 @@ class HostProbe(Probe):
             readings["ram_peak_rss"] = float(max(peak, readings["ram_rss"]))
         if self.peak_mode == "window":
             self.peak_is_windowed = reset_peak_rss()
-        if self.system_every_s:
-            now = time.monotonic()
-            if now >= self._system_due:
-                readings.update(_system_memory())
-                self._system_due = now + self.system_every_s
-        else:
+        now = time.monotonic()
+        if now >= self._system_due:  # always with system_every_s=0: the clock never goes back
             readings.update(_system_memory())
+            self._system_due = now + self.system_every_s
         readings["cpu_percent"] = self._cpu_percent()
         return readings
 
