@@ -275,7 +275,24 @@ def forecast(out: Path, device: str) -> int:
         m = f.measure(held_out)
         checks.check(f"predicted peak within 5% of measured at batch {held_out}",
                      m.error is not None and abs(m.error) < 0.05, predicted=m.predicted_bytes,
-                     measured=m.peak_bytes, allocator_peak=m.allocator_peak_bytes, error=m.error)
+                     measured=m.peak_bytes, allocator_peak=m.allocator_peak_bytes, error=m.error,
+                     before=m.before, step_peak=m.step_peak_bytes, at_peak=m.at_peak,
+                     allocator_overhead=m.allocator_overhead_bytes, breakdown=f.breakdown(held_out))
+    if device == "cuda":
+        # The allocator's own history of one more step at the largest size: what the forecast's
+        # recorder saw against every block the caching allocator handed out.
+        from tbmem import _torch_private as tp
+
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        tp.record_memory_history(stacks="python", max_entries=200_000)
+        step(make(2048))
+        torch.cuda.synchronize(dev)
+        raw = tp.cuda_snapshot()
+        tp.stop_memory_history()
+        if raw is not None:
+            tp.dump_snapshot_pickle(raw, str(out / "forecast_2048_snapshot.pickle"))
+        checks.facts["history_step_2048_peak_allocated"] = torch.cuda.max_memory_allocated(dev)
     checks.facts["table"] = f.table(at=[512, 2048])
     print(checks.facts["table"])
     return checks.save()

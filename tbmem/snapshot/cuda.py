@@ -309,7 +309,8 @@ def _markers(d: int, act: np.ndarray, meta_col: np.ndarray, time_us: np.ndarray,
                 kind = "annotation"
                 if label.startswith("tbmem:"):
                     label = label[6:]
-                    kind = "step" if label.startswith("step") else "phase"
+                    # "step 20" (the trainers' marks) and "after step 20" (log_memory's own)
+                    kind = "step" if label.startswith(("step ", "after step ")) else "phase"
                 out.append({"event": ev, "label": label[:200], "kind": kind})
     change = np.flatnonzero(np.concatenate(([meta_col[0] >= 0] if meta_col.shape[0] else [],
                                             meta_col[1:] != meta_col[:-1])))

@@ -18,9 +18,12 @@ def _storage_bytes(tensors):
 
 def test_every_category_exact_and_unattributed_bounded_on_a_real_device():
     dev = torch.device("cuda", torch.cuda.current_device())
-    warm = torch.randn(256, 256, device=dev)
-    del warm  # a first matmul gives cuBLAS its workspace, held by the caching allocator from then on
-    torch.randn(64, 64, device=dev) @ torch.randn(64, 64, device=dev)
+    # cuBLAS takes a workspace from the caching allocator per handle and stream at its first use, and
+    # the backward pass runs on autograd's own thread with its own handle: one step of a small model
+    # makes both exist before the baseline is read.
+    warm = torch.nn.Linear(64, 64).to(dev)
+    warm(torch.randn(8, 64, device=dev)).sum().backward()
+    del warm
     gc.collect()
     before = torch.cuda.memory_allocated(dev)  # what no tensor of this test holds
 
@@ -40,9 +43,11 @@ def test_every_category_exact_and_unattributed_bounded_on_a_real_device():
     stats = torch.cuda.memory_stats(dev)
     on_device = census.by_device[str(dev)]
     assert on_device + census.unattributed_bytes == stats["allocated_bytes.all.current"]
-    # What the census cannot attribute was allocated before this test's tensors existed (cuBLAS's
-    # workspace, tensors of earlier tests that no Python object reaches): never this test's own.
-    assert 0 <= census.unattributed_bytes <= before
+    # What the census cannot attribute: what was allocated before this test's tensors existed (cuBLAS's
+    # workspaces, tensors of earlier tests that no Python object reaches) and the caching allocator's
+    # rounding of each block to a multiple of 512 bytes (a 40-byte bias takes 512); never a tensor here.
+    rounding = sum(-r.bytes % 512 if r.bytes else 512 for r in census.records if r.device == str(dev))
+    assert 0 <= census.unattributed_bytes <= before + rounding
 
 
 def test_activations_of_a_live_graph_on_a_real_device():
