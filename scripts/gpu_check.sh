@@ -14,6 +14,7 @@
 #   3. a real out-of-memory error inside monitored_step
 #   4. the peak-memory forecast at held-out batch sizes
 #   5. the trainer-overhead benchmark on CUDA (defaults, census every 50, the A/A control)
+#   6. the per-hook profile of a monitored step and the cost of each CUDA read
 # The exit status is the number of steps that failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -73,6 +74,9 @@ keep forecast_cuda_snapshot.pickle.gz "$OUT_DIR/forecast_2048_snapshot.pickle" &
 read -r -a BENCH_ARGS <<< "${GPU_CHECK_BENCH_ARGS:---sessions 2 --epochs 4}"
 [ -n "${GPU_CHECK_SKIP_BENCH:-}" ] || step bench "${GPU_CHECK_BENCH_LIMIT:-180}" "$PY" \
     benchmarks/bench_trainer_overhead.py --device "$DEVICE" "${BENCH_ARGS[@]}"
+
+# 6. where a monitored step's time goes, hook by hook, and what each CUDA read costs
+step hooks 90 "$PY" benchmarks/profile_trainer_hooks.py --device "$DEVICE" --epochs 4
 
 # The run folders, less the pickles (kept above) and the simulation cache, as one file.
 runs=()
