@@ -31,6 +31,7 @@ demo: $(STAMP)
 	$(BIN)/python run.py --config-name=burgers_physical_quick_test trainer=physical_with_memory
 	@echo
 	@echo "View the runs:   $(BIN)/tensorboard --logdir runs --host 127.0.0.1"
+	@echo "                 then http://127.0.0.1:6006/?smoothing=0 (?smoothing=0: lines unsmoothed)"
 	@echo "Summarise them:  $(BIN)/tbmem report runs"
 
 test: $(STAMP)
