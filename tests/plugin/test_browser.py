@@ -65,11 +65,12 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path, logdir_pat
     wait_until(tab, "() => window.tbmemMemoryTab && window.tbmemMemoryTab.run === 'train'"
                           " && window.tbmemMemoryTab.overview && window.tbmemMemoryTab.overview.run === 'train'")
     tab.wait_for_selector("#snapshots button.open")
-    # the stacked census is drawn: six category bands, coloured pixels on the chart canvas
-    assert tab.evaluate("window.tbmemMemoryTab.plot.series.length") == 1 + 6 + 2
-    assert _coloured_pixels(tab, "#chart canvas") > 5000
+    # the stacked census is drawn: six category bands, coloured pixels on its canvas; RSS in a panel under it
+    assert tab.evaluate("window.tbmemMemoryTab.chart.census.series.length") == 1 + 6
+    assert tab.evaluate("window.tbmemMemoryTab.chart.lines.series.map(s => s.label)") == ["step", "RSS", "peak RSS"]
+    assert _coloured_pixels(tab, "#census-panel canvas") > 5000
     # a click on the chart shows the census at that step and the record's readings
-    box = tab.locator("#chart .u-over").bounding_box()
+    box = tab.locator("#census-panel .u-over").bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.45, box["y"] + box["height"] * 0.6)
     tab.wait_for_selector("#at-box:not([hidden]) .census-table")
     rows = tab.locator(".census-table tbody tr").all_inner_texts()
