@@ -30,3 +30,9 @@ def demo_logdir(tmp_path_factory):
     from tests._demo import write_demo_logdir
 
     return write_demo_logdir(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch):
+    """`tbmem report` fits COLUMNS when set: tests that read its tables set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)
