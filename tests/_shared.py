@@ -34,6 +34,7 @@ def shared_present(path: Path = REAL) -> bool:
 
 def require_shared(path: Path = REAL) -> Path:
     """``path`` when present; else skip the test with the reason (fail under ``TBMEM_REQUIRE_SHARED=1``)."""
+    __tracebackhide__ = True  # the skip is reported at the test that asked, not here
     if shared_present(path):
         return path
     try:
@@ -48,5 +49,6 @@ def require_shared(path: Path = REAL) -> Path:
 
 def real_pickles(path: Path = REAL) -> list[Path]:
     """The ``*.pickle`` files of ``path``, sorted; skips (or fails) like :func:`require_shared` without it."""
+    __tracebackhide__ = True
     folder = require_shared(path)
     return sorted(p for p in folder.iterdir() if p.name.endswith(".pickle"))
