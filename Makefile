@@ -17,9 +17,13 @@ TORCH_INDEX ?=
 # The CPU allocation recorder (tbmem/snapshot/_cpu_alloc_recorder.cpp) needs torch's headers, so it is
 # compiled after the install, into ~/.cache/tbmem (tbmem.snapshot.native); without a C++ compiler CPU
 # snapshots use the slower dispatch-mode recorder.
+# pip is not quiet: on a fresh clone the install takes 2-3 minutes, and its lines (Collecting ...,
+# the download bars, Installing ...) show that it is going.
 $(STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tbmem/snapshot/_cpu_alloc_recorder.cpp
+	@echo "== creating $(VENV) and installing tbmem with its dependencies (2-3 minutes the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[all,dev]'
+	$(BIN)/python -m pip install --progress-bar on -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[all,dev]'
+	@echo "== compiling the CPU snapshot recorder (about 4 s)"
 	-$(BIN)/python -m tbmem.snapshot.native
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
@@ -31,6 +35,7 @@ demo: $(STAMP)
 	$(BIN)/python run.py --config-name=burgers_physical_quick_test trainer=physical_with_memory
 	@echo
 	@echo "View the runs:   $(BIN)/tensorboard --logdir runs --host 127.0.0.1"
+	@echo "                 then http://127.0.0.1:6006/?smoothing=0 (?smoothing=0: lines unsmoothed)"
 	@echo "Summarise them:  $(BIN)/tbmem report runs"
 
 test: $(STAMP)

@@ -22,3 +22,17 @@ def tbmem_log(caplog):
     """Capture the tbmem logger at WARNING."""
     caplog.set_level(logging.WARNING, logger="tbmem")
     return caplog
+
+
+@pytest.fixture(scope="session")
+def demo_logdir(tmp_path_factory):
+    """``runs/`` as ``make demo`` writes it (both trainers), once per session (about 30 s)."""
+    from tests._demo import write_demo_logdir
+
+    return write_demo_logdir(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch):
+    """`tbmem report` fits COLUMNS when set: tests that read its tables set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)

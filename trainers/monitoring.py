@@ -285,14 +285,25 @@ class TrainerMonitoring:
             return
         try:
             if index < self.verbose_batches:
-                if self.memory_monitor is not None:
-                    self.memory_monitor.print_memory_usage(f"  Loss evaluation {index}: ")
-                print(f"    Iteration {index + 1}: loss={loss:.6g}", flush=True)
+                self.print_evaluation(index, loss, memory=True)
             self.writer.log_memory(index)
         except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
             report_once("trainers:evaluation", "trainers: monitoring a loss evaluation failed; "
                         "it is switched off", exc=exc)
             self._evaluations_on = False
+
+    def print_evaluation(self, index: int, loss: float, *, memory: bool = False, note: str = "") -> None:
+        """One console line per loss evaluation, counted as TensorBoard counts them (``Loss/evaluation``'s
+        step, from 0): ``  Evaluation 3: loss=3.23807e-08; memory: CPU: 309.8 MB | ...`` (memory: read now)."""
+        line = f"  Evaluation {index}: loss={loss:.6g}{note}"
+        if memory and self.memory_monitor is not None:
+            self.memory_monitor.print_memory_usage(line + "; memory")
+        else:
+            print(line, flush=True)
+
+    def evaluations_printed(self) -> int:
+        """How many evaluations :meth:`on_evaluation` prints (the first ``verbose_batches``, while on)."""
+        return self.verbose_batches if self._evaluations_on else 0
 
     # --- end of run -------------------------------------------------------------------------
     def print_summary(self) -> None:

@@ -132,6 +132,7 @@ class PhysicalTrainer:
             raise ConfigError(f"config key 'trainer_params.num_predict_steps' must be < data.num_frames "
                               f"({cfg.data.num_frames})")
         self.evaluations = 0
+        self.losses: list[float] = []  # each evaluation's loss, by index (the step of Loss/evaluation)
         self.abort: BaseException | None = None  # what ended minimize early (see the module docstring)
 
     # --- data -------------------------------------------------------------------------------
@@ -201,7 +202,9 @@ class PhysicalTrainer:
             params = {self.coefficient[0]: _scalar(nu)} if self.coefficient is not None else {}
             value = _scalar(loss)
         except Exception:  # noqa: BLE001 - a raise here would hang SciPy's worker
+            self.losses.append(float("nan"))
             return
+        self.losses.append(value)
         self.mon.on_evaluation(index, value, params)
 
     def train(self) -> PhysicalResult:
@@ -245,6 +248,7 @@ class PhysicalTrainer:
         info = tape[solve]
         solution = solution if isinstance(solution, tuple) else (solution,)
         final_loss, nu = self._objective(gt, step, *solution)
+        self._print_solution(_scalar(final_loss))
         msg = info.msg
         result = PhysicalResult(
             iterations=int(np.max(_numpy(info.iterations))),
@@ -259,17 +263,35 @@ class PhysicalTrainer:
         mon.print_summary()
         return result
 
+    def _solution_index(self, final: float) -> int | None:
+        """The evaluation whose loss is the solution's (the last such), if one is."""
+        return next((i for i in range(len(self.losses) - 1, -1, -1) if self.losses[i] == final), None)
+
+    def _print_solution(self, final: float) -> None:
+        """After the evaluations printed during the run, the one at the solution when it was not among
+        them: the final loss of SOLVE INFO is then the last loss printed."""
+        shown = self.mon.evaluations_printed()
+        at = self._solution_index(final)
+        if shown <= 0 or at is None or at < shown:
+            return
+        if self.evaluations > shown + 1:
+            print(f"  ... evaluations {shown}-{self.evaluations - 1}: in TensorBoard (Loss/evaluation)", flush=True)
+        self.mon.print_evaluation(at, final, note=" (the solution)")
+
     def _publish(self, result: PhysicalResult) -> None:
+        at = self._solution_index(result.final_loss)
+        where = f"evaluation {at}" if at is not None else "at the solution"
+        n = result.evaluations_seen
         lines = ["SOLVE INFO (L-BFGS-B)",
-                 f"  iterations: {result.iterations}",
-                 f"  function evaluations: {result.function_evaluations}",
+                 f"  iterations: {result.iterations} (L-BFGS-B steps; each evaluates the loss once or more)",
+                 f"  loss evaluations: {n} (Evaluation 0-{n - 1}, the steps of Loss/evaluation)",
                  f"  converged: {result.converged} ({result.message})",
-                 f"  final loss: {result.final_loss:.6g}"]
+                 f"  final loss: {result.final_loss:.6g} ({where})"]
         errors = result.relative_errors()
         for name, value in result.parameters.items():
             lines.append(f"  {name}: {value:.6g} (true {result.true_parameters[name]:.6g}, "
                          f"relative error {100 * errors[name]:.3f}%)")
         print("\n".join(lines), flush=True)
         self.mon.writer.add_text("Physical/solve_info", "\n".join(f"    {line}" for line in lines),
-                                 result.function_evaluations)
+                                 max(n - 1, 0))
         self.mon.writer.flush()

@@ -45,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     "plot_timeline": "tbmem.analysis.plot",
     "plot_stacked": "tbmem.analysis.plot",
     "plot_lines": "tbmem.analysis.plot",
+    "plot_readings": "tbmem.analysis.figures",
+    "plot_large_tensors": "tbmem.analysis.figures",
     "plot_loss_and_memory": "tbmem.analysis.loss",
     "memory_spikes": "tbmem.analysis.loss",
 }
@@ -52,6 +54,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tbmem.analysis.figures import plot_large_tensors, plot_readings
     from tbmem.analysis.leaks import LeakFinding, detect_leaks
     from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
                                      NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,

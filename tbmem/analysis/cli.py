@@ -49,6 +49,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="MB", help="leak threshold for RSS/USS/reserved/NVML memory (default %(default)s)")
     p.add_argument("--skip-fraction", type=float, default=0.25, metavar="F",
                    help="warm-up to ignore, as a fraction of the step range (default %(default)s)")
+    p.add_argument("--wide", action="store_true",
+                   help="one table, however wide (default: fit the terminal, COLUMNS or its width: long run "
+                        "names break after '/', and runs come a few at a time)")
     p.add_argument("--all-ranks", action="store_true",
                    help="list every rank of a multi-rank job (default: all up to 20, else the extremes)")
     p.add_argument("--allow-truncated", action="store_true",
@@ -120,7 +123,8 @@ def _report(args: argparse.Namespace) -> int:
     else:
         # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
         if others:
-            print(format_table(others, compare=bool(args.compare)))
+            width = None if getattr(args, "wide", False) else _terminal_width()
+            print(format_table(others, compare=bool(args.compare), width=width))
             print()
         if jobs:
             print(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks))
@@ -143,6 +147,20 @@ def _report(args: argparse.Namespace) -> int:
             print(f"\nfigure written to {args.png}")
     leaked = any(s.has_leak for s in summaries)
     return EXIT_LEAK if (leaked and args.fail_on_leak) else 0
+
+
+def _terminal_width() -> int | None:
+    """The columns to fit: ``COLUMNS`` when set, else the terminal's when stdout is one; None (no limit)
+    when the output goes to a file or a pipe."""
+    import os
+    import shutil
+
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def _os_error(exc: OSError, path: str | None = None) -> str:

@@ -2,7 +2,9 @@
 
 A *run* is what TensorBoard calls a run: a directory that directly holds event
 files (TensorBoard's ``io_wrapper.IsSummaryEventsFile``), named by its path
-relative to the logdir (``"."`` for the logdir itself). Symbolic links are
+relative to the logdir; the logdir itself, when it holds event files, is named by its
+folder (``2026-11-26_00-35-02`` for ``tbmem report runs/exp/2026-11-26_00-35-02``), or ``"."``
+where that name is taken by another run or the folder has none. Symbolic links are
 followed, but each real directory is visited once, under its path with the
 fewest links (then the shortest), so a link loop (``loop -> .``) neither hangs
 the walk nor repeats a run.
@@ -105,6 +107,9 @@ def find_runs(logdir: str | os.PathLike[str]) -> dict[str, list[Path]]:
         if files:
             rel = os.path.relpath(sub, root)
             runs[Path(rel).as_posix()] = files
+    own = Path(os.path.abspath(root)).name
+    if "." in runs and own and own not in runs:  # a logdir that is itself a run: named by its folder
+        runs[own] = runs.pop(".")
     return dict(sorted(runs.items()))
 
 

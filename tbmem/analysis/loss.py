@@ -12,12 +12,12 @@ Example:
     >>> from tbmem.analysis import load_scalars
     >>> from tbmem.analysis.loss import plot_loss_and_memory
     >>> logdir = tempfile.mkdtemp()
-    >>> with MemoryWriter(logdir, custom_layout=False) as w:
+    >>> with MemoryWriter(f"{logdir}/run", custom_layout=False) as w:
     ...     for step in range(20):
     ...         w.write_scalars({"Loss/batch": 1 / (step + 1), "Memory/RAM/process_rss_GB": 0.5}, step)
     ...     for epoch in range(2):
     ...         w.write_scalars({"Loss/train": 0.5 - epoch / 10}, epoch)
-    >>> fig, spikes = plot_loss_and_memory(load_scalars(logdir), ".")
+    >>> fig, spikes = plot_loss_and_memory(load_scalars(logdir), "run")
     >>> [ax.get_xlabel() for ax in fig.axes]
     ['step', 'step', 'epoch']
 """

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem._extras import require
 from tbmem.analysis.summary import CATEGORIES, CATEGORY_PREFIX
+from tbmem.palette import stack_colors
 from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,13 +95,16 @@ def plot_stacked(df: "pd.DataFrame", run: str, prefix: str = CATEGORY_PREFIX, *,
     ax = ax if ax is not None else _figure(1)[1][0]
     data = wide(df, run, prefix, suffix).fillna(0.0) * scale
     cols = [c for c in order if c in data.columns] + sorted(set(data.columns) - set(order))
+    # the Memory tab's colours (tbmem.palette): a census category is the same colour everywhere
+    colors = stack_colors(cols, categories=prefix == CATEGORY_PREFIX)
     if cols and len(data) == 1:
         step, bottom = data.index[0], 0.0
-        for c in cols:
-            ax.bar([step], [data[c].iloc[0]], bottom=[bottom], width=0.6, label=c, alpha=0.8)
+        for c, color in zip(cols, colors):
+            ax.bar([step], [data[c].iloc[0]], bottom=[bottom], width=0.6, label=c, alpha=0.8, color=color)
             bottom += data[c].iloc[0]
     elif cols:
-        ax.stackplot(data.index, *(data[c].to_numpy() for c in cols), labels=cols, alpha=0.8, step="post")
+        ax.stackplot(data.index, *(data[c].to_numpy() for c in cols), labels=cols, alpha=0.8, step="post",
+                     colors=colors)
     else:
         ax.text(0.5, 0.5, f"no {prefix}* tags", ha="center", va="center", transform=ax.transAxes)
     if cols:

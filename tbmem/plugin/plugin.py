@@ -9,7 +9,8 @@ Routes (all GET; JSON unless said otherwise):
 * ``snapshot?run=R&id=ID``: the offline viewer page of one snapshot (HTML).
 * ``findings?run=R``: leak findings and the ``tbmem report`` summary.
 * ``ranks?group=G``: per-rank peaks of a multi-rank group.
-* ``index.js`` and ``static/*``: the page and the vendored uPlot.
+* ``index.js``, ``chart.js``, ``util.js`` and ``static/*``: the page (given :mod:`tbmem.palette`'s colours)
+  and the vendored uPlot.
 
 The client names runs and ids, never paths (see :mod:`tbmem.plugin.paths`). This module
 imports only the standard library, numpy, tensorboard, werkzeug and torch-free parts of
@@ -32,6 +33,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tbmem import palette
 from tbmem.plugin import charts
 from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
@@ -48,12 +50,17 @@ _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 # route -> (file under static/, content type); nothing else is ever read from disk for a static route
 _ASSETS = {
     "/index.js": ("index.js", "text/javascript"),
+    "/chart.js": ("chart.js", "text/javascript"),
+    "/util.js": ("util.js", "text/javascript"),
     "/static/style.css": ("style.css", "text/css"),
     "/static/uPlot.iife.min.js": ("vendor/uplot/uPlot.iife.min.js", "text/javascript"),
     "/static/uPlot.min.css": ("vendor/uplot/uPlot.min.css", "text/css"),
 }
 _INLINE_SCRIPT = re.compile(r"<script(?![^>]*\btype=\"application/json\")[^>]*>(.*?)</script>", re.S)
 _TEXT_TAG = "Memory/Large_Tensors/top_k"
+# where index.js receives tbmem.palette's colours (one definition for the tab, report.png and the notebook)
+_PALETTE_SLOT = re.compile(rb"/\*tbmem:palette\*/.*?/\*end\*/", re.S)
+_CENSUS_PREFIX = "Memory/Tensor_Category/"
 
 
 def _json(request: Any, obj: Any, code: int = 200) -> Any:
@@ -89,7 +96,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         >>> from tensorboard.plugins import base_plugin
         >>> plugin = MemoryPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
         >>> plugin.frontend_metadata().tab_name, sorted(plugin.get_plugin_apps())[:3]
-        ('Memory', ['/at', '/findings', '/index.js'])
+        ('Memory', ['/at', '/chart.js', '/findings'])
     """
 
     plugin_name = PLUGIN_NAME
@@ -138,7 +145,11 @@ class MemoryPlugin(base_plugin.TBPlugin):
         @wrappers.Request.application
         def serve(request: Any) -> Any:
             with open(os.path.join(_STATIC, name), "rb") as fh:
-                return http_util.Respond(request, fh.read(), content_type)
+                body = fh.read()
+            if name == "index.js":
+                colors = json.dumps(palette.as_json(), separators=(",", ":")).encode()
+                body = _PALETTE_SLOT.sub(lambda _m: colors, body, count=1)
+            return http_util.Respond(request, body, content_type)
 
         return serve
 
@@ -173,11 +184,15 @@ class MemoryPlugin(base_plugin.TBPlugin):
         names = self._run_names(ctx, eid)
         listing = self._cache.listing(ctx, eid)
         memory = {r for r, tags in listing.items() if any(t.startswith("Memory/") for t in tags)}
+        census = {r for r, tags in listing.items() if any(t.startswith(_CENSUS_PREFIX) for t in tags)}
+        # the wall time of a run's latest scalar: the page opens on the most recent run with a census
+        last = {r: max((ts.max_wall_time for ts in tags.values()), default=None) for r, tags in listing.items()}
         groups = group_runs(names)
         for g in groups:
             for m in g["members"]:
-                m["memory"] = m["run"] in memory
+                m.update(memory=m["run"] in memory, census=m["run"] in census, last_time=last.get(m["run"]))
             g["memory"] = any(m["memory"] for m in g["members"])
+            g["census"] = any(m["census"] for m in g["members"])
         return _json(request, {"groups": groups})
 
     @wrappers.Request.application

@@ -28,11 +28,16 @@ def test_plugin_is_listed_and_enabled(server):
     assert listing["tbmem"]["loading_mechanism"] == {"type": "IFRAME", "module_path": "/data/plugin/tbmem/index.js"}
 
 
-def test_runs_group_ranks(plugin_url):
+def test_runs_group_ranks(plugin_url, scalars):
     groups = {g["group"]: g for g in get_json(f"{plugin_url}/runs")["groups"]}
     assert [m["run"] for m in groups["exp"]["members"]] == ["exp/rank0", "exp/rank1"]
     assert [m["rank"] for m in groups["exp"]["members"]] == [0, 1]
-    assert groups["train"]["members"] == [{"run": "train", "rank": None, "memory": True}]
+    (train,) = groups["train"]["members"]
+    assert {k: train[k] for k in ("run", "rank", "memory", "census")} == {"run": "train", "rank": None, "memory": True,
+                                                                         "census": True}
+    # what the page opens on: the most recent run with a census (the wall time of its latest scalar)
+    assert train["last_time"] == pytest.approx(scalars[scalars.run == "train"].wall_time.max())
+    assert groups["long"]["census"] is False and groups["long"]["memory"] is True
 
 
 def test_overview_stacks_the_census_exactly(plugin_url, scalars):
@@ -208,3 +213,12 @@ def test_static_assets(plugin_url):
     js = get(f"{plugin_url}/index.js")[1].decode()
     # nothing the page loads comes from elsewhere: every URL it names is relative
     assert not re.search(r"https?://", js)
+    for module in ("chart.js", "util.js"):  # what index.js imports, beside it
+        status, body, headers = get(f"{plugin_url}/{module}")
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+        assert not re.search(rb"https?://", body)
+    # the colours are tbmem.palette's, given to the page when it is served (one definition everywhere)
+    from tbmem import palette
+
+    injected = json.loads(re.search(r"const COLORS = (\{.*?\});", js)[1])
+    assert injected == palette.as_json() and injected["categories"]["parameters"] == "#4e79a7"

@@ -14,7 +14,7 @@ from tbmem.snapshot.pickle_rows import ACTIONS, NO_TIME, Limits, SnapshotRefused
 from tbmem.snapshot.pickle_stream import read_pickle
 from tbmem.snapshot.readers import load_snapshot
 from tbmem.snapshot.safe_pickle import UnsafePickleError, load_plain
-from tests.snapshot._helpers import real_files
+from tests._shared import REAL_PICKLES, require_shared
 
 
 def _events_equal(path_or_bytes):
@@ -38,9 +38,9 @@ def _events_equal(path_or_bytes):
     return top, rows
 
 
-@pytest.mark.parametrize("path", real_files(), ids=os.path.basename)
-def test_real_snapshots_read_as_unpickling_reads_them(path):
-    _events_equal(path)
+@pytest.mark.parametrize("name", REAL_PICKLES)
+def test_real_snapshots_read_as_unpickling_reads_them(name):
+    _events_equal(str(require_shared() / name))
 
 
 def test_synthetic_snapshot_fast_path_equals_unpickling():

@@ -30,16 +30,32 @@ def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys
     rss = [e.step for e in read_events(out.log_dir).Scalars("Memory/RAM/process_rss_GB")]
     assert rss == list(range(result.evaluations_seen))  # tbmem.every = 1 in physical_with_memory
     (_, info), = texts(out.log_dir, "Physical/solve_info/text_summary")
-    assert f"function evaluations: {result.function_evaluations}" in info
+    assert f"loss evaluations: {result.evaluations_seen}" in info
 
     printed = capsys.readouterr().out
     assert "After loading ground truth data:" in printed
-    assert printed.count("Loss evaluation") == cfg.trainer_params.memory_monitor_batches
+    shown = cfg.trainer_params.memory_monitor_batches
+    assert printed.count("; memory: CPU") == shown  # the first evaluations, each with its memory
+    _console_counts_one_way(printed, result)
     assert "PERFORMANCE SUMMARY" in printed and "load_ground_truth" in printed and "optimization" in printed
     assert "SOLVE INFO" in printed
     # design document 000's closing line; on CPU the peak is the process's RSS peak
     peak = re.search(r"^Peak CPU memory during optimization: (\d+\.\d) MB$", printed, re.MULTILINE)
     assert peak and float(peak.group(1)) > 0 and "Epoch end" not in printed
+
+
+def _console_counts_one_way(printed: str, result) -> None:
+    """Evaluations are counted as TensorBoard counts them (from 0, the step of Loss/evaluation) in every
+    line, never called iterations; the final loss of SOLVE INFO is the last loss printed before it."""
+    evals = [(int(i), float(v)) for i, v in re.findall(r"^  Evaluation (\d+): loss=(\S+?)[;\s]", printed + "\n", re.M)]
+    indices = [i for i, _ in evals]
+    assert indices == sorted(set(indices)) and indices[0] == 0 and indices[-1] <= result.evaluations_seen - 1
+    assert "Iteration" not in printed.split("SOLVE INFO")[0]
+    assert re.search(rf"^  loss evaluations: {result.evaluations_seen} \(Evaluation 0-{result.evaluations_seen - 1}",
+                     printed, re.M)
+    final = re.search(r"^  final loss: (\S+) \(evaluation (\d+)\)$", printed, re.M)
+    assert final and float(final.group(1)) == pytest.approx(result.final_loss, rel=1e-5)
+    assert evals[-1] == (int(final.group(2)), pytest.approx(float(final.group(1))))
 
 
 def test_heat_diffusivity_and_iteration_limit(compose, tmp_path):
