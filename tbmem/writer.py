@@ -19,9 +19,7 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import functools
 import os
 import sys
 import tempfile
@@ -32,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from tbmem import _signals
+from tbmem import _process, _signals
 from tbmem import _torch_private as tp
 from tbmem._direct_events import DirectEvents, make_event
 from tbmem._extras import MissingExtraError
@@ -53,12 +51,6 @@ __all__ = ["MemoryWriter"]
 _CENSUS_TEXT_TAG = "Memory/Large_Tensors/top_k"
 # SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
 _WRITE_PREFIX = "add_"
-
-
-def _flush_at_exit(ref: "weakref.ref[MemoryWriter]") -> None:
-    writer = ref()
-    if writer is not None and not writer.closed:
-        writer.flush()
 
 
 class MemoryWriter:
@@ -134,11 +126,9 @@ class MemoryWriter:
         self._active = self.config.enabled
         if self._active:
             self._setup()
-        # Flush at interpreter exit (an unhandled exception ends the run without close()); the
-        # partial is this writer's own, so close() can unregister it without touching others.
-        self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
-        atexit.register(self._at_exit)
-        _signals.register(self)
+        # Flush at interpreter exit (an unhandled exception ends the run without close()) and finish
+        # on SIGTERM, in this process only: a forked child inherits the writer closed (tbmem._process)
+        self._at_exit = _process.adopt(self)
 
     def _setup(self) -> None:
         cfg = self.config
@@ -205,8 +195,7 @@ class MemoryWriter:
         return attr
 
     def _after_close(self, what: str) -> None:
-        report_once(f"closed:{id(self)}", f"tbmem: {what}() after close() of the MemoryWriter for "
-                    f"{self.log_dir} is ignored (as is every later write)")
+        report_once(f"closed:{id(self)}", _process.ignored_write_line(self, what))
 
     @property
     def faults(self) -> FaultLedger:
@@ -556,8 +545,7 @@ class MemoryWriter:
                 self._faults.failed(self.log_dir, exc)
         finally:
             self.closed = True
-            atexit.unregister(self._at_exit)
-            _signals.unregister(self)
+            _process.release(self, self._at_exit)
             _release_recorders()
         self._faults.report_close()
 
