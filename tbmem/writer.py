@@ -57,8 +57,9 @@ class MemoryWriter:
     """A ``SummaryWriter`` that also logs memory.
 
     Args:
-        log_dir: Where event files go (created if missing). None lets
-            SummaryWriter pick ``runs/<date>_<host>``. Mutually exclusive with ``writer``.
+        log_dir: Where event files go (created if missing; a relative path is resolved once, here,
+            so an ``os.chdir`` later moves nothing). None: ``runs/<date>_<host>``, as SummaryWriter
+            picks it. Mutually exclusive with ``writer``.
         writer: An existing SummaryWriter to wrap instead of creating one.
         config: A :class:`MemoryWriterConfig`; or pass its fields as keywords.
         **options: Fields of :class:`MemoryWriterConfig` (``every=10``, ``census_every=500``, ...).
@@ -98,15 +99,17 @@ class MemoryWriter:
         if writer is None:
             if self._ranks is not None:
                 log_dir = self._ranks.run_dir(os.fspath(log_dir) if log_dir is not None else _job_dir())
-            if log_dir is not None:
-                _check_writable(os.fspath(log_dir))
-            writer = SummaryWriter(None if log_dir is None else os.fspath(log_dir))
+            # resolved once: after an os.chdir a relative logdir would name another folder
+            log_dir = os.path.abspath(os.fspath(log_dir) if log_dir is not None else _default_dir())
+            _check_writable(log_dir)
+            writer = SummaryWriter(log_dir)
         self._writer = writer
+        self._log_dir = os.path.abspath(str(writer.get_logdir()))
         self.closed = False
         self._last_step: int | None = None
         # A full or read-only disk must not end the run: errors in TensorBoard's writer thread are
         # caught where they surface, counted here and reported once (tbmem._safe_io).
-        self._faults = FaultLedger(str(writer.get_logdir()))
+        self._faults = FaultLedger(self._log_dir)
         install_safe_io(writer, self._faults)
         # the writer's own events, encoded by hand: written on this thread where records are flushed at
         # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
@@ -218,8 +221,8 @@ class MemoryWriter:
 
     @property
     def log_dir(self) -> str:
-        """The directory the event files are written to."""
-        return str(self._writer.get_logdir())
+        """The directory the event files are written to (absolute: resolved when the writer opened)."""
+        return self._log_dir
 
     # --- registration -------------------------------------------------------------------
     def watch(self, *objects: torch.nn.Module | torch.optim.Optimizer) -> "MemoryWriter":
@@ -600,6 +603,13 @@ def _job_dir() -> str:
     """``runs/<job>``: one folder for every rank of a job started without a log_dir."""
     job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%b%d_%H-%M-%S")
     return os.path.join("runs", f"job_{job}")
+
+
+def _default_dir() -> str:
+    """SummaryWriter's default, ``runs/<date>_<host>``."""
+    import socket
+
+    return os.path.join("runs", time.strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname())
 
 
 def _release_recorders() -> None:
