@@ -219,7 +219,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         step = _int_arg(request, "step")
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
         found = self._dirs.run_dir(run)
-        side = self._census.read(census_log_path(found[0])) if found else {}
+        side = self._census.read(census_log_path(found[0]), root=found[1]) if found else {}
         census_steps = set(side)
         for tag in charts.census_tags(series):
             census_steps.update(int(s) for s in series[tag].steps)

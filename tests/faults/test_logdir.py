@@ -41,3 +41,76 @@ def test_a_relative_logdir_stays_where_it_was_after_chdir(tmp_path):
     snaps = sorted(p.name for p in (run / "plugins" / "tbmem").glob("*.json.gz"))
     assert snaps == ["snapshot_rank0_step000000001.json.gz", "snapshot_rank0_step000000005.json.gz"]
     assert tbmem_lines(done.stderr) == []
+
+
+def test_a_planted_census_symlink_is_not_followed(tmp_path):
+    # census.jsonl has a fixed name: in a shared logdir anyone could plant it as a link to a victim's file
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the victim's own file\n")
+    victim_dir = tmp_path / "victim_dir"
+    victim_dir.mkdir()
+    (tmp_path / "a" / "plugins" / "tbmem").mkdir(parents=True)
+    (tmp_path / "a" / "plugins" / "tbmem" / "census.jsonl").symlink_to(victim)
+    (tmp_path / "b" / "plugins").mkdir(parents=True)
+    (tmp_path / "b" / "plugins" / "tbmem").symlink_to(victim_dir)
+    done = run_child("""
+        import os, sys, torch
+        from tbmem import MemoryWriter
+        model = torch.nn.Linear(8, 8)
+        for run in ("a", "b"):
+            with MemoryWriter(os.path.join(sys.argv[1], run), every=1, census_every=1, custom_layout=False) as w:
+                w.watch(model)
+                for step in range(3):
+                    w.log_memory(step)
+                print(run, w.faults.dropped_census_lines)
+    """, str(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert victim.read_text() == "the victim's own file\n"
+    assert list(victim_dir.iterdir()) == []
+    assert done.stdout.split() == ["a", "3", "b", "3"]
+    lines = tbmem_lines(done.stderr)
+    assert any(f"cannot write to {tmp_path / 'a' / 'plugins' / 'tbmem' / 'census.jsonl'}: it is a symlink, "
+               "which tbmem does not follow" in line for line in lines), lines
+    assert any(f"cannot write to {tmp_path / 'b' / 'plugins' / 'tbmem'}: it is a symlink" in line for line in lines)
+    assert steps_of(tmp_path / "a", RSS) == [0, 1, 2]  # training and its records went on
+
+
+def test_a_census_line_cut_short_by_a_full_disk_is_removed(tmp_path, mounts):
+    # a line the disk cut short stayed in census.jsonl and swallowed the next one
+    disk = mounts("tmpfs", size_kb=1024)
+    done = run_child("""
+        import errno, os, sys, torch
+        from tbmem import MemoryWriter
+        from tbmem.plugin.census_log import CensusLog
+        run = os.path.join(sys.argv[1], "run")
+        layers = [torch.nn.Linear(16, 16) for _ in range(40)]  # 80 tensors: lines of about 9 KiB
+        side = os.path.join(run, "plugins", "tbmem", "census.jsonl")
+
+        def fill():  # every free page of the disk, to its last byte
+            with open(os.path.join(sys.argv[1], "filler"), "wb", buffering=0) as fh:
+                for size in (1 << 16, 1 << 12, 1 << 8, 1):
+                    try:
+                        while True:
+                            fh.write(b"x" * size)
+                    except OSError as exc:
+                        assert exc.errno == errno.ENOSPC
+
+        with MemoryWriter(run, every=1, census_every=1, top_k=80, large_tensor_mb=0.0001,
+                          custom_layout=False) as w:
+            w.watch(*layers)
+            w.log_memory(0)
+            before = os.path.getsize(side)
+            fill()
+            w.log_memory(1)  # only the rest of census.jsonl's last page is free: a short write
+            after = os.path.getsize(side)
+            os.unlink(os.path.join(sys.argv[1], "filler"))
+            w.log_memory(2)
+            print(before, after, w.faults.dropped_census_lines)
+        print(sorted(CensusLog().read(side)))
+    """, str(disk), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sizes, steps = done.stdout.splitlines()[-2:]
+    before, after, dropped = map(int, sizes.split())
+    assert 4096 < before and after == before  # the cut line was removed
+    assert dropped == 1
+    assert steps == "[0, 2]"
