@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 
-from tests.faults._child import run_child, steps_of, tbmem_lines
+import pytest
+
+from tests.faults._child import finish, run_child, start_child, steps_of, tbmem_lines, wait_for_line
 
 RSS = "Memory/RAM/process_rss_GB"
 
@@ -114,3 +117,55 @@ def test_a_census_line_cut_short_by_a_full_disk_is_removed(tmp_path, mounts):
     assert 4096 < before and after == before  # the cut line was removed
     assert dropped == 1
     assert steps == "[0, 2]"
+
+
+_SLOW_SNAPSHOT_WRITE = """
+    import os, sys, time
+    from tbmem import MemoryWriter
+    from tbmem.snapshot.store import SnapshotStore
+    run = os.path.join(sys.argv[1], "run")
+    w = MemoryWriter(run, every=1, census_every=0, custom_layout=False)  # tbmem's SIGTERM handler
+    w.log_memory(0)
+    store = SnapshotStore(run, rank=0, max_snapshots=0, max_disk_mb=0)
+
+    def fill(fh):  # a large snapshot being written
+        fh.write(b"x" * 65536)
+        fh.flush()
+        print("writing", flush=True)
+        time.sleep(60)
+
+    store.write_files("snapshot", 1, [("json.gz", fill)])
+"""
+
+
+def _temps(run):
+    return sorted(p.name for p in (run / "plugins" / "tbmem").glob(".tmp-*.part"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_temp_files_of_a_snapshot_write_ended_by_a_signal_are_removed(tmp_path, sig):
+    # .tmp-*.part files left by SIGKILL and SIGTERM during a snapshot write were never cleaned up
+    run = tmp_path / "run"
+    proc = start_child(_SLOW_SNAPSHOT_WRITE, str(tmp_path))
+    wait_for_line(proc, lambda line: line == "writing")
+    assert len(_temps(run)) == 1
+    proc.send_signal(sig)
+    _, err = finish(proc)
+    assert proc.returncode == -sig
+    if sig == signal.SIGTERM:  # tbmem's handler removed the file being written before the process died
+        assert _temps(run) == []
+        assert tbmem_lines(err) == [f"tbmem: SIGTERM: final record at step 0 written, {run} closed"]
+        return
+    assert len(_temps(run)) == 1  # nothing runs at a SIGKILL: the next writer with snapshots removes it
+    done = run_child("""
+        import os, sys
+        from tbmem import MemoryWriter
+        from tbmem.snapshot import SnapshotConfig
+        with MemoryWriter(os.path.join(sys.argv[1], "run"), every=1, census_every=0,
+                          snapshot=SnapshotConfig(steps=(1,), window=1, html=False)) as w:
+            for step in range(3):
+                w.log_memory(step)
+    """, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _temps(run) == []
+    assert (run / "plugins" / "tbmem" / "snapshot_rank0_step000000001.json.gz").is_file()
