@@ -77,7 +77,7 @@ _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 #: Longest census line the reader keeps (a line is a few KiB: the top-K rows); longer ones are skipped.
 MAX_LINE = 8 << 20
 #: Most bytes one :meth:`CensusLog.read` reads; the rest waits for the next call.
-MAX_READ = 256 << 20
+MAX_READ = 64 << 20
 _CHUNK = 1 << 20
 
 

@@ -9,7 +9,8 @@ and checked (never a path, so it reads what was checked), and reads the page fro
 stdout. The child limits its own address space before it reads anything
 (:func:`memory_limit`: a base plus a multiple of the file's size, at most the budget), so a
 file that needs more ends in a MemoryError there, answered 413, and the server's memory
-does not move. :class:`Budget` bounds the limits of every conversion running at once;
+does not move; once a quarter of a pickle is read, a file bound to need far more than its
+limit is given up early. :class:`Budget` bounds the limits of every conversion running at once;
 :class:`tbmem.plugin.snapshots.SnapshotPages` lets concurrent requests for one file share
 one conversion and caches its page. Nothing here imports torch.
 
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 __all__ = ["Budget", "memory_limit", "render_page", "ConversionFailed", "MEMORY_PER_BYTE", "MEMORY_BASE",
            "DEFAULT_BUDGET_MB", "TIMEOUT_S"]
@@ -135,6 +137,33 @@ def _run_child(fd: int, limit: int, *, name: str, step: int | None, timeout: flo
     raise ConversionFailed(500, f"converting {name} failed (exit status {done.returncode})")
 
 
+class _Projection:
+    """While a pickle is read: give up once a quarter of it shows that the whole needs far more than
+    ``limit`` (memory grows with what was read), instead of reading on until the limit is reached.
+
+    It is called as each piece of the file is read, when everything read before was taken in: the
+    memory then is that of the bytes read up to the previous call.
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+        self.base = _address_space()
+        self.before = 0
+
+    def __call__(self, done: int) -> None:
+        taken, self.before = self.before, done
+        if taken * 4 < self.size:
+            return
+        need = self.base + (_address_space() - self.base) * self.size / taken
+        if need > 1.5 * self.limit:
+            raise MemoryError(f"reading the whole file would take about {need / 2**20:.0f} MiB")
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _child(fd: int, limit: int, name: str, step: int | None) -> int:
     """In the child: limit the address space, read the snapshot from ``fd``, write its page to stdout."""
     import resource
@@ -145,9 +174,13 @@ def _child(fd: int, limit: int, name: str, step: int | None) -> int:
         from tbmem.snapshot.safe_pickle import UnsafePickleError
         from tbmem.snapshot.viewer import render_html
 
+        try:
+            progress: Any = _Projection(os.fstat(fd).st_size, limit)
+        except (OSError, ValueError):
+            progress = None  # no /proc: the limit alone
         with os.fdopen(fd, "rb") as fh:
             try:
-                snap = read_snapshot(fh, name)
+                snap = read_snapshot(fh, name, progress=progress)
             except UnsafePickleError:
                 return _refuse(422, f"{name} is not plain data (it names Python objects); tbmem never runs code "
                                     "from a file, so it is not shown")
