@@ -11,9 +11,33 @@ import os
 import signal
 import time
 
-from tests.faults._child import finish, run_child, start_child, steps_of, tbmem_lines, wait_for_line
+import subprocess
+import sys
+import textwrap
+
+from tests.faults._child import REPO, child_env, finish, start_child, steps_of, tbmem_lines, wait_for_line
 
 RSS = "Memory/RAM/process_rss_GB"
+
+
+def run_child(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """:func:`tests.faults._child.run_child` in a session of its own: after a timeout every process of
+    it is killed, the children it forked too (a hung forked child would otherwise outlive the test)."""
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(), cwd=str(REPO),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # forked children still running after their parent ended
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_a_forked_child_that_exits_normally_ends_and_so_does_its_parent(tmp_path):
