@@ -19,9 +19,7 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import functools
 import os
 import sys
 import tempfile
@@ -32,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from tbmem import _signals
+from tbmem import _process, _signals
 from tbmem import _torch_private as tp
 from tbmem._direct_events import DirectEvents, make_event
 from tbmem._extras import MissingExtraError
@@ -55,18 +53,13 @@ _CENSUS_TEXT_TAG = "Memory/Large_Tensors/top_k"
 _WRITE_PREFIX = "add_"
 
 
-def _flush_at_exit(ref: "weakref.ref[MemoryWriter]") -> None:
-    writer = ref()
-    if writer is not None and not writer.closed:
-        writer.flush()
-
-
 class MemoryWriter:
     """A ``SummaryWriter`` that also logs memory.
 
     Args:
-        log_dir: Where event files go (created if missing). None lets
-            SummaryWriter pick ``runs/<date>_<host>``. Mutually exclusive with ``writer``.
+        log_dir: Where event files go (created if missing; a relative path is resolved once, here,
+            so an ``os.chdir`` later moves nothing). None: ``runs/<date>_<host>``, as SummaryWriter
+            picks it. Mutually exclusive with ``writer``.
         writer: An existing SummaryWriter to wrap instead of creating one.
         config: A :class:`MemoryWriterConfig`; or pass its fields as keywords.
         **options: Fields of :class:`MemoryWriterConfig` (``every=10``, ``census_every=500``, ...).
@@ -106,15 +99,17 @@ class MemoryWriter:
         if writer is None:
             if self._ranks is not None:
                 log_dir = self._ranks.run_dir(os.fspath(log_dir) if log_dir is not None else _job_dir())
-            if log_dir is not None:
-                _check_writable(os.fspath(log_dir))
-            writer = SummaryWriter(None if log_dir is None else os.fspath(log_dir))
+            # resolved once: after an os.chdir a relative logdir would name another folder
+            log_dir = os.path.abspath(os.fspath(log_dir) if log_dir is not None else _default_dir())
+            _check_writable(log_dir)
+            writer = SummaryWriter(log_dir)
         self._writer = writer
+        self._log_dir = os.path.abspath(str(writer.get_logdir()))
         self.closed = False
         self._last_step: int | None = None
         # A full or read-only disk must not end the run: errors in TensorBoard's writer thread are
         # caught where they surface, counted here and reported once (tbmem._safe_io).
-        self._faults = FaultLedger(str(writer.get_logdir()))
+        self._faults = FaultLedger(self._log_dir)
         install_safe_io(writer, self._faults)
         # the writer's own events, encoded by hand: written on this thread where records are flushed at
         # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
@@ -134,11 +129,9 @@ class MemoryWriter:
         self._active = self.config.enabled
         if self._active:
             self._setup()
-        # Flush at interpreter exit (an unhandled exception ends the run without close()); the
-        # partial is this writer's own, so close() can unregister it without touching others.
-        self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
-        atexit.register(self._at_exit)
-        _signals.register(self)
+        # Flush at interpreter exit (an unhandled exception ends the run without close()) and finish
+        # on SIGTERM, in this process only: a forked child inherits the writer closed (tbmem._process)
+        self._at_exit = _process.adopt(self)
 
     def _setup(self) -> None:
         cfg = self.config
@@ -205,8 +198,7 @@ class MemoryWriter:
         return attr
 
     def _after_close(self, what: str) -> None:
-        report_once(f"closed:{id(self)}", f"tbmem: {what}() after close() of the MemoryWriter for "
-                    f"{self.log_dir} is ignored (as is every later write)")
+        report_once(f"closed:{id(self)}", _process.ignored_write_line(self, what))
 
     @property
     def faults(self) -> FaultLedger:
@@ -229,8 +221,8 @@ class MemoryWriter:
 
     @property
     def log_dir(self) -> str:
-        """The directory the event files are written to."""
-        return str(self._writer.get_logdir())
+        """The directory the event files are written to (absolute: resolved when the writer opened)."""
+        return self._log_dir
 
     # --- registration -------------------------------------------------------------------
     def watch(self, *objects: torch.nn.Module | torch.optim.Optimizer) -> "MemoryWriter":
@@ -556,8 +548,7 @@ class MemoryWriter:
                 self._faults.failed(self.log_dir, exc)
         finally:
             self.closed = True
-            atexit.unregister(self._at_exit)
-            _signals.unregister(self)
+            _process.release(self, self._at_exit)
             _release_recorders()
         self._faults.report_close()
 
@@ -612,6 +603,13 @@ def _job_dir() -> str:
     """``runs/<job>``: one folder for every rank of a job started without a log_dir."""
     job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%b%d_%H-%M-%S")
     return os.path.join("runs", f"job_{job}")
+
+
+def _default_dir() -> str:
+    """SummaryWriter's default, ``runs/<date>_<host>``."""
+    import socket
+
+    return os.path.join("runs", time.strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname())
 
 
 def _release_recorders() -> None:

@@ -2,7 +2,10 @@
 
 Exit status: 0 fine; 1 a leak was found and ``--fail-on-leak`` was given;
 2 the logdir cannot be analysed (missing, no event files, no tbmem tags,
-damaged event files, a missing extra). Errors are one line on stderr, never a traceback.
+damaged event files, a missing extra) or the figure cannot be written. Errors are one
+line on stderr, never a traceback. Run names (folder names anyone with write access to a
+shared logdir chooses) are printed and drawn with their control characters escaped
+(:mod:`tbmem._terminal`); ``--json`` keeps them exact.
 
 Example:
     >>> from tbmem.cli import main
@@ -13,12 +16,16 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import math
+import os
 import sys
 from typing import Any
 
 from tbmem._extras import MissingExtraError
+from tbmem._terminal import printable, printable_lines
 
 __all__ = ["add_parser", "report_command", "EXIT_LEAK", "EXIT_ERROR"]
 
@@ -64,7 +71,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    print(f"tbmem report: {message}", file=sys.stderr)
+    print(f"tbmem report: {printable(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -107,6 +114,9 @@ def _report(args: argparse.Namespace) -> int:
     runs = list(args.compare) if args.compare else None
     on_error = "warn" if args.allow_truncated else "raise"
     df, texts = load_scalars_and_texts(args.logdir, runs=runs, on_error=on_error)
+    if not args.json:  # a run's name is printed (and drawn) with its control characters escaped
+        df, texts = _printable_runs(df), _printable_runs(texts)
+        runs = [printable(r) for r in runs] if runs else runs
     summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
@@ -124,27 +134,31 @@ def _report(args: argparse.Namespace) -> int:
         # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
         if others:
             width = None if getattr(args, "wide", False) else _terminal_width()
-            print(format_table(others, compare=bool(args.compare), width=width))
+            print(printable_lines(format_table(others, compare=bool(args.compare), width=width)))
             print()
         if jobs:
-            print(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks))
+            print(printable_lines(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks)))
             print()
-        print(format_leaks(summaries))
+        print(printable_lines(format_leaks(summaries)))
         print()
-        print(format_hints(hints))
+        print(printable_lines(format_hints(hints)))
     if args.png:
         # after the table: a figure that cannot be written does not take the summary with it
         from tbmem.analysis.plot import plot_timeline
 
         sys.stdout.flush()
         try:
-            plot_timeline(df, runs=[s.run for s in others], path=args.png, jobs=jobs)
+            fig = plot_timeline(_printable_runs(df) if args.json else df,
+                                runs=[printable(s.run) for s in others], jobs=jobs)
+            _save_figure(fig, args.png)
         except BrokenPipeError:
             raise
         except OSError as exc:
             return _fail(f"cannot write the figure: {_os_error(exc, args.png)}")
+        except ValueError as exc:  # a suffix matplotlib has no format for
+            return _fail(f"cannot write the figure: {exc}")
         if not args.json:
-            print(f"\nfigure written to {args.png}")
+            print(f"\nfigure written to {printable(args.png)}")
     leaked = any(s.has_leak for s in summaries)
     return EXIT_LEAK if (leaked and args.fail_on_leak) else 0
 
@@ -152,7 +166,6 @@ def _report(args: argparse.Namespace) -> int:
 def _terminal_width() -> int | None:
     """The columns to fit: ``COLUMNS`` when set, else the terminal's when stdout is one; None (no limit)
     when the output goes to a file or a pipe."""
-    import os
     import shutil
 
     env = os.environ.get("COLUMNS", "")
@@ -161,6 +174,31 @@ def _terminal_width() -> int | None:
     if sys.stdout.isatty():
         return shutil.get_terminal_size().columns
     return None
+
+
+def _printable_runs(df: Any) -> Any:
+    """``df`` with its ``run`` column made printable (the names are equal where nothing is escaped)."""
+    if "run" not in df.columns or not len(df):
+        return df
+    return df.assign(run=df["run"].map(printable))
+
+
+def _save_figure(fig: Any, path: str) -> None:
+    """Write ``fig`` to exactly ``path`` (format from its suffix, PNG without one), checking every write.
+
+    Rendered in memory first: matplotlib writing to a path appends ``.png`` to a name without a
+    suffix (the line said another file was written) and lets a failed write pass (``/dev/full``).
+    """
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    supported = fig.canvas.get_supported_filetypes()
+    if fmt not in supported:
+        raise ValueError(f"{path}: no figure format for .{fmt} (use one of .{', .'.join(sorted(supported))})")
+    data = io.BytesIO()
+    fig.savefig(data, format=fmt, dpi=110)
+    with open(path, "wb") as fh:  # a failed write (or the flush at close) raises here
+        fh.write(data.getbuffer())
 
 
 def _os_error(exc: OSError, path: str | None = None) -> str:

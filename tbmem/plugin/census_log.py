@@ -7,6 +7,13 @@ census, with exact byte counts and its top-K storages, to this side file, which 
 Memory tab reads. Lines are appended with one ``write`` each; a restarted run that
 writes a step again replaces it (the last line of a step wins, as in TensorBoard).
 
+The file is opened below the run directory without following a symlink (a logdir may be
+shared: a planted ``census.jsonl`` link must not make training append to someone's file),
+and a line the disk cut short is removed again, so the next line stays readable. The
+reader reads only what was appended since its last call, in bounded pieces (a line over
+:data:`MAX_LINE` bytes is skipped, never held whole), and returns only the fields a
+census line has.
+
 For logs written before the side file existed, :func:`parse_census_markdown` reads
 the rows back from the markdown table.
 
@@ -24,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -32,9 +40,10 @@ import time
 from typing import Any, Callable
 
 from tbmem._log import report_once
+from tbmem.plugin.paths import open_below, open_regular_below
 
 __all__ = ["CENSUS_LOG", "census_log_path", "census_record", "append_census", "CensusLog",
-           "parse_census_markdown"]
+           "parse_census_markdown", "MAX_LINE", "MAX_READ"]
 
 #: Path of the side file inside a run directory.
 CENSUS_LOG = os.path.join("plugins", "tbmem", "census.jsonl")
@@ -65,8 +74,11 @@ def census_record(step: int, census: Any) -> dict[str, Any]:
 # json.dumps(separators=(",", ":"), allow_nan=False) makes this encoder at every call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-# Folders made (or found) once: os.makedirs costs three system calls and an exception per census.
-_FOLDERS_MADE: set[str] = set()
+#: Longest census line the reader keeps (a line is a few KiB: the top-K rows); longer ones are skipped.
+MAX_LINE = 8 << 20
+#: Most bytes one :meth:`CensusLog.read` reads; the rest waits for the next call.
+MAX_READ = 64 << 20
+_CHUNK = 1 << 20
 
 
 def append_census(run_dir: str, step: int, census: Any,
@@ -81,24 +93,24 @@ def append_census(run_dir: str, step: int, census: Any,
             counts it with its other dropped writes); None reports it once on the tbmem logger.
     """
     path = census_log_path(run_dir)
-    folder = os.path.dirname(path)
+    where = os.path.dirname(path)
     try:
-        line = _ENCODER.encode(census_record(step, census)) + "\n"
-        if folder not in _FOLDERS_MADE:
-            os.makedirs(folder, exist_ok=True)
-            _FOLDERS_MADE.add(folder)
+        line = (_ENCODER.encode(census_record(step, census)) + "\n").encode("utf-8")
+        try:  # no symlink followed below the run directory; the umask decides the mode, as for events
+            fd = open_below(run_dir, path, _APPEND, 0o666, make_dirs=True)
+        except OSError as exc:
+            link = _symlink_below(run_dir, path) if exc.errno in (errno.ELOOP, errno.ENOTDIR) else None
+            if link is not None:
+                where = link
+                raise OSError(exc.errno, "it is a symlink, which tbmem does not follow") from None
+            raise
         try:
-            fd = os.open(path, _APPEND, 0o666)  # the umask decides, as for events
-        except FileNotFoundError:  # the folder was removed since this process made it: made again
-            os.makedirs(folder, exist_ok=True)
-            fd = os.open(path, _APPEND, 0o666)
-        try:
-            os.write(fd, line.encode("utf-8"))  # one write: concurrent appenders never interleave lines
+            _append_line(fd, line)
         finally:
             os.close(fd)
     except OSError as exc:
         if on_os_error is not None:
-            on_os_error(folder, exc)
+            on_os_error(where, exc)
         else:
             report_once("census-log", "tbmem: could not append the census to plugins/tbmem/census.jsonl; "
                                       "the Memory tab will show the largest tensors of fewer censuses", exc=exc)
@@ -107,12 +119,59 @@ def append_census(run_dir: str, step: int, census: Any,
                                   "the Memory tab will show the largest tensors of fewer censuses", exc=exc)
 
 
+def _symlink_below(root: str, path: str) -> str | None:
+    """The first symlink on the way from ``root`` down to ``path``, if any."""
+    here = root
+    for name in os.path.relpath(path, root).split(os.sep):
+        here = os.path.join(here, name)
+        if os.path.islink(here):
+            return here
+    return None
+
+
+def _append_line(fd: int, line: bytes) -> None:
+    """One ``write`` (concurrent appenders never interleave lines); a line the disk cut short is
+    cut off again, so the next line does not continue it."""
+    start = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, line)
+    except OSError:
+        _cut(fd, start, 0)
+        raise
+    if written < len(line):
+        _cut(fd, start, written)
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (the census line was cut short after "
+                                    f"{written} of {len(line)} bytes and removed)")
+
+
+def _cut(fd: int, start: int, written: int) -> None:
+    try:
+        if written and os.fstat(fd).st_size == start + written:  # nobody appended after it
+            os.ftruncate(fd, start)
+    except OSError:
+        pass  # the reader skips the damaged line and finds the next one behind it
+
+
+class _File:
+    """What a :class:`CensusLog` knows of one file."""
+
+    __slots__ = ("lock", "key", "offset", "skipping", "records")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.key: tuple[int, int] | None = None  # (st_dev, st_ino)
+        self.offset = 0  # the first byte not yet parsed
+        self.skipping = False  # inside a line longer than MAX_LINE
+        self.records: dict[int, dict[str, Any]] = {}
+
+
 class CensusLog:
     """Reads census side files incrementally: each call parses only the lines appended since.
 
-    Thread-safe; one instance serves every run. A file that shrank (rewritten) is read afresh,
-    a last line without its newline (being written) is left for the next call, a damaged line
-    is skipped.
+    Thread-safe; one instance serves every run, and a call for one file never waits for
+    another file. A file that shrank or was replaced is read afresh, a last line without its
+    newline (being written) is left for the next call, a damaged line is skipped. Memory per
+    call is bounded (:data:`MAX_LINE` plus 1 MiB), and so are the bytes read (:data:`MAX_READ`).
 
     Example:
         >>> import os, tempfile
@@ -125,41 +184,90 @@ class CensusLog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._state: dict[str, tuple[int, int, dict[int, dict[str, Any]]]] = {}  # path -> (ino, offset, by step)
+        self._files: dict[str, _File] = {}
 
-    def read(self, path: str) -> dict[int, dict[str, Any]]:
-        """Step -> census record of the file at ``path`` ({} when it does not exist)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return {}
+    def read(self, path: str, *, root: str | None = None) -> dict[int, dict[str, Any]]:
+        """Step -> census record of the file at ``path`` ({} when it does not exist or is no regular file).
+
+        ``root``: the folder ``path`` must stay in; no symlink below it is followed
+        (:func:`tbmem.plugin.paths.open_below`). Without it only the file itself is not.
+        """
         with self._lock:
-            ino, offset, records = self._state.get(path, (st.st_ino, 0, {}))
-            if ino != st.st_ino or st.st_size < offset:
-                offset, records = 0, {}
-            if st.st_size > offset:
-                records = dict(records)
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read(st.st_size - offset)
-                end = chunk.rfind(b"\n") + 1
-                for line in chunk[:end].splitlines():
-                    rec = _parse_line(line)
-                    if rec is not None:
-                        records[rec["step"]] = rec
-                offset += end
-            self._state[path] = (st.st_ino, offset, records)
-            return records
+            state = self._files.setdefault(path, _File())
+        with state.lock:
+            try:
+                fd, st = open_regular_below(root or os.path.dirname(path) or ".", path)
+            except OSError:
+                return {}
+            try:
+                if state.key != (st.st_dev, st.st_ino) or st.st_size < state.offset:
+                    state.key, state.offset, state.skipping, state.records = (st.st_dev, st.st_ino), 0, False, {}
+                if st.st_size > state.offset:
+                    _advance(fd, state, st.st_size)
+            except OSError:
+                pass  # what was read stays; the rest is tried again next time
+            finally:
+                os.close(fd)
+            return state.records
+
+
+def _advance(fd: int, state: _File, size: int) -> None:
+    """Parse the complete lines from ``state.offset`` on (at most MAX_READ bytes)."""
+    records: dict[int, dict[str, Any]] | None = None
+    end = min(size, state.offset + MAX_READ)
+    pos = state.offset
+    pending = b""
+    while pos < end:
+        chunk = os.pread(fd, min(_CHUNK, end - pos), pos)
+        if not chunk:
+            break
+        pos += len(chunk)
+        if state.skipping:  # the rest of an over-long line
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                state.offset = pos
+                continue
+            state.skipping = False
+            chunk = chunk[cut + 1:]
+            state.offset = pos - len(chunk)
+        pending += chunk
+        cut = pending.rfind(b"\n") + 1
+        if cut:
+            for line in pending[:cut].splitlines():
+                rec = _parse_line(line)
+                if rec is not None:
+                    if records is None:
+                        records = dict(state.records)  # callers may hold the previous dict
+                    records[rec["step"]] = rec
+            state.offset += cut
+            pending = pending[cut:]
+        if len(pending) > MAX_LINE:
+            state.skipping, state.offset, pending = True, pos, b""
+    if records is not None:
+        state.records = records
+
+
+# the fields census_record writes: nothing else of a line is returned
+_FIELDS = frozenset(("step", "wall_time", "total_bytes", "storages", "by_category", "by_dtype", "by_device",
+                     "by_module", "unattributed_bytes", "large_tensor_bytes", "large_count",
+                     "large_total_bytes", "duration_ms", "heap_scan", "notes", "top_k", "where",
+                     "large_rule", "top"))
+_LINE_START = b'{"step":'
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | None:
     try:
         rec = json.loads(line)
     except ValueError:
+        # a line cut short (a full disk, a killed writer) that the next line continued: the next
+        # line is behind its start (census_record writes "step" first)
+        start = line.rfind(_LINE_START)
+        if start <= 0:
+            return None
+        return _parse_line(line[start:])
+    if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec["step"], bool):
         return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-        return None
-    return rec
+    return {k: v for k, v in rec.items() if k in _FIELDS}
 
 
 _ROW = re.compile(r"^\|\s*(\d+)\s*\|(.*)\|\s*$")

@@ -36,6 +36,7 @@ from werkzeug import wrappers
 from tbmem import palette
 from tbmem.plugin import charts
 from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.plugin.convert import DEFAULT_BUDGET_MB
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.paths import RunDirs
 from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
@@ -107,7 +108,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
         self._dirs = RunDirs(context)
         self._cache = ScalarCache(self._provider)
         self._census = CensusLog()
-        self._pages = SnapshotPages()
+        self._pages = SnapshotPages(budget_mb=getattr(context.flags, "tbmem_snapshot_memory_mb", None)
+                                    or DEFAULT_BUDGET_MB)
         self._active = False
 
     # --- TBPlugin -----------------------------------------------------------------------
@@ -177,6 +179,14 @@ class MemoryPlugin(base_plugin.TBPlugin):
         found = self._dirs.run_dir(run)
         return [] if found is None else find_snapshots(*found)
 
+    def _snapshot_page(self, run: str, sid: str) -> str:
+        """The page of snapshot ``sid`` of ``run``: found by listing, opened below the run's root."""
+        found = self._dirs.run_dir(run)
+        entry = next((e for e in find_snapshots(*found) if e.id == sid), None) if found and sid else None
+        if entry is None:
+            raise errors.NotFoundError("unknown snapshot id")
+        return self._pages.page(entry, found[1])
+
     # --- routes ---------------------------------------------------------------------------
     @wrappers.Request.application
     def _serve_runs(self, request: Any) -> Any:
@@ -234,7 +244,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         step = _int_arg(request, "step")
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
         found = self._dirs.run_dir(run)
-        side = self._census.read(census_log_path(found[0])) if found else {}
+        side = self._census.read(census_log_path(found[0]), root=found[1]) if found else {}
         census_steps = set(side)
         for tag in charts.census_tags(series):
             census_steps.update(int(s) for s in series[tag].steps)
@@ -275,12 +285,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_snapshot(self, request: Any) -> Any:
         _, _, run = self._run(request)
-        sid = request.args.get("id", "")
-        entry = next((e for e in self._snapshots(run) if e.id == sid), None) if sid else None
-        if entry is None:
-            raise errors.NotFoundError("unknown snapshot id")
         try:
-            html = self._pages.page(entry)
+            html = self._snapshot_page(run, request.args.get("id", ""))
         except SnapshotError as exc:
             return _json(request, {"error": str(exc)}, code=exc.status)
         hashes = [base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii")

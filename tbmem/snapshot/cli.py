@@ -2,8 +2,10 @@
 
 FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read as plain data:
 a pickle that names any Python object is refused, so no code from the file runs. A file that
-cannot be read (missing, truncated, malformed, over the reader's limits) ends the command
-with one line on stderr saying why, and exit status 2.
+cannot be read (missing, truncated, malformed, over the reader's limits; a directory, a FIFO,
+a device) ends the command with one line on stderr saying why (for a directory, followed by
+the snapshot files in it), and exit status 2. Names from the file are printed with their
+control characters escaped (:mod:`tbmem._terminal`).
 
 Example:
     >>> import argparse
@@ -78,17 +80,22 @@ def _fail(message: str) -> int:
 
 def _load(path: str) -> Any:
     """The snapshot, or an error line (str) saying why it cannot be read."""
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._terminal import printable
+    from tbmem.snapshot.cli_input import open_input
+    from tbmem.snapshot.readers import read_snapshot
 
-    if not os.path.isfile(path):
-        return f"cannot read {path}: no such file"
+    fh = open_input(path)
+    if isinstance(fh, str):
+        return fh
     try:
-        return load_snapshot(path)
+        with fh:
+            return read_snapshot(fh, path)
     except MemoryError:
-        return f"cannot read {path}: not enough memory"
+        return f"cannot read {printable(path)}: not enough memory"
     except (OSError, ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError, RecursionError) as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        return text if text.startswith(f"{path} ") else f"cannot read {path}: {text}"
+        text = printable(" ".join(str(exc).split()) or type(exc).__name__)
+        name = printable(path)
+        return text if text.startswith(f"{name} ") else f"cannot read {name}: {text}"
 
 
 def html_command(args: argparse.Namespace) -> int:
@@ -123,12 +130,21 @@ def _torch_html(args: argparse.Namespace) -> int:
     from tbmem import _torch_private as tp
     from tbmem.snapshot.readers import is_pickle_path, load_torch_pickle
 
+    from tbmem._terminal import printable
+    from tbmem.snapshot.cli_input import open_input
+
     if not is_pickle_path(args.file):
         return _fail("--torch needs a torch .pickle snapshot (tbmem .json.gz files have no torch form)")
+    fh = open_input(args.file)
+    if isinstance(fh, str):
+        return _fail(fh)
     try:
-        page = tp.memory_viz_trace_plot(load_torch_pickle(args.file))
+        with fh:
+            page = tp.memory_viz_trace_plot(load_torch_pickle(fh))
+    except RecursionError:
+        return _fail(f"cannot render {printable(args.file)}: it is nested too deeply to be a snapshot")
     except (OSError, ValueError, EOFError, pickle.UnpicklingError, MemoryError) as exc:
-        return _fail(f"cannot read {args.file}: {' '.join(str(exc).split())}")
+        return _fail(f"cannot read {printable(args.file)}: {printable(' '.join(str(exc).split()))}")
     if page is None:
         return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
     return _write_page(page, args)
@@ -145,7 +161,11 @@ def stats_command(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(stats_doc(snap, top=max(1, args.top), device=args.device)))
         else:
-            print(stats_text(snap, top=max(1, args.top), device=args.device, cpp=args.cpp))
+            from tbmem._terminal import printable_lines
+            from tbmem.snapshot.cli_input import for_terminal
+
+            print(printable_lines(stats_text(for_terminal(snap), top=max(1, args.top), device=args.device,
+                                             cpp=args.cpp)))
     except ValueError as exc:
         return _fail(str(exc))
     return 0

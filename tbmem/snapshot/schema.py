@@ -44,6 +44,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from tbmem.snapshot.shape import check_document
+
 __all__ = ["SCHEMA", "VERSION", "NotASnapshot", "Snapshot", "Device", "SnapshotBuilder", "Frame", "to_json", "from_json",
            "read_json_gz", "encode_json_gz", "encode_column", "decode_column", "FLAG_FREE_SITE",
            "FLAG_PENDING_FREE", "COLUMNS"]
@@ -509,6 +511,7 @@ def from_json(doc: Any) -> Snapshot:
     """Validate a parsed JSON document and decode it; ValueError names what is wrong."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise NotASnapshot(f"not a {SCHEMA} document")
+    check_document(doc)  # the fields used as they are (tbmem.snapshot.shape)
     if doc.get("version") == 1:
         doc = _v1_to_v2(doc)
     elif doc.get("version") != VERSION:
@@ -553,11 +556,13 @@ def encode_json_gz(snap: Snapshot) -> bytes:
     return gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)
 
 
-def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | None = None) -> Snapshot:
+def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | None = None,
+                 fileobj: Any = None) -> Snapshot:
     """Load and validate a ``.json.gz`` (or plain ``.json``) snapshot file.
 
     ``max_bytes``/``max_ratio`` bound the decompressed size (whole or per compressed byte past
-    64 MiB); a file over either is refused with ValueError before it is parsed.
+    64 MiB); a file over either is refused with ValueError before it is parsed. ``fileobj``: the
+    file already open (binary, at its start); ``path`` then only names it.
     """
     import os
 
@@ -566,16 +571,19 @@ def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | 
     limits = Limits()
     max_bytes = limits.max_decompressed_bytes if max_bytes is None else max_bytes
     max_ratio = limits.max_gzip_ratio if max_ratio is None else max_ratio
-    size = os.path.getsize(path)
+    size = os.fstat(fileobj.fileno()).st_size if fileobj is not None else os.path.getsize(path)
     if not str(path).endswith(".gz"):
         if size > max_bytes:
             raise ValueError(f"{path} is {size:,} bytes, over the limit of {max_bytes:,}")
-        with open(path, "rb") as fh:
-            data = fh.read()
+        if fileobj is not None:
+            data = fileobj.read(max_bytes + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
     else:
         allowed = min(max_bytes, max(64 * 2**20, int(size * max_ratio)))
         chunks, total = [], 0
-        with gzip.open(path, "rb") as fh:
+        with gzip.GzipFile(path, "rb", fileobj=fileobj) as fh:
             while True:
                 chunk = fh.read(1 << 20)
                 if not chunk:
