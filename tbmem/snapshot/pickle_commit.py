@@ -221,5 +221,5 @@ def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: list, 
     memo.extend(entries.tolist())
     time = np.where(sc.has_time[sel], sc.time[sel], NO_TIME)
     rows.add_block(action=action[:n], addr=sc.addr[sel], size=sc.size[sel], time=time, stack=sid,
-                   meta=meta[:n])
+                   meta=meta[:n], stream=sc.stream[sel])
     return n

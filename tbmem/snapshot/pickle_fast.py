@@ -51,7 +51,7 @@ class Scan:
 
     Per candidate: ``start``/``end`` (buffer positions), ``ok`` (fully parsed), ``chain`` (how
     many ok candidates follow back to back from it), the field values ``addr``, ``size``,
-    ``time`` (``has_time``), ``action_ref`` (memo index of the action string), and frames as
+    ``time`` (``has_time``), ``stream``, ``action_ref`` (memo index of the action string), and frames as
     either ``list_ref`` (memo index of an existing list, -1 if new) or the new list's frame
     memo references, the bytes ``span_pos .. span_pos + span_len`` of the buffer. ``inline`` counts the memo
     entries each event's inline strings add, ``inline_before_frames`` those written before
@@ -67,6 +67,7 @@ class Scan:
         self.addr = np.zeros(n, dtype=np.int64)
         self.size = np.zeros(n, dtype=np.int64)
         self.time = np.zeros(n, dtype=np.int64)
+        self.stream = np.zeros(n, dtype=np.int64)
         self.has_time = np.zeros(n, dtype=bool)
         self.action_ref = np.full(n, -1, dtype=np.int64)
         self.list_ref = np.full(n, -1, dtype=np.int64)
@@ -194,6 +195,8 @@ def _parse_layout(B: _Bytes, cand: np.ndarray, layout: Layout, out: Scan, rows: 
             elif key == "time_us":
                 out.time[rows] = val
                 time_seen = True
+            else:
+                out.stream[rows] = val
             p = p + length
             continue
         # any other value: a memo reference, an inline short string, None/True/False or an integer

@@ -33,6 +33,7 @@ ACTION_CODE = {name: i for i, name in enumerate(ACTIONS)}
 NO_TIME = np.iinfo(np.int64).min
 _COLUMNS = {"action": np.int8, "addr": np.int64, "size": np.int64, "time": np.int64, "stack": np.int32,
             "meta": np.int32}
+_SEGMENT_ACTIONS = tuple(ACTION_CODE[a] for a in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"))
 _KNOWN_EVENT_KEYS = {"action", "addr", "size", "stream", "time_us", "frames", "device_free",
                      "compile_context", "user_metadata"}
 
@@ -120,6 +121,8 @@ class EventRows:
     Columns: ``action`` (code into :data:`ACTIONS`), ``addr`` (``device_free`` for ``oom``),
     ``size``, ``time`` (:data:`NO_TIME` when absent), ``stack`` (index into :attr:`stacks`, -1
     none), ``meta`` (index into :attr:`strings` of a non-empty ``user_metadata``, -1 none).
+    The ``stream`` of segment events (the allocator's segments belong to one stream) is kept
+    in :attr:`streams` by row, not as a column: blocks take their segment's.
     """
 
     def __init__(self, limits: Limits) -> None:
@@ -135,6 +138,7 @@ class EventRows:
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
         self.extra_keys: set[str] = set()
+        self.streams: dict[int, int] = {}
         self.trace_refs: dict[int, tuple[list, TraceRef]] = {}
 
     @property
@@ -143,10 +147,12 @@ class EventRows:
         return self._count
 
     def column(self, name: str) -> np.ndarray:
-        """One column over all rows."""
+        """One column over all rows (its blocks are joined once and kept joined, not copied again)."""
         self._flush()
         blocks = self._blocks[name]
-        return np.concatenate(blocks) if blocks else np.zeros(0, dtype=_COLUMNS[name])
+        if len(blocks) > 1:
+            blocks[:] = [np.concatenate(blocks)]
+        return blocks[0] if blocks else np.zeros(0, dtype=_COLUMNS[name])
 
     def _flush(self) -> None:
         if self._pending["action"]:
@@ -205,8 +211,10 @@ class EventRows:
             raise SnapshotRefused(f"more than {self.limits.max_events:,} trace events (Limits.max_events)")
         self._count += n
 
-    def add(self, action: int, addr: int, size: int, time: int, stack: int, meta: int) -> None:
+    def add(self, action: int, addr: int, size: int, time: int, stack: int, meta: int, stream: int = 0) -> None:
         """Append one row."""
+        if action in _SEGMENT_ACTIONS and stream:
+            self.streams[self._count] = stream
         self._grow(1)
         p = self._pending
         p["action"].append(action)
@@ -216,9 +224,13 @@ class EventRows:
         p["stack"].append(stack)
         p["meta"].append(meta)
 
-    def add_block(self, **cols: np.ndarray) -> None:
-        """Append many rows at once (one array per column, equal lengths)."""
+    def add_block(self, *, stream: np.ndarray | None = None, **cols: np.ndarray) -> None:
+        """Append many rows at once (one array per column, equal lengths; ``stream`` optional)."""
         n = int(cols["action"].shape[0])
+        if stream is not None:
+            seg = np.flatnonzero(np.isin(cols["action"], _SEGMENT_ACTIONS) & (stream != 0))
+            for i, value in zip(seg.tolist(), stream[seg].tolist()):
+                self.streams[self._count + i] = value
         self._grow(n)
         self._flush()
         for c, dtype in _COLUMNS.items():
@@ -234,7 +246,8 @@ class EventRows:
         meta = e.get("user_metadata")
         self.add(code, _int64(e.get("device_free" if action == "oom" else "addr", 0), "addr"),
                  _int64(e.get("size", 0), "size"), NO_TIME if t is None else _int64(t, "time_us"),
-                 self.stack_id(e.get("frames")), self.string_id(meta) if isinstance(meta, str) and meta else -1)
+                 self.stack_id(e.get("frames")), self.string_id(meta) if isinstance(meta, str) and meta else -1,
+                 _int64(e.get("stream", 0), "stream"))
         for k in e:
             if isinstance(k, str) and k not in _KNOWN_EVENT_KEYS and len(self.extra_keys) < 64:
                 self.extra_keys.add(k)
