@@ -56,7 +56,6 @@ _CATEGORY_PALETTE = {"parameter": "parameters", "gradient": "gradients", "optimi
 # categories the Memory tab has no entry for (recorded only in snapshots)
 _EXTRA_COLOURS = {"backward": "#af7aa1", "no_grad": "#ff9da7", "before trace": "#9c755f",
                   "before_recording": "#9c755f"}
-_BASELINE_COLOUR = "#d4d4d4"
 _OVERVIEW_COLUMNS = 2048
 
 
@@ -100,14 +99,14 @@ def _delta(arr: np.ndarray) -> np.ndarray:
 
 
 def _overview(n_bands: int, d: Device) -> dict[str, Any] | None:
-    """Each of 2048 columns at its highest point, bands by category then the baseline: the most
+    """Each of 2048 columns at its highest point, bands by category: the most
     bytes alive across the column (its events, and the state carried in from before it), so a
     column with no event shows what stayed alive, never the spike before it."""
     n = d.n_events
     if n == 0:
         return None
     a = d.allocs
-    band = np.where(a["start"] < 0, n_bands - 1, a["category"])
+    band = a["category"]
     delta = np.zeros(n, dtype=np.int64)
     band_of_event = np.zeros(n, dtype=np.int64)
     s, e = a["start"], a["end"]
@@ -173,7 +172,7 @@ def _device_doc(snap: Snapshot, d: Device) -> tuple[dict[str, Any], dict[str, An
             "dropped": d.dropped, "reserved_bytes": d.reserved_bytes, "segments": d.segments, "ooms": d.ooms,
             "markers": d.markers, "peak": list(d.peak()), "final_bytes": d.final_bytes(),
             "baseline_bytes": d.baseline_bytes(), "baseline_reserved": d.baseline_reserved(),
-            "overview": _overview(len(snap.categories) + 1, d), "explain": explain,
+            "overview": _overview(len(snap.categories), d), "explain": explain,
             "addr_base": addr_base, "addr_align": align, "has_segments": d.segs is not None,
             "streams": [int(s) for s in d.streams], "pools": [list(p) for p in d.pools]}
     body: dict[str, Any] = {"time_us": encode_column(_delta(d.time_us), compress=True),
@@ -204,8 +203,7 @@ def page_docs(snaps: Sequence[Snapshot], *, names: Sequence[str] | None = None,
         bodies.append({"strings": snap.strings, "frames": snap.frames, "stacks": snap.stacks,
                        "frame_kinds": kinds.tolist(), "user_frame": attribution(snap, kinds).tolist(),
                        "gen_frame": generated_frames(snap, kinds).tolist(), "devices": [b for _h, b in parts]})
-    head = {"snapshots": heads, "colours": category_colours(sorted(categories)), "baseline_colour": _BASELINE_COLOUR,
-            "kinds": list(KINDS)}
+    head = {"snapshots": heads, "colours": category_colours(sorted(categories)), "kinds": list(KINDS)}
     return head, {"snapshots": bodies}
 
 

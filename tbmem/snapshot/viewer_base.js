@@ -6,15 +6,15 @@ var T = {start: performance.now()};
 var HEAD = JSON.parse(document.getElementById("tbmem-head").textContent);
 var BODY = null;  // the columns: parsed after the first paint
 T.parsed = performance.now();
-var COLOURS = HEAD.colours, BASELINE = HEAD.baseline_colour;
+var COLOURS = HEAD.colours;
 var FLAG_FREE_SITE = 1, FLAG_PENDING = 2, SEG_EXPANDABLE = 1, SEG_SMALL = 2, SEG_LARGE = 4, MAX_FRAMES = 14;
 var KIND_USER = 0, KIND_CPP = 2, KIND_GEN = 3, KIND_INTERNAL = 4;
 var snapIndex = HEAD.snapshots.length ? 0 : -1;  // the snapshot shown
 var SH = HEAD.snapshots[0];                      // its head document
 var SB = null;                                   // its columns document (strings, frames, stacks)
-var nC = SH.categories.length, BASE = nC;        // band nC: memory alive before the first event
+var nC = SH.categories.length;                   // one band per category
 var dev = null;                                  // the decoded device shown
-var catOn = new Uint8Array(nC + 1).fill(1), minSize = 0, showCpp = false, useTime = true;
+var catOn = new Uint8Array(nC).fill(1), minSize = 0, showCpp = false, useTime = true;
 var state = {drawn: false, exact: false};
 
 function $(id) { return document.getElementById(id); }
@@ -30,9 +30,9 @@ function colour(name) {
   for (var i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
   return "hsl(" + (h % 360) + ",55%,55%)";
 }
-function bandColour(c) { return c === BASE ? BASELINE : colour(SH.categories[c]); }
-function bandName(c) { return c === BASE ? "alive before the trace (baseline)" : SH.categories[c]; }
-function bandOrder() { var o = [BASE]; for (var c = 0; c < nC; c++) o.push(c); return o; }  // baseline at the bottom
+function bandColour(c) { return colour(SH.categories[c]); }
+function bandName(c) { return SH.categories[c]; }
+function bandOrder() { var o = []; for (var c = 0; c < nC; c++) o.push(c); return o; }
 
 var UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 function fmtBytes(n) {
@@ -106,7 +106,7 @@ function loadDevice(si, di) {
     var evAlloc = new Int32Array(nE).fill(-1), evDelta = new Float64Array(nE), band = new Uint8Array(nA);
     var evBand = new Uint8Array(nE), size = out.size, cat = out.cat;
     for (k = 0; k < nA; k++) {
-      var bnd = start[k] < 0 && nE ? nCat : cat[k];  // without events, all is "before": show categories
+      var bnd = cat[k];  // by category, what was alive before the trace too (its tooltip says so)
       band[k] = bnd;
       if (start[k] >= 0) { evAlloc[start[k]] = k; evDelta[start[k]] = size[k]; evBand[start[k]] = bnd; }
       if (end[k] >= 0) { evAlloc[end[k]] = k; evDelta[end[k]] = -size[k]; evBand[end[k]] = bnd; }

@@ -1,7 +1,7 @@
 // --- interaction: hover, zoom, pan, brush, the selected event, controls; hooks for tests -------------
 function redrawAll() { if (!dev) return; draw(); renderPeak(); }
 
-// the allocation under (px, py) of the active chart: bands stacked baseline first, allocations in a band by age
+// the allocation under (px, py) of the active chart: bands stacked in category order, allocations in a band by age
 function hit(px, py) {
   if (!M || px < PAD_L || px > PAD_L + plotW()) return null;
   var k = Math.min(M.cols - 1, Math.max(0, Math.floor((px - PAD_L) / plotW() * M.cols)));
@@ -168,7 +168,7 @@ function selectDevice(i) {
 }
 function selectSnapshot(i) {
   snapIndex = i; SH = HEAD.snapshots[i]; SB = body().snapshots[i];
-  nC = SH.categories.length; BASE = nC; catOn = new Uint8Array(nC + 1).fill(1);
+  nC = SH.categories.length; catOn = new Uint8Array(nC).fill(1);
   var sel2 = $("device");
   sel2.textContent = "";
   SH.devices.forEach(function (d, k) {

@@ -85,10 +85,10 @@ function explainHeader() {
 }
 
 function buildLegend() {
-  var box = $("categories"), used = new Uint8Array(nC + 1);
+  var box = $("categories"), used = new Uint8Array(nC);
   box.textContent = "";
   for (var a = 0; a < dev.nA; a++) used[dev.band[a]] = 1;
-  for (var c = 0; c <= nC; c++) {
+  for (var c = 0; c < nC; c++) {
     if (!used[c]) continue;
     (function (c) {
       var lab = document.createElement("label"), b = document.createElement("input");

@@ -28,7 +28,7 @@ function plotH(c) { return (c || canvas).height - PAD_T - PAD_B; }
 function prepare(dv) {
   var key = Array.prototype.join.call(catOn, "") + "/" + minSize;
   if (dv.prepared === key) return;
-  var nB = nC + 1, cur = new Float64Array(nB), total = 0, all = dv.d.baseline_bytes, res = dv.d.baseline_reserved || 0;
+  var nB = nC, cur = new Float64Array(nB), total = 0, all = dv.d.baseline_bytes, res = dv.d.baseline_reserved || 0;
   for (var a = 0; a < dv.nA; a++) if (dv.start[a] < 0 && included(dv, a)) { cur[dv.band[a]] += dv.size[a]; total += dv.size[a]; }
   var ncp = Math.floor(dv.nE / K) + 1, cps = new Float64Array(ncp * (nB + 2)), r = 0, nR = dv.resEv ? dv.resEv.length : 0;
   var peak = total, peakEv = -1, ms = minSize, evDelta = dv.evDelta, evBand = dv.evBand;
@@ -48,7 +48,7 @@ function prepare(dv) {
 }
 // the state (bands, allocated, reserved, reserved cursor) right before event e0
 function stateBefore(dv, e0) {
-  var nB = nC + 1, c = Math.floor(Math.min(e0, dv.nE) / K), o = c * (nB + 2), cur = dv.cps.slice(o, o + nB);
+  var nB = nC, c = Math.floor(Math.min(e0, dv.nE) / K), o = c * (nB + 2), cur = dv.cps.slice(o, o + nB);
   var all = dv.cps[o + nB], res = dv.cps[o + nB + 1], ms = minSize;
   for (var e = c * K; e < e0; e++) {
     var dd = dv.evDelta[e];
@@ -70,7 +70,7 @@ function lowerBound(arr, v) {
 // at that point, and the least; the same for the reserved and the unfiltered allocated bytes
 function aggregate(cols) {
   prepare(dev);
-  var nB = nC + 1, x0 = V.x0, span = V.x1 - V.x0, e0 = firstAtOrAfter(V.x0), s = stateBefore(dev, e0);
+  var nB = nC, x0 = V.x0, span = V.x1 - V.x0, e0 = firstAtOrAfter(V.x0), s = stateBefore(dev, e0);
   var cur = s.cur, total = 0, all = s.all, res = s.res, r = s.r, b, k;
   for (b = 0; b < nB; b++) total += cur[b];
   var m = {cols: cols, nBands: nB, band: new Float64Array(cols * nB), top: new Float64Array(cols),
@@ -288,14 +288,14 @@ function drawOverview(h) {
   sizeCanvas(canvas, overlay);
   var dpr = window.devicePixelRatio || 1, n = 2048, k, b, ymax = 1, order = bandOrder(), sy;
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
-  if (o) for (k = 0; k < n; k++) { var tot = 0; for (b = 0; b <= nC; b++) tot += o.bands[b][k]; if (tot > ymax) ymax = tot; }
+  if (o) for (k = 0; k < n; k++) { var tot = 0; for (b = 0; b < nC; b++) tot += o.bands[b][k]; if (tot > ymax) ymax = tot; }
   else ymax = Math.max(h.final_bytes, 1);
   sy = plotH() / ymax;
   var w = plotW() / n;
   for (k = 0; k < n; k++) {
     var y = PAD_T + plotH();
     for (var j = 0; j < order.length; j++) {
-      var v = (o ? o.bands[order[j]][k] : (order[j] === BASE ? h.final_bytes : 0)) * sy;
+      var v = o ? o.bands[order[j]][k] * sy : 0;
       if (v <= 0) continue;
       ctx.fillStyle = bandColour(order[j]); ctx.fillRect(PAD_L + k * w, y - v, Math.max(w, 1), v); y -= v;
     }

@@ -8,7 +8,7 @@ from typing import Any
 from tbmem.snapshot.viewer import render_html
 from tests._browser import wait_until
 
-__all__ = ["open_page", "_open", "write_page", "hover_peak", "hover_at", "drawn_pixels", "READY"]
+__all__ = ["open_page", "_open", "write_page", "hover_peak", "hover_at", "drawn_pixels", "filled_pixels", "READY"]
 
 #: The page has decoded its default device, drawn the exact timeline and the allocator view at the peak.
 READY = "window.tbmemViewer !== undefined && window.tbmemViewer.exact && window.tbmemViewer.state.allocDrawn === true"
@@ -68,5 +68,19 @@ def drawn_pixels(page: Any, canvas: str = "timeline") -> int:
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
         let n = 0;
         for (let i = 0; i < d.length; i += 4) if (Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) n++;
+        return n;
+    }""", canvas)
+
+
+def filled_pixels(page: Any, canvas: str = "timeline") -> int:
+    """Pixels of a chart's plot area (inside its axes; all of the segment map) that something was drawn on:
+    neither white, nor a grid line, nor a segment's free bytes."""
+    return page.evaluate("""(id) => {
+        const c = document.getElementById(id), dpr = window.devicePixelRatio || 1, map = id === 'segments';
+        const x0 = map ? 0 : Math.ceil(78 + 2 * dpr), x1 = map ? c.width : c.width - 12;
+        const y0 = map ? 0 : 18, y1 = map ? c.height : c.height - 34 - 2;
+        const d = c.getContext('2d').getImageData(x0, y0, x1 - x0, y1 - y0).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (Math.min(d[i], d[i + 1], d[i + 2]) < 225) n++;
         return n;
     }""", canvas)
