@@ -90,8 +90,9 @@ def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
     ai = idx[is_alloc]
     a_na, a_nd, a_nr, a_end = na[ai], nd[ai], nr[ai], group_end[ai]
     done = a_nd < a_na
-    pending = ~done & (a_nr < a_na)
-    reused = ~done & ~pending & (a_na < a_end)
+    # a later alloc of the address ends a block whose free the trace did not complete (or show)
+    reused = ~done & (a_na < a_end)
+    pending = ~done & ~reused & (a_nr < a_na)
     ends = np.full(ai.shape[0], -1, dtype=np.int64)
     ends[done] = order[a_nd[done]]
     ends[reused] = order[a_na[reused]]
