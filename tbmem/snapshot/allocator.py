@@ -61,7 +61,8 @@ class SegmentState:
 
 @dataclass
 class AllocatorState:
-    """Where the reserved bytes of a device are at one event (see the module docstring)."""
+    """Where the reserved bytes of a device are at one event (see the module docstring); per segment
+    as arrays (``seg_*``), and as :class:`SegmentState` objects through :attr:`segments`."""
 
     event: int
     reserved: int
@@ -71,20 +72,43 @@ class AllocatorState:
     inactive_split: int
     free_segments: int
     outside_bytes: int
-    segments: list[SegmentState]
+    seg: dict[str, np.ndarray]
+    alloc_segment: np.ndarray  # per live allocation (``alive``): the index of its segment, -1 outside
+    alive: np.ndarray
+    streams: list[int]
+    pools: list[list[int]]
 
     @property
     def internal_fragmentation(self) -> int:
         """Rounding plus inactive split."""
         return self.rounding + self.inactive_split
 
+    @property
+    def n_segments(self) -> int:
+        """Segments (contiguous mapped ranges of an expandable segment count once)."""
+        return int(self.seg["addr"].shape[0])
+
+    @property
+    def segments(self) -> list[SegmentState]:
+        """Every segment, by address."""
+        s = self.seg
+        out = [SegmentState(addr=int(s["addr"][k]), size=int(s["size"][k]),
+                            stream=self.streams[s["stream"][k]] if s["stream"][k] >= 0 else 0,
+                            pool=self.pools[s["pool"][k]] if s["pool"][k] >= 0 else None, flags=int(s["flags"][k]),
+                            stack=int(s["stack"][k]), allocated=int(s["allocated"][k]), pending_free=int(s["pending"][k]),
+                            rounding=int(s["rounding"][k]), free=int(s["free"][k])) for k in range(self.n_segments)]
+        for i, k in zip(self.alive.tolist(), self.alloc_segment.tolist()):
+            if k >= 0:
+                out[k].allocs.append(i)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         """The ``explain`` object of ``stats --json``."""
         return {"event": self.event, "reserved_bytes": self.reserved, "allocated_by_category": self.by_category,
                 "pending_free_bytes": self.pending_free, "rounding_bytes": self.rounding,
                 "inactive_split_bytes": self.inactive_split, "free_segment_bytes": self.free_segments,
-                "outside_segments_bytes": self.outside_bytes, "segments": len(self.segments),
-                "releasable_segments": sum(1 for s in self.segments if not s.allocs)}
+                "outside_segments_bytes": self.outside_bytes, "segments": self.n_segments,
+                "releasable_segments": int((self.seg["blocks"] == 0).sum())}
 
 
 def pending_at(dev: Device, idx: np.ndarray, event: int) -> np.ndarray:
@@ -98,22 +122,26 @@ def pending_at(dev: Device, idx: np.ndarray, event: int) -> np.ndarray:
                                             & (a["end"][idx] < 0))
 
 
-def _merged_segments(dev: Device, event: int) -> list[SegmentState]:
+def _merged_segments(dev: Device, event: int) -> dict[str, np.ndarray]:
+    """The segments alive after ``event`` by address, contiguous ranges of an expandable one merged."""
     segs = dev.segs
-    assert segs is not None
+    if segs is None:
+        return {c: np.zeros(0, dtype=np.int64) for c in ("addr", "size", "stream", "pool", "flags", "stack")}
     live = dev.segments_alive_at(event)
     live = live[np.argsort(segs["addr"][live], kind="stable")]
-    out: list[SegmentState] = []
-    for i in live.tolist():
-        addr, size, flags = int(segs["addr"][i]), int(segs["size"][i]), int(segs["flags"][i])
-        stream, pool = int(segs["stream"][i]), int(segs["pool"][i])
-        prev = out[-1] if out else None
-        if prev is not None and flags & SEG_EXPANDABLE and prev.flags & SEG_EXPANDABLE \
-                and prev.addr + prev.size == addr and prev.stream == (dev.streams[stream] if stream >= 0 else 0):
-            prev.size += size
-            continue
-        out.append(SegmentState(addr=addr, size=size, stream=dev.streams[stream] if stream >= 0 else 0,
-                                pool=dev.pools[pool] if pool >= 0 else None, flags=flags, stack=int(segs["stack"][i])))
+    addr, size, flags, stream = segs["addr"][live], segs["size"][live], segs["flags"][live], segs["stream"][live]
+    new = np.ones(live.shape[0], dtype=bool)
+    exp = (flags & SEG_EXPANDABLE) != 0
+    new[1:] = ~(exp[1:] & exp[:-1] & (addr[:-1] + size[:-1] == addr[1:]) & (stream[1:] == stream[:-1]))
+    starts = np.flatnonzero(new)
+    out = {c: segs[c][live][starts] for c in ("addr", "stream", "pool", "flags", "stack")}
+    out["size"] = np.add.reduceat(size, starts) if starts.shape[0] else np.zeros(0, dtype=np.int64)
+    return out
+
+
+def _sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, index, values)
     return out
 
 
@@ -122,42 +150,34 @@ def allocator_state(dev: Device, event: int, categories: Sequence[str]) -> Alloc
     a = dev.allocs
     alive = dev.alive_at(event)
     pending = pending_at(dev, alive, event)
-    segments = _merged_segments(dev, event) if dev.segs is not None else []
-    starts = np.array([s.addr for s in segments], dtype=np.int64)
-    ends = np.array([s.addr + s.size for s in segments], dtype=np.int64)
-    addr = a["addr"][alive]
-    pos = np.searchsorted(starts, addr, side="right") - 1
-    inside = (pos >= 0) & (addr < ends[np.maximum(pos, 0)] if ends.shape[0] else np.zeros(addr.shape[0], dtype=bool))
-    by_category: dict[str, int] = {}
-    for c in np.unique(a["category"][alive[inside & ~pending]]).tolist():
-        mine = inside & ~pending & (a["category"][alive] == c)
-        by_category[categories[c]] = int(a["size"][alive[mine]].sum())
+    seg = _merged_segments(dev, event)
+    n = seg["addr"].shape[0]
+    ends = seg["addr"] + seg["size"]
+    addr, size = a["addr"][alive], a["size"][alive]
+    pos = np.searchsorted(seg["addr"], addr, side="right") - 1
+    inside = (pos >= 0) & (addr < ends[np.maximum(pos, 0)]) if n else np.zeros(addr.shape[0], dtype=bool)
+    pos = np.where(inside, pos, -1)
+    cat = a["category"][alive]
+    by_category = {categories[c]: int(size[inside & ~pending & (cat == c)].sum())
+                   for c in np.unique(cat[inside & ~pending]).tolist()}
     # a block's extent: its size and rounding, never past the next block or its segment's end
     order = np.lexsort((addr, pos))
-    for k, j in enumerate(order.tolist()):
-        if not inside[j]:
-            continue
-        seg = segments[int(pos[j])]
-        i = int(alive[j])
-        size = int(a["size"][i])
-        nxt = order[k + 1] if k + 1 < order.shape[0] else -1
-        limit = int(addr[nxt]) if nxt >= 0 and inside[nxt] and pos[nxt] == pos[j] else seg.addr + seg.size
-        rounding = max(0, min(int(a["round"][i]), limit - int(addr[j]) - size))
-        seg.allocs.append(i)
-        seg.rounding += rounding
-        if pending[j]:
-            seg.pending_free += size
-        else:
-            seg.allocated += size
-    inactive = free = 0
-    for seg in segments:
-        seg.free = seg.size - seg.allocated - seg.pending_free - seg.rounding
-        if seg.allocs:
-            inactive += seg.free
-        else:
-            free += seg.free
-    return AllocatorState(event=event, reserved=int(sum(s.size for s in segments)), by_category=by_category,
-                          pending_free=int(sum(s.pending_free for s in segments)),
-                          rounding=int(sum(s.rounding for s in segments)), inactive_split=int(inactive),
-                          free_segments=int(free), outside_bytes=int(a["size"][alive[~inside]].sum()),
-                          segments=segments)
+    nxt = np.empty(order.shape[0], dtype=np.int64)
+    if order.shape[0]:
+        nxt[:-1] = np.where(pos[order][1:] == pos[order][:-1], addr[order][1:], ends[np.maximum(pos[order][:-1], 0)])
+        nxt[-1] = ends[max(int(pos[order][-1]), 0)] if n else 0
+    limit = np.empty(order.shape[0], dtype=np.int64)
+    limit[order] = nxt
+    rounding = np.where(inside, np.clip(np.minimum(a["round"][alive], limit - addr - size), 0, None), 0)
+    p = np.maximum(pos, 0)
+    seg["allocated"] = _sums(p[inside & ~pending], size[inside & ~pending], n)
+    seg["pending"] = _sums(p[inside & pending], size[inside & pending], n)
+    seg["rounding"] = _sums(p[inside], rounding[inside], n)
+    seg["blocks"] = _sums(p[inside], np.ones(int(inside.sum()), dtype=np.int64), n)
+    seg["free"] = seg["size"] - seg["allocated"] - seg["pending"] - seg["rounding"]
+    held = seg["blocks"] > 0
+    return AllocatorState(event=event, reserved=int(seg["size"].sum()), by_category=by_category,
+                          pending_free=int(seg["pending"].sum()), rounding=int(seg["rounding"].sum()),
+                          inactive_split=int(seg["free"][held].sum()), free_segments=int(seg["free"][~held].sum()),
+                          outside_bytes=int(size[~inside].sum()), seg=seg, alloc_segment=pos, alive=alive,
+                          streams=list(dev.streams), pools=[list(q) for q in dev.pools])

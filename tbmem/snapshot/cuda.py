@@ -182,11 +182,23 @@ def _round512(size: np.ndarray) -> np.ndarray:
     return np.maximum(512, (size + 511) // 512 * 512) - size
 
 
-def _view(col: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``col[idx]``, without a copy when ``idx`` is a contiguous range (one device's trace)."""
-    if idx.shape[0] and int(idx[-1]) - int(idx[0]) + 1 == idx.shape[0] and bool(np.all(np.diff(idx) == 1)):
-        return col[int(idx[0]):int(idx[-1]) + 1]
-    return col[idx]
+def _range(idx: np.ndarray) -> list[slice] | None:
+    """``idx`` as a few runs of consecutive rows (a trace's first events are read apart, so a trace
+    is a handful of runs), or None when it is scattered."""
+    if not idx.shape[0]:
+        return [slice(0, 0)]
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    if breaks.shape[0] > 64:
+        return None
+    bounds = [0, *breaks.tolist(), idx.shape[0]]
+    return [slice(int(idx[a]), int(idx[b - 1]) + 1) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _view(col: np.ndarray, idx: np.ndarray, rng: list[slice] | None) -> np.ndarray:
+    """``col[idx]``: a view for one run, joined slices for a few, a gather otherwise."""
+    if rng is None:
+        return col[idx]
+    return col[rng[0]] if len(rng) == 1 else np.concatenate([col[r] for r in rng])
 
 
 def _final_segments(name: str, segs: list[Mapping[str, Any]], seg_stacks: dict[int, int],
@@ -224,44 +236,50 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
             seg_stacks: dict[int, int], cat_of_stack: np.ndarray, t0: int | None, top: Any,
             limits: Limits, meta_strings: list[str]) -> Device:
     name = f"cuda:{d}"
-    act, addr, size = _view(cols["action"], idx), _view(cols["addr"], idx), _view(cols["size"], idx)
-    stack, meta_col = _view(cols["stack"], idx), _view(cols["meta"], idx)
+    rng = _range(idx)
+    act, addr, size = _view(cols["action"], idx, rng), _view(cols["addr"], idx, rng), _view(cols["size"], idx, rng)
+    stack, meta_col = _view(cols["stack"], idx, rng), _view(cols["meta"], idx, rng)
     _check_bytes(size, "a size", name, limits)
-    time_us, has_time = _times(_view(cols["time"], idx), t0)
+    time_us, has_time = _times(_view(cols["time"], idx, rng), t0)
     p = pair_allocations(act, addr)
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in (*COLUMNS, *EXTRA_COLUMNS)}
-
-    def add(**values: Any) -> None:
-        n = values["size"].shape[0]
-        for c in parts:
-            parts[c].append(np.broadcast_to(np.asarray(values[c], dtype=np.int64), (n,)))
 
     def cats(st: np.ndarray) -> np.ndarray:
         return np.where(st >= 0, cat_of_stack[np.maximum(st, 0)] if cat_of_stack.shape[0] else 4, 4)
 
-    st = stack[p.starts].astype(np.int64)
-    sz = size[p.starts]
-    add(start=p.starts, end=p.ends, size=sz, category=cats(st), stack=st, addr=addr[p.starts],
-        flags=np.where(p.pending, FLAG_PENDING_FREE, 0), freereq=p.freereq, round=_round512(sz))
-    before = CATEGORIES.index("before trace")
+    # memory alive before the trace (start -1): frees without an alloc, blocks no traced alloc made
+    before: dict[str, list[np.ndarray]] = {c: [] for c in (*COLUMNS, *EXTRA_COLUMNS)}
+
+    def add(**values: Any) -> None:
+        n = values["size"].shape[0]
+        for c in before:
+            before[c].append(np.broadcast_to(np.asarray(values[c], dtype=np.int64), (n,)))
+
+    unknown = CATEGORIES.index("before trace")
     for ev, ends, req, flags in ((p.lone_done, p.lone_done, p.lone_done_req, FLAG_FREE_SITE),
                                  (p.lone_req, np.full(p.lone_req.shape[0], -1), p.lone_req,
                                   FLAG_FREE_SITE | FLAG_PENDING_FREE)):
         sz = size[ev]
-        add(start=-1, end=ends, size=sz, category=before, stack=stack[ev].astype(np.int64), addr=addr[ev],
+        add(start=-1, end=ends, size=sz, category=unknown, stack=stack[ev].astype(np.int64), addr=addr[ev],
             flags=flags, freereq=req, round=_round512(sz))
     finals, blocks = _final_segments(name, segs, seg_stacks, limits)
     alive_addr = np.concatenate([addr[p.starts[p.ends < 0]], addr[p.lone_req]])
     active = [b for b in blocks if b[4]]
     if active:
         b_addr, b_size, b_req, b_stack, b_state = (np.array(x, dtype=np.int64) for x in zip(*active))
-        untraced = ~np.isin(b_addr, alive_addr)
-        if untraced.any():  # alive when the snapshot was taken, allocated before the trace
-            u = untraced
-            add(start=-1, end=-1, size=b_req[u], category=np.where(b_stack[u] >= 0, cats(b_stack[u]), before),
+        u = ~np.isin(b_addr, alive_addr)
+        if u.any():  # alive when the snapshot was taken, allocated before the trace
+            add(start=-1, end=-1, size=b_req[u], category=np.where(b_stack[u] >= 0, cats(b_stack[u]), unknown),
                 stack=b_stack[u], addr=b_addr[u], flags=np.where(b_state[u] == 2, FLAG_PENDING_FREE, 0),
                 freereq=-1, round=b_size[u] - b_req[u])
-    allocs = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in parts.items()}
+    head = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in before.items()}
+    first = np.lexsort((head["end"],))  # by start (all -1), then end: the order the viewer ships
+    st = stack[p.starts]
+    sz = size[p.starts]
+    traced = {"start": p.starts, "end": p.ends, "size": sz, "category": cats(st), "stack": st,
+              "addr": addr[p.starts], "flags": np.where(p.pending, FLAG_PENDING_FREE, 0), "freereq": p.freereq,
+              "round": _round512(sz)}
+    allocs = {c: np.concatenate((head[c][first], np.asarray(traced[c], dtype=np.int64))) for c in head}
+    del traced, st, sz
     if active:
         # the real block size of what is alive at the end (the rest: the allocator's least rounding)
         alive = np.flatnonzero(allocs["end"] < 0)
@@ -271,8 +289,6 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
         real = b_size[order][pos] - allocs["size"][alive]
         ok = hit & (real >= 0)
         allocs["round"][alive[ok]] = real[ok]
-    order = np.lexsort((allocs["end"], allocs["start"]))
-    allocs = {c: v[order] for c, v in allocs.items()}
     ooms = [{"event": int(i), "requested_bytes": int(size[i]), "free_bytes": int(addr[i]),
              "time_us": int(time_us[i] + (t0 or 0)) if has_time else None}
             for i in np.flatnonzero(act == _OOM).tolist()]
@@ -281,7 +297,7 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
             raise SnapshotRefused(f"an oom event of {name} reports {o['free_bytes']:,} bytes free, outside "
                                   f"0..{limits.max_bytes:,}")
     markers = _markers(d, act, meta_col, time_us, t0, has_time, top, meta_strings)
-    streams = _local_streams(cols["streams"], idx)
+    streams = _local_streams(cols["streams"], idx, rng)
     pieces = segment_pieces(act, addr, size, stack, streams, finals)
     dev = Device(name=name, time_us=time_us, allocs=allocs, has_time=has_time, reserved_bytes=sum(f.size for f in finals)
                  if segs else None, segments=len(segs), ooms=ooms, markers=markers,
@@ -296,10 +312,16 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
     return dev
 
 
-def _local_streams(streams: dict[int, int], idx: np.ndarray) -> dict[int, int]:
+def _local_streams(streams: dict[int, int], idx: np.ndarray, rng: list[slice] | None) -> dict[int, int]:
     """The streams of segment events by position on the device's axis (``streams`` is by row)."""
     if not streams or not idx.shape[0]:
         return {}
+    if rng is not None:
+        out, offset = {}, 0
+        for r in rng:
+            out.update({k - r.start + offset: v for k, v in streams.items() if r.start <= k < r.stop})
+            offset += r.stop - r.start
+        return out
     keys = np.fromiter(streams.keys(), dtype=np.int64, count=len(streams))
     order = np.argsort(idx, kind="stable")
     pos = np.minimum(np.searchsorted(idx[order], keys), idx.shape[0] - 1)

@@ -117,7 +117,12 @@ def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
     # a request never completed before the next alloc of its address (or the end): still alive
     ri = idx[is_req & ~claimed_req]
     lone_req_pos = ri[nd[ri] >= na[ri]]
-    starts = order[ai].astype(np.int64)
+    # back to event order: the allocs are the alloc events, in the order they happened
+    starts = np.flatnonzero(act == _ALLOC)
+    rank = np.empty(act.shape[0], dtype=np.int32)
+    rank[order[ai]] = np.arange(ai.shape[0], dtype=np.int32)
+    perm = rank[starts]
+    ends, freereq, pending = ends[perm], freereq[perm], pending[perm]
     return Pairs(starts=starts, ends=ends, freereq=freereq, pending=pending,
                  lone_done=order[lone_done_pos].astype(np.int64), lone_done_req=lone_done_req,
                  lone_req=order[lone_req_pos].astype(np.int64), reused=int(reused.sum()))

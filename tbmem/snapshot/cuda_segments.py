@@ -92,29 +92,58 @@ class _Live:
         return [it for _k, it in hit]
 
 
+def _paired_segments(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack: np.ndarray,
+                     streams: Mapping[int, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``segment_alloc``/``segment_free`` (whole ``cudaMalloc``'d segments) paired by address, vectorised:
+    (closed pieces, pieces still reserved at the end) as columns addr, size, start, end, stream, stack, flags."""
+    ev = np.flatnonzero(((act == _RESERVE[0]) | (act == _RELEASE[0])) & (size > 0))
+    o = ev[np.argsort(addr[ev], kind="stable")]
+    a, g, m = act[o], addr[o], o.shape[0]
+    same_next = np.zeros(m, dtype=bool)
+    same_next[:-1] = g[1:] == g[:-1]
+    is_alloc = a == _RESERVE[0]
+    nxt = np.minimum(np.arange(m) + 1, max(m - 1, 0))
+    prev_alloc = np.zeros(m, dtype=bool)
+    prev_alloc[1:] = is_alloc[:-1] & same_next[:-1]
+    closed = is_alloc & same_next  # ended by the next event of the address (its free, or a new reservation)
+    lone = (a == _RELEASE[0]) & ~prev_alloc  # released, reserved before the trace
+    still = is_alloc & ~same_next
+    stream = np.array([streams.get(int(e), 0) for e in o.tolist()], dtype=np.int64) if streams else np.zeros(m, np.int64)
+    sz = size[o]
+    kind = np.where(sz == _SMALL_SEGMENT, SEG_SMALL, SEG_LARGE)
+
+    def cols(mask: np.ndarray, start: np.ndarray, end: np.ndarray, st: np.ndarray, flags: np.ndarray) -> dict:
+        return {"addr": g[mask], "size": sz[mask], "start": start[mask], "end": end[mask], "stream": stream[mask],
+                "stack": st[mask].astype(np.int64), "flags": flags[mask]}
+
+    st = stack[o]
+    done = cols(closed, o, o[nxt], st, kind)
+    gone = cols(lone, np.full(m, -1), o, np.full(m, -1), np.zeros(m, dtype=np.int64))
+    return {c: np.concatenate((done[c], gone[c])) for c in done}, cols(still, o, np.full(m, -1), st, kind)
+
+
 def segment_pieces(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack: np.ndarray,
                    streams: Mapping[int, int], final: list[FinalSegment]) -> Pieces:
     """The pieces of one device: segment events (positions on its axis; ``streams`` maps a
     position to its stream where not 0) and its final ``segments``."""
+    closed, open_ = _paired_segments(act, addr, size, stack, streams)
     rows: list[tuple[int, int, int, int, int, int, int]] = []  # addr, size, start, end, stream, stack, flags
     live = _Live()
-    for ev in np.flatnonzero(np.isin(act, _RESERVE + _RELEASE)).tolist():
+    # expandable segments map and unmap ranges that need not match: replayed range by range
+    for ev in np.flatnonzero(((act == _MAP) | (act == _UNMAP)) & (size > 0)).tolist():
         a, s = int(addr[ev]), int(size[ev])
-        if s <= 0:
-            continue
         code = int(act[ev])
         gone = live.take(a, a + s)
-        if code in _RESERVE:
-            for it in gone:  # reserved again without a release in the trace: the old range ended here
+        if code == _MAP:
+            for it in gone:  # mapped again without an unmap in the trace: the old range ended here
                 rows.append((it[0], it[1] - it[0], it[2], ev, it[3], it[4], it[5]))
-            flags = SEG_EXPANDABLE if code == _MAP else (SEG_SMALL if s == _SMALL_SEGMENT else SEG_LARGE)
-            live.add([a, a + s, ev, streams.get(ev, 0), int(stack[ev]), flags])
+            live.add([a, a + s, ev, streams.get(ev, 0), int(stack[ev]), SEG_EXPANDABLE])
             continue
         covered = a
         for it in sorted(gone):
             lo, hi = max(it[0], a), min(it[1], a + s)
-            if lo > covered:  # released without being reserved in the trace: reserved before it
-                rows.append((covered, lo - covered, -1, ev, streams.get(ev, 0), -1, _released_flags(code)))
+            if lo > covered:  # unmapped without being mapped in the trace: mapped before it
+                rows.append((covered, lo - covered, -1, ev, streams.get(ev, 0), -1, SEG_EXPANDABLE))
             rows.append((lo, hi - lo, it[2], ev, it[3], it[4], it[5]))
             if it[0] < lo:
                 live.add([it[0], lo, *it[2:]])
@@ -122,52 +151,91 @@ def segment_pieces(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack: n
                 live.add([hi, it[1], *it[2:]])
             covered = max(covered, hi)
         if covered < a + s:
-            rows.append((covered, a + s - covered, -1, ev, streams.get(ev, 0), -1, _released_flags(code)))
+            rows.append((covered, a + s - covered, -1, ev, streams.get(ev, 0), -1, SEG_EXPANDABLE))
+    for c, k in (("addr", 0), ("size", 1), ("start", 2), ("end", 3), ("stream", 4), ("stack", 5), ("flags", 6)):
+        closed[c] = np.concatenate((closed[c], np.array([r[k] for r in rows], dtype=np.int64)))
+    items = live.items
+    still = {"addr": np.concatenate((open_["addr"], np.array([it[0] for it in items], dtype=np.int64))),
+             "end": np.concatenate((open_["addr"] + open_["size"], np.array([it[1] for it in items], dtype=np.int64)))}
+    for c, k in (("start", 2), ("stream", 3), ("stack", 4), ("flags", 5)):
+        still[c] = np.concatenate((open_[c], np.array([it[k] for it in items], dtype=np.int64)))
+    order = np.argsort(still["addr"], kind="stable")
+    still = {c: v[order] for c, v in still.items()}
+    return _with_final(closed, still, sorted(final, key=lambda f: f.addr))
+
+
+def _cut(still: dict[str, np.ndarray], which: np.ndarray, f_addr: np.ndarray, f_end: np.ndarray) -> dict:
+    """``still`` with the ranges ``which`` cut at every final segment edge inside them."""
+    edges = np.unique(np.concatenate((f_addr, f_end)))
+    pieces = []
+    for k in which.tolist():
+        lo, hi = int(still["addr"][k]), int(still["end"][k])
+        cuts = [lo, *edges[(edges > lo) & (edges < hi)].tolist(), hi]
+        pieces += [(a, b, k) for a, b in zip(cuts[:-1], cuts[1:])]
+    keep = np.ones(still["addr"].shape[0], dtype=bool)
+    keep[which] = False
+    src = np.array([k for _a, _b, k in pieces], dtype=np.int64)
+    out = {c: np.concatenate((v[keep], v[src])) for c, v in still.items()}
+    out["addr"][keep.sum():] = [a for a, _b, _k in pieces]
+    out["end"][keep.sum():] = [b for _a, b, _k in pieces]
+    order = np.argsort(out["addr"], kind="stable")
+    return {c: v[order] for c, v in out.items()}
+
+
+def _with_final(closed: dict[str, np.ndarray], still: dict[str, np.ndarray], final: list[FinalSegment]) -> Pieces:
+    """What is reserved at the end: the final segments, with the pieces the trace reserved inside them
+    (their start); parts of a final segment no piece covers were reserved before the trace."""
+    n_f = len(final)
+    f_addr = np.array([f.addr for f in final], dtype=np.int64)
+    f_end = f_addr + np.array([f.size for f in final], dtype=np.int64)
+    la, le = still["addr"], still["end"]
+    j = np.searchsorted(f_addr, la, side="right") - 1
+    jj = np.maximum(j, 0)
+    inside = (j >= 0) & (le <= f_end[jj] if n_f else False)
+    nxt = np.minimum(j + 1, max(n_f - 1, 0))
+    touches = ((j >= 0) & (la < f_end[jj] if n_f else False)) | ((j + 1 < n_f) & (f_addr[nxt] < le if n_f else False))
+    if bool(np.any(~inside & touches)):  # a range straddling a final segment's edge: cut it there
+        return _with_final(closed, _cut(still, np.flatnonzero(~inside & touches), f_addr, f_end), final)
     pool_ids: dict[tuple[int, int], int] = {}
-    stream_ids: dict[int, int] = {}
-    out: list[tuple[int, ...]] = []
-
-    def sid(stream: int) -> int:
-        return stream_ids.setdefault(stream, len(stream_ids))
-
-    for a, s, start, end, stream, st, flags in rows:
-        out.append((a, s, start, end, sid(stream), -1, st, flags))
-    # what is reserved at the end: the final segments, with what the trace reserved inside them
-    # (one sweep over both, sorted by address)
-    items, j = live.items, 0
-
-    def unknown(it: list[int]) -> None:  # reserved in the trace, never released, not a final segment
-        out.append((it[0], it[1] - it[0], it[2], -1, sid(it[3]), -1, it[4], it[5]))
-
-    for seg in sorted(final, key=lambda f: f.addr):
-        pool = -1 if seg.pool is None else pool_ids.setdefault(seg.pool, len(pool_ids))
-        cursor, end = seg.addr, seg.addr + seg.size
-        while j < len(items) and items[j][1] <= seg.addr:
-            unknown(items[j])
-            j += 1
-        while j < len(items) and items[j][0] < end:
-            it = items[j]
-            lo, hi = max(it[0], seg.addr), min(it[1], end)
-            if it[0] < lo:
-                unknown([it[0], lo, *it[2:]])
-            if lo > cursor:
-                out.append((cursor, lo - cursor, -1, -1, sid(seg.stream), pool, seg.stack, seg.flags))
-            out.append((lo, hi - lo, it[2], -1, sid(seg.stream), pool, it[4] if it[4] >= 0 else seg.stack,
-                        seg.flags))
-            cursor = hi
-            if it[1] > hi:  # the rest lies beyond this segment
-                items[j] = [hi, it[1], *it[2:]]
-                break
-            j += 1
-        if cursor < end:
-            out.append((cursor, end - cursor, -1, -1, sid(seg.stream), pool, seg.stack, seg.flags))
-    for it in items[j:]:
-        unknown(it)
-    arr = np.array(out, dtype=np.int64).reshape(-1, len(SEGMENT_COLUMNS))
-    order = np.lexsort((arr[:, 0], arr[:, 2])) if arr.shape[0] else np.zeros(0, dtype=np.int64)
-    cols = {c: np.ascontiguousarray(arr[order, k]) for k, c in enumerate(SEGMENT_COLUMNS)}
-    return Pieces(cols=cols, streams=list(stream_ids), pools=[list(p) for p in pool_ids])
+    f_pool = np.array([-1 if f.pool is None else pool_ids.setdefault(f.pool, len(pool_ids)) for f in final], np.int64)
+    f_stream = np.array([f.stream for f in final], dtype=np.int64)
+    f_stack = np.array([f.stack for f in final], dtype=np.int64)
+    f_flags = np.array([f.flags for f in final], dtype=np.int64)
+    ins = np.flatnonzero(inside)
+    ji = j[ins]
+    parts = [{"addr": closed["addr"], "size": closed["size"], "start": closed["start"], "end": closed["end"],
+              "stream": closed["stream"], "pool": np.full(closed["addr"].shape[0], -1, dtype=np.int64),
+              "stack": closed["stack"], "flags": closed["flags"]}]
+    out_ = ~inside  # reserved in the trace, never released, yet not among the final segments
+    parts.append({"addr": la[out_], "size": le[out_] - la[out_], "start": still["start"][out_],
+                  "end": np.full(int(out_.sum()), -1), "stream": still["stream"][out_],
+                  "pool": np.full(int(out_.sum()), -1), "stack": still["stack"][out_], "flags": still["flags"][out_]})
+    parts.append({"addr": la[ins], "size": le[ins] - la[ins], "start": still["start"][ins],
+                  "end": np.full(ins.shape[0], -1), "stream": f_stream[ji], "pool": f_pool[ji],
+                  "stack": np.where(still["stack"][ins] >= 0, still["stack"][ins], f_stack[ji]), "flags": f_flags[ji]})
+    # the uncovered parts of each final segment: before each inside piece, and after the last
+    first_in_group = np.ones(ins.shape[0], dtype=bool)
+    first_in_group[1:] = ji[1:] != ji[:-1]
+    prev_end = np.where(first_in_group, f_addr[ji] if n_f else 0, np.concatenate(([0], le[ins][:-1])))
+    gap_lo = np.concatenate((prev_end, f_addr))
+    gap_hi = np.concatenate((la[ins], f_end))
+    owner = np.concatenate((ji, np.arange(n_f)))
+    last_end = f_addr.copy()
+    if ins.shape[0]:
+        last_end[ji] = le[ins]  # ascending within a group: the last write is the last piece's end
+    gap_lo[ins.shape[0]:] = last_end
+    keep = gap_hi > gap_lo
+    parts.append({"addr": gap_lo[keep], "size": (gap_hi - gap_lo)[keep], "start": np.full(int(keep.sum()), -1),
+                  "end": np.full(int(keep.sum()), -1), "stream": f_stream[owner[keep]], "pool": f_pool[owner[keep]],
+                  "stack": f_stack[owner[keep]], "flags": f_flags[owner[keep]]})
+    cols = {c: np.concatenate([np.asarray(p[c], dtype=np.int64) for p in parts]) for c in SEGMENT_COLUMNS}
+    values, index = np.unique(cols["stream"], return_inverse=True)
+    first = np.full(values.shape[0], cols["stream"].shape[0])
+    np.minimum.at(first, index.reshape(-1), np.arange(index.shape[0]))
+    rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")  # stream ids in order of appearance
+    cols["stream"] = rank[index.reshape(-1)] if index.shape[0] else cols["stream"]
+    streams = [int(values[k]) for k in np.argsort(first, kind="stable").tolist()]
+    order = np.lexsort((cols["addr"], cols["start"]))
+    return Pieces(cols={c: v[order] for c, v in cols.items()}, streams=streams, pools=[list(p) for p in pool_ids])
 
 
-def _released_flags(code: int) -> int:
-    return SEG_EXPANDABLE if code == _UNMAP else 0

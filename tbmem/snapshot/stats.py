@@ -158,7 +158,7 @@ def explain_text(state: Any) -> str:
             + f" + pending free {_fmt(state.pending_free)} + internal fragmentation "
             f"{_fmt(state.internal_fragmentation)} (rounding {_fmt(state.rounding)}, inactive split "
             f"{_fmt(state.inactive_split)}) + external free {_fmt(state.free_segments)} "
-            f"({sum(1 for s in state.segments if not s.allocs)} of {len(state.segments)} segments hold nothing)")
+            f"({int((state.seg['blocks'] == 0).sum())} of {state.n_segments} segments hold nothing)")
     if state.outside_bytes:
         text += f"; {_fmt(state.outside_bytes)} allocated outside every segment of the file"
     return text

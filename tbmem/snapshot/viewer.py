@@ -135,11 +135,14 @@ def _overview(n_bands: int, d: Device) -> dict[str, Any] | None:
         ev_max = -np.maximum.reduceat(np.where(mark, -np.arange(n), -n), starts)
         carried_total = np.where(carried[has] >= 0, total[np.maximum(carried[has], 0)], base)
         best_ev[has] = np.where(carried_total > top, carried[has], ev_max)
-    bands = []
-    for b in range(n_bands):
-        init = int(a["size"][(band == b) & (a["start"] < 0)].sum())
-        cum = init + np.cumsum(np.where(band_of_event == b, delta, 0))
-        bands.append(np.where(best_ev >= 0, cum[np.maximum(best_ev, 0)], init).tolist())
+    # each band's bytes at each column's chosen event: sums of the deltas between consecutive chosen
+    # events (one bincount, in float64: exact below 2**53 bytes, and this only draws the first paint)
+    init = np.bincount(band[a["start"] < 0], weights=a["size"][a["start"] < 0], minlength=n_bands)
+    ev_sorted = np.maximum.accumulate(best_ev)  # non-decreasing already; -1 for the leading baseline columns
+    seg = np.searchsorted(ev_sorted, np.arange(n), side="left")  # events up to chosen event k belong to k
+    sums = np.bincount(seg * n_bands + band_of_event, weights=delta, minlength=(_OVERVIEW_COLUMNS + 1) * n_bands)
+    cum = init + np.cumsum(sums.reshape(-1, n_bands)[:_OVERVIEW_COLUMNS], axis=0)
+    bands = np.rint(cum.T).astype(np.int64).tolist()
     return {"bands": bands, "axis": "time" if timed else "event"}
 
 
@@ -160,9 +163,13 @@ def _device_doc(snap: Snapshot, d: Device) -> tuple[dict[str, Any], dict[str, An
     cols = {c: a[c][order] for c in ("start", "end", "size", "category", "stack", "flags", "freereq", "round",
                                      "addr")}
     base_ev = np.maximum(cols["start"], 0)
-    # starts as differences (+1: the -1 of "before the trace" sorts first), ends and free requests
-    # as distances from the start (0: none), addresses as multiples of the alignment from the base
-    cols["freereq"] = np.where(cols["freereq"] >= 0, cols["freereq"] - base_ev + 1, 0)
+    # starts as differences (+1: the -1 of "before the trace" sorts first), ends as distances from
+    # the start (0: none), addresses as multiples of the alignment from the base
+    # free requests as distances back from the end (mostly 1: requested, then completed), or from the
+    # start while alive; rounding as its difference from the allocator's least rounding (mostly 0)
+    cols["freereq"] = np.where(cols["freereq"] < 0, 0, np.where(cols["end"] >= 0, cols["end"] - cols["freereq"],
+                                                             cols["freereq"] - base_ev) + 1)
+    cols["round"] = cols["round"] - (np.maximum(512, (cols["size"] + 511) // 512 * 512) - cols["size"])
     cols["end"] = np.where(cols["end"] >= 0, cols["end"] - np.where(cols["start"] >= 0, cols["start"], -1), 0)
     cols["start"] = _delta(cols["start"] + 1)
     addr_base, align = _addresses(d)

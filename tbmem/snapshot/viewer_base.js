@@ -97,11 +97,15 @@ function loadDevice(si, di) {
     for (k = 0; k < nA; k++) {
       var from = start[k] < 0 ? -1 : start[k];
       end[k] = dl[k] === 0 ? -1 : from + dl[k];            // lifetimes: end - start, 0 = still alive
-      freereq[k] = fr[k] === 0 ? -1 : Math.max(from, 0) + fr[k] - 1;
+      // free requests back from the end (from the start while alive), 0 = none
+      freereq[k] = fr[k] === 0 ? -1 : end[k] >= 0 ? end[k] - fr[k] + 1 : Math.max(from, 0) + fr[k] - 1;
       addr[k] = base + off[k] * align;
     }
+    // rounding: the allocator's least (to 512 bytes) plus what the page says beyond it
+    var sz = arr[3], rd = new Float64Array(nA);
+    for (k = 0; k < nA; k++) rd[k] = Math.max(512, Math.ceil(sz[k] / 512) * 512) - sz[k] + arr[8][k];
     var out = {si: si, di: di, d: h, nE: nE, nA: nA, tmono: tm, start: start, end: end, size: arr[3], cat: arr[4],
-               stack: arr[5], flags: arr[6], freereq: freereq, round: arr[8], addr: addr, nCat: nCat};
+               stack: arr[5], flags: arr[6], freereq: freereq, round: rd, addr: addr, nCat: nCat};
     // per event: the allocation it starts or ends, the signed size, its band
     var evAlloc = new Int32Array(nE).fill(-1), evDelta = new Float64Array(nE), band = new Uint8Array(nA);
     var evBand = new Uint8Array(nE), size = out.size, cat = out.cat;

@@ -80,7 +80,7 @@ def test_segments_replayed_through_alloc_free_map_and_unmap():
     assert pools == {(0, 0), (0, 1)}
     # the two mapped halves of the expandable segment count as one segment
     st = allocator_state(dev, 4, snap.categories)
-    assert len(st.segments) == 2 and st.free_segments == 60 * MiB and st.reserved == 60 * MiB
+    assert st.n_segments == len(st.segments) == 2 and st.free_segments == 60 * MiB and st.reserved == 60 * MiB
 
 
 def test_reserved_splits_exactly_into_allocated_pending_rounding_split_and_free():
@@ -174,3 +174,15 @@ def test_tiny_traces_have_integer_ticks_in_python_too(n):
     snap = convert_torch_snapshot({"segments": [_seg(0, 2 * MiB, [])], "device_traces": [trace]}, kind="snapshot",
                                   step=0)
     assert snap.main.n_events == n and snap.peak_bytes() == 1024 * n
+
+
+def test_a_mapped_range_across_two_final_segments_is_cut_at_their_edge():
+    from tbmem.snapshot.cuda_segments import FinalSegment, segment_pieces
+
+    final = [FinalSegment(addr=0, size=16 * MiB, stream=0, pool=(0, 0), stack=-1, flags=1),
+             FinalSegment(addr=16 * MiB, size=16 * MiB, stream=0, pool=(0, 0), stack=-1, flags=1)]
+    p = segment_pieces(np.array([ACTION_CODE["segment_map"]]), np.array([10 * MiB]), np.array([20 * MiB]),
+                       np.array([-1]), {}, final)
+    c = {k: v.tolist() for k, v in p.cols.items()}
+    assert sorted(zip(c["addr"], c["size"], c["start"])) == [
+        (0, 10 * MiB, -1), (10 * MiB, 6 * MiB, 0), (16 * MiB, 14 * MiB, 0), (30 * MiB, 2 * MiB, -1)]
