@@ -367,6 +367,16 @@ class _Machine(Input):
         i = sc.index_at(pos)
         if i < 0:
             return 0
+        # the trace's first events, built as dicts while their layout was learned, become rows right
+        # before this run's: each device's trace is then one contiguous range of rows
+        if marks and marks[-1] >= 1:
+            k = marks[-1]
+            target, leading = stack[k - 1], stack[k + 1:]
+            if leading and type(target) is list and not target and id(target) not in self.rows.trace_refs \
+                    and all(type(x) is dict and isinstance(x.get("action"), str) for x in leading):
+                for x in leading:
+                    self.rows.add_dict(x)
+                stack[k + 1:] = [_ROW] * len(leading)
         first_row = self.rows.count
         n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast)
         if not n:
