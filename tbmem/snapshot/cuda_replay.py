@@ -52,16 +52,21 @@ class Pairs:
     reused: int
 
 
-def _next_of(mask: np.ndarray, limit: np.ndarray) -> np.ndarray:
-    """For each position i, the first position j > i with ``mask[j]``, or ``limit[i]`` when that
-    is not before ``limit[i]`` (the end of i's address group)."""
-    m = mask.shape[0]
-    pos = np.where(mask, np.arange(m, dtype=np.int32), np.int32(m))
-    nxt = np.minimum.accumulate(pos[::-1])[::-1]
-    out = np.empty(m, dtype=np.int32)
-    out[:-1] = nxt[1:]
-    out[-1:] = m
-    return np.minimum(out, limit)
+def _after(sorted_pos: np.ndarray, p: np.ndarray, limit: np.ndarray, m: int) -> np.ndarray:
+    """For each position of ``p``: the first of ``sorted_pos`` after it, or ``limit`` when that is not before it."""
+    if not sorted_pos.shape[0]:
+        return np.minimum(np.full(p.shape[0], m), limit).astype(np.int32)
+    k = np.searchsorted(sorted_pos, p, side="right")
+    nxt = np.where(k < sorted_pos.shape[0], sorted_pos[np.minimum(k, sorted_pos.shape[0] - 1)], m)
+    return np.minimum(nxt, limit).astype(np.int32)
+
+
+def _before(sorted_pos: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """For each position of ``p``: the last of ``sorted_pos`` before it, or -1."""
+    if not sorted_pos.shape[0]:
+        return np.full(p.shape[0], -1, dtype=np.int32)
+    k = np.searchsorted(sorted_pos, p, side="left") - 1
+    return np.where(k >= 0, sorted_pos[np.maximum(k, 0)], -1).astype(np.int32)
 
 
 def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
@@ -70,25 +75,28 @@ def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
     empty = np.zeros(0, dtype=np.int64)
     if rel.shape[0] == 0:
         return Pairs(empty, empty, empty, np.zeros(0, dtype=bool), empty, empty, empty, 0)
-    # by address, then event (a stable sort of event-ordered rows)
+    # by address, then event (a stable sort of event-ordered rows); then only positions of this order
+    # are compared, each kind of event as its own sorted array of positions (searchsorted, no full scans)
     order = rel[np.argsort(addr[rel], kind="stable")]
-    a = act[order]
-    g = addr[order]
+    del rel
     m = order.shape[0]
+    g = addr[order]
     new_group = np.empty(m, dtype=bool)
     new_group[0] = True
     np.not_equal(g[1:], g[:-1], out=new_group[1:])
     del g
-    idx = np.arange(m, dtype=np.int32)
-    # the first position of the next address group, after each position
-    group_end = _next_of(new_group, np.full(m, m, dtype=np.int32))
-    is_alloc, is_req, is_done = a == _ALLOC, a == _FREE_REQ, a == _FREE_DONE
-    del a
-    na = _next_of(is_alloc, group_end)
-    nd = _next_of(is_done, group_end)
-    nr = _next_of(is_req, group_end)
-    ai = idx[is_alloc]
-    a_na, a_nd, a_nr, a_end = na[ai], nd[ai], nr[ai], group_end[ai]
+    a = act[order]
+    ai = np.flatnonzero(a == _ALLOC).astype(np.int32)
+    ri = np.flatnonzero(a == _FREE_REQ).astype(np.int32)
+    di = np.flatnonzero(a == _FREE_DONE).astype(np.int32)
+    gs = np.flatnonzero(new_group).astype(np.int32)
+    del a, new_group
+    m32 = np.full(1, m, dtype=np.int32)
+    end_of = lambda p: _after(gs, p, m32, m)  # noqa: E731 - the first position of the next address
+    a_end = end_of(ai)
+    a_na = np.minimum(np.concatenate((ai[1:], m32)), a_end)  # the next alloc, if of the same address
+    a_nd = _after(di, ai, a_end, m)
+    a_nr = _after(ri, ai, a_end, m)
     done = a_nd < a_na
     # a later alloc of the address ends a block whose free the trace did not complete (or show)
     reused = ~done & (a_na < a_end)
@@ -99,24 +107,24 @@ def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
     req_ok = a_nr < np.where(done, a_nd, a_na)
     freereq = np.where(req_ok, order[np.minimum(a_nr, m - 1)], -1).astype(np.int64)
     # frees that end no alloc of the trace end memory allocated before it
-    paired_done = np.zeros(m, dtype=bool)
-    paired_done[a_nd[done]] = True
-    claimed_req = np.zeros(m, dtype=bool)
-    claimed_req[a_nr[req_ok]] = True
-    lone_done_pos = idx[is_done & ~paired_done]
+    paired = np.zeros(m, dtype=bool)
+    paired[a_nd[done]] = True
+    claimed = np.zeros(m, dtype=bool)
+    claimed[a_nr[req_ok]] = True
+    lone_done_pos = di[~paired[di]]
     # a lone free_completed's own free_requested: the last unclaimed request since the previous
     # alloc or free_completed of its address
-    last_req = np.maximum.accumulate(np.where(is_req & ~claimed_req, idx, np.int32(-1)))
-    last_ad = np.maximum.accumulate(np.where(is_alloc | is_done, idx, np.int32(-1)))
-    prev_req = np.where(lone_done_pos > 0, last_req[np.maximum(lone_done_pos - 1, 0)], -1)
-    prev_ad = np.where(lone_done_pos > 0, last_ad[np.maximum(lone_done_pos - 1, 0)], -1)
-    start_of_group = np.maximum.accumulate(np.where(new_group, idx, np.int32(0)))
-    own = (prev_req >= 0) & (prev_req > prev_ad) & (prev_req >= start_of_group[lone_done_pos])
+    free_req = ri[~claimed[ri]]
+    prev_req = _before(free_req, lone_done_pos)
+    prev_ad = np.maximum(_before(ai, lone_done_pos), _before(di, lone_done_pos))
+    group_start = _before(np.concatenate((gs, m32)), lone_done_pos + 1)
+    own = (prev_req >= 0) & (prev_req > prev_ad) & (prev_req >= group_start)
     lone_done_req = np.where(own, order[np.maximum(prev_req, 0)], -1).astype(np.int64)
-    claimed_req[prev_req[own]] = True
+    claimed[prev_req[own]] = True
     # a request never completed before the next alloc of its address (or the end): still alive
-    ri = idx[is_req & ~claimed_req]
-    lone_req_pos = ri[nd[ri] >= na[ri]]
+    rest = ri[~claimed[ri]]
+    r_end = end_of(rest)
+    lone_req_pos = rest[_after(di, rest, r_end, m) >= _after(ai, rest, r_end, m)]
     # back to event order: the allocs are the alloc events, in the order they happened
     starts = np.flatnonzero(act == _ALLOC)
     rank = np.empty(act.shape[0], dtype=np.int32)
