@@ -47,13 +47,19 @@ def _strings(buf: bytes, pos: np.ndarray, length: np.ndarray, cache: dict[Any, s
     out = np.empty(pos.shape[0], dtype=object)
     short = length <= 8
     if short.any():
-        B = np.frombuffer(buf, dtype=np.uint8)
         idx = np.flatnonzero(short)
-        words = np.zeros(idx.shape[0], dtype=np.uint64)
-        for k in range(8):
-            use = length[idx] > k
-            byte = B[np.minimum(pos[idx] + k, B.shape[0] - 1)].astype(np.uint64)
-            words |= np.where(use, byte << np.uint64(8 * k), np.uint64(0))
+        n = len(buf)
+        if n >= 8:
+            # the 8 bytes from each position (an unaligned view), cut to the string's length
+            at = np.ndarray(shape=(n - 7,), dtype="<u8", buffer=buf, strides=(1,))
+            start = pos[idx]
+            lens = length[idx]
+            shift = np.minimum(start, n - 8)  # near the end: read the last 8 bytes and shift
+            words = at[shift] >> (8 * (start - shift)).astype(np.uint64)
+            words &= np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)[lens]
+        else:
+            words = np.array([int.from_bytes(buf[int(q):int(q) + int(m)], "little") for q, m in zip(pos[idx], length[idx])],
+                             dtype=np.uint64)
         keys = words ^ (length[idx].astype(np.uint64) << np.uint64(59))
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         values = np.empty(uniq.shape[0], dtype=object)

@@ -136,34 +136,44 @@ _U8, _U16, _U32 = np.uint64(0xFF), np.uint64(0xFFFF), np.uint64(0xFFFFFFFF)
 _SH8, _SH16 = np.uint64(8), np.uint64(16)
 
 
+# per opcode byte: where an integer's bytes start, how many there are (LONG1: given by its next
+# byte), whether they are signed; a reference's length
+_INT_OFF = np.zeros(256, dtype=np.int64)
+_INT_LEN = np.zeros(256, dtype=np.int64)
+_INT_SIGNED = np.zeros(256, dtype=bool)
+for _op, _off, _n, _signed in ((_K, 1, 1, False), (_M, 1, 2, False), (_J, 1, 4, True), (_L1, 2, 0, True)):
+    _INT_OFF[_op], _INT_LEN[_op], _INT_SIGNED[_op] = _off, _n, _signed
+_REF_LEN = np.zeros(256, dtype=np.int64)
+_REF_LEN[_H], _REF_LEN[_JJ] = 2, 5
+_REF_MASK = np.zeros(256, dtype=np.uint64)
+_REF_MASK[_H], _REF_MASK[_JJ] = 0xFF, 0xFFFFFFFF
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
 def _int_at(B: _Bytes, p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(value, length; 0 = not an integer opcode) of K, M, J and LONG1 (1-8 bytes) at ``p``."""
-    op = w & _U8
-    arg = w >> _SH8
-    n1 = (arg & _U8).astype(np.int64)
-    length = np.select([op == _K, op == _M, op == _J, (op == _L1) & (n1 >= 1) & (n1 <= 8)], [2, 3, 5, 2 + n1], 0)
-    val = np.select([op == _K, op == _M, op == _J],
-                    [n1, (arg & _U16).astype(np.int64), (arg & _U32).astype(np.uint32).astype(np.int32)], 0)
-    lg = np.flatnonzero(length * (op == _L1))
-    if lg.shape[0]:
-        u = B.word(p[lg] + 2)
-        nb = n1[lg]
-        bits = (8 * nb).astype(np.uint64)
-        short = nb < 8
-        u = np.where(short, u & ((np.uint64(1) << np.where(short, bits, 0).astype(np.uint64)) - np.uint64(1)), u)
-        v = u.astype(np.int64)
-        neg = short & (((u >> np.maximum(bits - np.uint64(1), np.uint64(0))) & np.uint64(1)) == 1)
-        v[neg] -= np.left_shift(np.int64(1), (8 * nb[neg]).astype(np.int64))
-        val[lg] = v
-    return val.astype(np.int64), length
+    op = (w & _U8).astype(np.intp)
+    nb = _INT_LEN[op]
+    long1 = op == _L1
+    if long1.any():
+        n1 = ((w >> _SH8) & _U8).astype(np.int64)
+        nb = np.where(long1, np.where((n1 >= 1) & (n1 <= 8), n1, 0), nb)
+    off = _INT_OFF[op]
+    raw = B.word(p + off) & _MASKS[nb]
+    val = raw.view(np.int64)
+    neg = _INT_SIGNED[op] & (nb > 0) & (nb < 8) & (((raw >> (8 * np.maximum(nb, 1) - 1).astype(np.uint64))
+                                                    & np.uint64(1)) == 1)
+    if neg.any():
+        val = val.copy()
+        val[neg] -= np.left_shift(np.int64(1), 8 * nb[neg])
+    return val, np.where(nb > 0, off + nb, 0)
 
 
 def _ref_at(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(memo index, length; -1, 0 = not a reference) of BINGET/LONG_BINGET."""
-    op = w & _U8
-    arg = w >> _SH8
-    return (np.where(op == _H, (arg & _U8).astype(np.int64), np.where(op == _JJ, (arg & _U32).astype(np.int64), -1)),
-            np.where(op == _H, 2, np.where(op == _JJ, 5, 0)))
+    op = (w & _U8).astype(np.intp)
+    length = _REF_LEN[op]
+    return np.where(length > 0, ((w >> _SH8) & _REF_MASK[op]).view(np.int64), -1), length
 
 
 def _key_matches(w: np.ndarray, ref: bytes) -> np.ndarray:
