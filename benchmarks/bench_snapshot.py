@@ -534,10 +534,15 @@ def _only(url: str):
     return handler
 
 
-def browser_times(path: str) -> tuple[float, float, float]:
-    """(seconds from navigation to the first drawn timeline, to the exact one, worst hover seconds) of a
-    viewer page in headless Chromium (times from the page's own clock, performance.now())."""
+def browser_times(path: str) -> dict[str, float]:
+    """Seconds from navigation to the first drawn timeline and to the exact one, and milliseconds of
+    the worst hover around the peak, of a redraw zoomed into 1/1000 of the trace (and the worst of
+    five zoom steps), and of the allocator view at the peak and at four other events, in headless
+    Chromium (the page's own clock, performance.now())."""
     from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests._browser import wait_until
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
@@ -545,18 +550,24 @@ def browser_times(path: str) -> tuple[float, float, float]:
         url = "file://" + path
         page.route("**/*", _only(url))
         page.goto(url, timeout=300_000)
-        page.wait_for_function("window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout=300_000)
+        wait_until(page, "window.tbmemViewer !== undefined && window.tbmemViewer.exact && "
+                         "window.tbmemViewer.state.allocDrawn === true", timeout_s=300)
         timing = page.evaluate("window.tbmemViewer.timing")
-        first = timing.get("overview", timing["drawn"]) / 1000
-        exact = timing["drawn"] / 1000
+        out = {"first": timing.get("overview", timing["drawn"]) / 1000, "exact": timing["drawn"] / 1000}
         pt = page.evaluate("window.tbmemViewer.peakPoint()")
-        box = page.locator("#timeline").bounding_box()
-        hover = max(page.evaluate("""([x, y]) => window.tbmemViewer.timeHover(x, y)""", [pt["x"] + dx, pt["y"]])
-                    for dx in (0, -3, 3, -6, 6))
-        page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
-        page.wait_for_selector("#tooltip:not([hidden])", timeout=60_000)
+        out["hover_ms"] = max(page.evaluate("""([x, y]) => window.tbmemViewer.timeHover(x, y)""", [pt["x"] + dx, pt["y"]])
+                              for dx in (0, -3, 3, -6, 6))
+        v = page.evaluate("window.tbmemViewer.view()")["full"]
+        span = v["x1"] - v["x0"]
+        out["zoom_ms"] = max(page.evaluate(f"window.tbmemViewer.setView({v['x0'] + span * f}, "
+                                           f"{v['x0'] + span * (f + 0.001)})") for f in (0.1, 0.3, 0.5, 0.7, 0.9))
+        out["full_ms"] = page.evaluate(f"window.tbmemViewer.setView({v['x0']}, {v['x1']})")
+        n = page.evaluate("window.tbmemViewer.head.snapshots[0].devices[0].n_events")
+        peak = page.evaluate("window.tbmemViewer.stats().peakEvent")
+        out["alloc_ms"] = max(page.evaluate(f"window.tbmemViewer.timeAllocator({e})")
+                              for e in (peak, n // 5, n // 2, n * 4 // 5, n - 1))
         browser.close()
-    return first, exact, hover / 1000
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -586,16 +597,20 @@ def main(argv: list[str] | None = None) -> int:
         peak = json.loads(out)["devices"][0]["peak_bytes"]
         html = path[:-7] + ".html"
         html_s, html_cpu, html_gb, _ = _run(["snapshot", "html", path, "-o", html])
-        first, exact, hover = (float("nan"),) * 3 if args.no_browser else browser_times(html)
+        nan = float("nan")
+        b = {k: nan for k in ("first", "exact", "hover_ms", "zoom_ms", "full_ms", "alloc_ms")} if args.no_browser \
+            else browser_times(html)
         rows.append((n, os.path.getsize(path), (stats_s, stats_cpu), stats_gb, (html_s, html_cpu), html_gb,
-                     os.path.getsize(html), (first, exact), hover, peak))
+                     os.path.getsize(html), b, peak))
     print(f"load average (1 min) before the last run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'entries':>10} {'pickle MB':>9} {'stats s (cpu)':>14} {'stats GiB':>9} {'html s (cpu)':>13} "
-          f"{'html GiB':>8} {'page MB':>8} {'first draw s':>12} {'exact draw s':>12} {'hover ms':>8}")
-    for n, size, ss, sg, hs, hg, page, first, hover, _peak in rows:
+          f"{'html GiB':>8} {'page MB':>8} {'first s':>7} {'exact s':>7} {'hover ms':>8} {'zoom ms':>7} "
+          f"{'full ms':>7} {'alloc ms':>8}")
+    for n, size, ss, sg, hs, hg, page, b, _peak in rows:
         print(f"{n:>10} {size / 2**20:>9.0f} {ss[0]:>6.1f} ({ss[1]:>5.1f}) {sg:>9.2f} {hs[0]:>5.1f} ({hs[1]:>5.1f}) "
-              f"{hg:>8.2f} {page / 2**20:>8.1f} {first[0]:>12.2f} {first[1]:>12.2f} {hover * 1000:>8.1f}")
-    for n, size, ss, sg, hs, hg, page, first, hover, _peak in rows:
+              f"{hg:>8.2f} {page / 2**20:>8.1f} {b['first']:>7.2f} {b['exact']:>7.2f} {b['hover_ms']:>8.1f} "
+              f"{b['zoom_ms']:>7.1f} {b['full_ms']:>7.1f} {b['alloc_ms']:>8.1f}")
+    for n, size, ss, sg, hs, hg, page, b, _peak in rows:
         print(f"RESULT name=snapshot.html_vs_pickle_bytes_{n} ratio={page / size:.4f} limit=1.0")
     return 0
 

@@ -230,7 +230,7 @@ def render_html(snap: Snapshot | Sequence[Snapshot], *, device: str | None = Non
     middle, _, tail = rest.partition("{{DATA}}")
     # substitute the data last and once, so nothing inside it is ever interpreted as a placeholder
     page_head = page_head.replace("{{TITLE}}", title).replace("{{CSS}}", css)
-    tail = tail.replace("{{JS}}", js)
+    middle = middle.replace("{{JS}}", js)
     return page_head + embed_json(head_doc) + middle + embed_json(body_doc) + tail
 
 

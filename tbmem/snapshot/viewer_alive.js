@@ -44,6 +44,7 @@ function pendingAt(dv, a, ev) {
 
 // --- the allocator's state at an event (the twin of tbmem/snapshot/allocator.py) -------------------
 // reserved = allocated by category + pending free + rounding + inactive split + free segments
+var NO_BLOCKS = [];  // shared by every segment without a live block (most, in some traces)
 function allocatorState(dv, ev) {
   var S = dv.seg, segs = [], k, j;
   if (S) {
@@ -51,10 +52,10 @@ function allocatorState(dv, ev) {
       if (!(S.start[k] <= ev && (S.end[k] < 0 || S.end[k] > ev))) continue;
       var stream = S.stream[k] >= 0 ? dv.d.streams[S.stream[k]] : 0, prev = segs[segs.length - 1];
       if (prev && (S.flags[k] & SEG_EXPANDABLE) && (prev.flags & SEG_EXPANDABLE) && prev.addr + prev.size === S.addr[k] &&
-          prev.stream === stream) { prev.size += S.size[k]; prev.pieces.push(k); continue; }
+          prev.stream === stream) { prev.size += S.size[k]; continue; }
       segs.push({addr: S.addr[k], size: S.size[k], stream: stream, pool: S.pool[k] >= 0 ? dv.d.pools[S.pool[k]] : null,
-                 flags: S.flags[k], stack: S.stack[k], pieces: [k], allocated: 0, pending: 0, rounding: 0, free: 0,
-                 byCat: {}, blocks: []});
+                 flags: S.flags[k], stack: S.stack[k], key: (S.pool[k] + 1) * 1048576 + S.stream[k],
+                 allocated: 0, pending: 0, rounding: 0, free: 0, blocks: NO_BLOCKS});
     }
   }
   var alive = aliveAt(dv, ev, false), st = {event: ev, segments: segs, byCat: {}, pending: 0, rounding: 0,
@@ -73,13 +74,13 @@ function allocatorState(dv, ev) {
     var seg = segs[s], nxt = j + 1 < order.length && where[order[j + 1]] === s ? dv.addr[alive[order[j + 1]]]
       : seg.addr + seg.size;
     var r = Math.max(0, Math.min(dv.round[a], nxt - dv.addr[a] - dv.size[a])), pend = pendingAt(dv, a, ev);
+    if (seg.blocks === NO_BLOCKS) seg.blocks = [];
     seg.blocks.push({a: a, round: r, pending: pend});
     seg.rounding += r;
     if (pend) seg.pending += dv.size[a];
     else {
       seg.allocated += dv.size[a];
       var name = SH.categories[dv.cat[a]];
-      seg.byCat[name] = (seg.byCat[name] || 0) + dv.size[a];
       st.byCat[name] = (st.byCat[name] || 0) + dv.size[a];
     }
   }
@@ -96,7 +97,7 @@ function explainParts(st) {
   var cats = Object.keys(st.byCat).sort(function (x, y) { return st.byCat[y] - st.byCat[x]; });
   return {reserved: st.reserved, cats: cats.map(function (c) { return [c, st.byCat[c]]; }), pending: st.pending,
           internal: st.rounding + st.split, rounding: st.rounding, split: st.split, external: st.freeSegs,
-          releasable: st.segments.filter(function (g) { return !g.blocks.length; }).length,
+          releasable: st.segments.reduce(function (n, g) { return n + (g.blocks.length ? 0 : 1); }, 0),
           segments: st.segments.length, outside: st.outside};
 }
 // the explain line from Python's document (stats --json "explain") or from allocatorState

@@ -16,7 +16,7 @@ function poolName(p) {
 function segKind(g) {
   return (g.flags & SEG_EXPANDABLE ? "expandable" : g.flags & SEG_SMALL ? "small pool" : g.flags & SEG_LARGE ? "large pool" : "segment");
 }
-function groupKey(g) { return (g.pool ? g.pool[0] + "," + g.pool[1] : "?") + "/" + g.stream; }
+function isPrivate(g) { return g.pool && (g.pool[0] || g.pool[1]) ? 1 : 0; }
 
 function renderAllocator(ev) {
   var t0 = performance.now(), box = $("allocbox");
@@ -30,22 +30,27 @@ function renderAllocator(ev) {
   }
   scanvas.hidden = false;
   var st = allocatorState(dev, ev);
+  T.allocState = performance.now() - t0;
   $("alloctitle").textContent = "Allocator state " + (ev >= 0 ? "after " : "") + when(ev) + ": " +
     plural(st.segments.length, "segment") + ", " + plural(st.segments.reduce(function (n, g) { return n + g.blocks.length; }, 0), "live block");
   var ex = $("allocexplain");
   ex.textContent = "";
   ex.appendChild(explainNode(explainParts(st), ""));
   // segments grouped by pool, then stream; by address within a group
-  var order = st.segments.map(function (_g, i) { return i; });
-  order.sort(function (x, y) {
-    var gx = st.segments[x], gy = st.segments[y], px = gx.pool && (gx.pool[0] || gx.pool[1]) ? 1 : 0;
-    var py = gy.pool && (gy.pool[0] || gy.pool[1]) ? 1 : 0;
-    return px - py || groupKey(gx).localeCompare(groupKey(gy)) || gx.addr - gy.addr;
+  // (they come by address: each group's indices in turn keep that order)
+  var groups = {}, keys = [], order = [];
+  st.segments.forEach(function (g, i) {
+    var key = isPrivate(g) * 1e12 + g.key;
+    if (!(key in groups)) { groups[key] = []; keys.push(key); }
+    groups[key].push(i);
   });
+  keys.sort(function (x, y) { return x - y; }).forEach(function (key) { order = order.concat(groups[key]); });
   var offs = new Float64Array(order.length + 1);
   for (var i = 0; i < order.length; i++) offs[i + 1] = offs[i] + st.segments[order[i]].size;
   A = {ev: ev, st: st, order: order, offs: offs};
+  T.allocOrder = performance.now() - t0;
   drawSegments();
+  T.allocDraw = performance.now() - t0;
   segLegend(st, order);
   segTable(st);
   state.allocDrawn = true;
@@ -83,7 +88,7 @@ function drawSegments() {
   var last = null;
   for (k = 0; k <= A.order.length; k++) {
     var p = A.offs[k], r = Math.min(rows - 1, Math.floor(p / bpr)), x = x0 + (p - r * bpr) / bpr * W;
-    var gk = k < A.order.length ? groupKey(st.segments[A.order[k]]) : null, wide = k < A.order.length &&
+    var gk = k < A.order.length ? st.segments[A.order[k]].key : null, wide = k < A.order.length &&
       st.segments[A.order[k]].size / bpr * W >= 3 * dpr, group = gk !== last;
     if (wide || group || k === A.order.length) {
       sctx.fillStyle = group ? "#000" : "#666";
@@ -106,7 +111,7 @@ function segLegend(st, order) {
   item(ROUNDING, "rounding");
   item("#f3f3f3", "free in a segment");
   order.forEach(function (i) {
-    var g = st.segments[i], key = groupKey(g), last = groups[groups.length - 1];
+    var g = st.segments[i], key = g.key, last = groups[groups.length - 1];
     if (last && last.key === key) { last.bytes += g.size; last.n++; } else groups.push({key: key, g: g, bytes: g.size, n: 1});
   });
   box.appendChild(el("span", "| in order: " + groups.map(function (q) {
@@ -119,10 +124,19 @@ function blockSites(g, n) {
   return bs.slice(0, n).map(function (b) { return fmtBytes(dev.size[b.a]) + " " + siteText(b.a); });
 }
 function segTable(st) {
-  var tbody = $("segtable").querySelector("tbody"), rows = st.segments.slice();
+  var tbody = $("segtable").querySelector("tbody"), held = [], spare = [], k;
   tbody.textContent = "";
-  // those that cannot be released, most free bytes held first; then the releasable ones
-  rows.sort(function (x, y) { return (y.blocks.length ? 1 : 0) - (x.blocks.length ? 1 : 0) || y.free - x.free || y.size - x.size; });
+  // those that cannot be released, most free bytes held first; then the largest releasable ones
+  for (k = 0; k < st.segments.length; k++) {
+    var g0 = st.segments[k];
+    if (g0.blocks.length) { held.push(g0); continue; }
+    if (spare.length < 60 || g0.size > spare[spare.length - 1].size) {
+      spare.push(g0); spare.sort(function (x, y) { return y.size - x.size; });
+      if (spare.length > 60) spare.pop();
+    }
+  }
+  held.sort(function (x, y) { return y.free - x.free || y.size - x.size; });
+  var rows = held.concat(spare), total = st.segments.length;
   rows.slice(0, 60).forEach(function (g) {
     var tr = document.createElement("tr");
     [hex(g.addr) + " " + segKind(g), fmtBytes(g.size), streamName(dev, g.stream) + " / " + poolName(g.pool).split(":")[0],
@@ -132,9 +146,9 @@ function segTable(st) {
     tr.addEventListener("click", function () { showSegment(g, details); });
     tbody.appendChild(tr);
   });
-  if (rows.length > 60) {
+  if (total > 60) {
     var more = document.createElement("tr");
-    more.appendChild(el("td", "... " + (rows.length - 60) + " more segments", "note"));
+    more.appendChild(el("td", "... " + (total - Math.min(rows.length, 60)) + " more segments", "note"));
     tbody.appendChild(more);
   }
 }

@@ -199,7 +199,11 @@ function buildControls() {
 buildControls();
 explainHeader();
 SH.devices.length && drawOverview(SH.devices[SH.default_device]);
-var ready = new Promise(function (resolve) { setTimeout(resolve, 0); }).then(function () {
+// the columns come after this script in the page: decode them once the whole document is parsed
+var ready = new Promise(function (resolve) {
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", function () { setTimeout(resolve, 0); });
+  else setTimeout(resolve, 0);
+}).then(function () {
   SB = body().snapshots[0];
   return selectSnapshot(0);
 });
