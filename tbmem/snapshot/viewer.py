@@ -108,39 +108,42 @@ def _overview(n_bands: int, d: Device) -> dict[str, Any] | None:
     a = d.allocs
     band = a["category"]
     delta = np.zeros(n, dtype=np.int64)
-    band_of_event = np.zeros(n, dtype=np.int64)
+    band_of_event = np.zeros(n, dtype=np.uint8 if n_bands <= 256 else np.int32)
     s, e = a["start"], a["end"]
     delta[s[s >= 0]] = a["size"][s >= 0]
     band_of_event[s[s >= 0]] = band[s >= 0]
     delta[e[e >= 0]] -= a["size"][e >= 0]
     band_of_event[e[e >= 0]] = band[e >= 0]
     base = d.baseline_bytes()
-    total = base + np.cumsum(delta)
+    total = np.cumsum(delta)
+    total += base
     timed = d.has_time and n > 1 and d.time_us.max() > d.time_us[0]
     if timed:
         t = np.maximum.accumulate(d.time_us)
-        col = np.minimum(_OVERVIEW_COLUMNS - 1, ((t - t[0]) * _OVERVIEW_COLUMNS) // max(int(t[-1] - t[0]), 1))
+        t -= t[0]
+        col = np.minimum(_OVERVIEW_COLUMNS - 1, (t * _OVERVIEW_COLUMNS) // max(int(t[-1]), 1)).astype(np.int32)
+        del t
     else:
-        col = (np.arange(n) * _OVERVIEW_COLUMNS) // n
+        col = ((np.arange(n, dtype=np.int64) * _OVERVIEW_COLUMNS) // n).astype(np.int32)
     # per column: the event of its highest total, or the state carried in (event -1 = the baseline)
     first = np.searchsorted(col, np.arange(_OVERVIEW_COLUMNS), side="left")
-    last = np.searchsorted(col, np.arange(_OVERVIEW_COLUMNS), side="right") - 1
-    carried = first - 1  # the event whose state a column starts with
-    best_ev = carried.copy()
-    has = last >= first
-    starts = first[has]
-    if starts.shape[0]:
-        top = np.maximum.reduceat(total, starts)
-        mark = total == np.repeat(top, np.diff(np.concatenate((starts, [n]))))
-        ev_max = -np.maximum.reduceat(np.where(mark, -np.arange(n), -n), starts)
-        carried_total = np.where(carried[has] >= 0, total[np.maximum(carried[has], 0)], base)
-        best_ev[has] = np.where(carried_total > top, carried[has], ev_max)
+    last = np.searchsorted(col, np.arange(_OVERVIEW_COLUMNS), side="right")
+    del col
+    best_ev = first - 1  # the event whose state a column starts with
+    for c in np.flatnonzero(last > first).tolist():
+        i = int(first[c]) + int(np.argmax(total[first[c]:last[c]]))  # the first of its highest
+        carried = int(total[first[c] - 1]) if first[c] > 0 else base
+        if int(total[i]) >= carried:
+            best_ev[c] = i
+    del total
     # each band's bytes at each column's chosen event: sums of the deltas between consecutive chosen
     # events (one bincount, in float64: exact below 2**53 bytes, and this only draws the first paint)
     init = np.bincount(band[a["start"] < 0], weights=a["size"][a["start"] < 0], minlength=n_bands)
     ev_sorted = np.maximum.accumulate(best_ev)  # non-decreasing already; -1 for the leading baseline columns
-    seg = np.searchsorted(ev_sorted, np.arange(n), side="left")  # events up to chosen event k belong to k
-    sums = np.bincount(seg * n_bands + band_of_event, weights=delta, minlength=(_OVERVIEW_COLUMNS + 1) * n_bands)
+    bounds = np.clip(np.concatenate(([0], ev_sorted + 1, [n])), 0, n)
+    key = np.repeat(np.arange(_OVERVIEW_COLUMNS + 1, dtype=np.int32) * n_bands, np.diff(bounds))
+    key += band_of_event
+    sums = np.bincount(key, weights=delta, minlength=(_OVERVIEW_COLUMNS + 1) * n_bands)
     cum = init + np.cumsum(sums.reshape(-1, n_bands)[:_OVERVIEW_COLUMNS], axis=0)
     bands = np.rint(cum.T).astype(np.int64).tolist()
     return {"bands": bands, "axis": "time" if timed else "event"}
@@ -159,9 +162,13 @@ def _addresses(d: Device) -> tuple[int, int]:
 def _device_doc(snap: Snapshot, d: Device) -> tuple[dict[str, Any], dict[str, Any]]:
     """(what draws at once, the columns) of one device."""
     a = d.allocs
-    order = np.lexsort((a["end"], a["start"]))  # by start: start differences stay small
-    cols = {c: a[c][order] for c in ("start", "end", "size", "category", "stack", "flags", "freereq", "round",
-                                     "addr")}
+    names = ("start", "end", "size", "category", "stack", "flags", "freereq", "round", "addr")
+    st, en = a["start"], a["end"]
+    if bool(np.all((st[1:] > st[:-1]) | ((st[1:] == st[:-1]) & (en[1:] >= en[:-1])))):
+        cols = {c: a[c] for c in names}  # by start, then end, already (as tbmem's conversion writes it)
+    else:
+        order = np.lexsort((en, st))  # by start: start differences stay small
+        cols = {c: a[c][order] for c in names}
     base_ev = np.maximum(cols["start"], 0)
     # starts as differences (+1: the -1 of "before the trace" sorts first), ends as distances from
     # the start (0: none), addresses as multiples of the alignment from the base
