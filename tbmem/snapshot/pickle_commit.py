@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tbmem.snapshot.pickle_fast import Layout, Scan
-from tbmem.snapshot.pickle_rows import ACTION_CODE, EVENT, NO_TIME, EventRows, StackRef
+from tbmem.snapshot.pickle_rows import ACTION_CODE, NO_TIME, EventRows, Memo, StackRef
 
 __all__ = ["State", "commit"]
 
@@ -35,7 +35,7 @@ def _lookup(u: np.ndarray, table: np.ndarray, keys: np.ndarray, missing: int) ->
     return np.where(u[pos] == keys, table[pos], missing)
 
 
-def _resolve(memo: list, keys: np.ndarray, base: int, value_of, missing: int) -> np.ndarray:
+def _resolve(memo: Memo, keys: np.ndarray, base: int, value_of, missing: int) -> np.ndarray:
     """``value_of(memo[k])`` for each memo index ``k < base`` (each distinct index looked up once)."""
     u = np.unique(keys[(keys >= 0) & (keys < base)])
     table = np.array([value_of(memo[k]) for k in u.tolist()], dtype=np.int64)
@@ -43,8 +43,19 @@ def _resolve(memo: list, keys: np.ndarray, base: int, value_of, missing: int) ->
 
 
 def _strings(buf: bytes, pos: np.ndarray, length: np.ndarray, cache: dict[Any, str]) -> np.ndarray:
-    """Decode inline strings, each distinct value once (values of at most 8 bytes compared as words)."""
-    out = np.empty(pos.shape[0], dtype=object)
+    """Decode inline strings (an object array)."""
+    values, which = _distinct_strings(buf, pos, length, cache)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out[which]
+
+
+def _distinct_strings(buf: bytes, pos: np.ndarray, length: np.ndarray,
+                      cache: dict[Any, str]) -> tuple[list[str], np.ndarray]:
+    """Decode inline strings, each distinct value once (values of at most 8 bytes compared as words):
+    (the distinct values, the index of each string's value)."""
+    out = np.zeros(pos.shape[0], dtype=np.int64)
+    distinct: list[str] = []
     short = length <= 8
     if short.any():
         idx = np.flatnonzero(short)
@@ -62,14 +73,13 @@ def _strings(buf: bytes, pos: np.ndarray, length: np.ndarray, cache: dict[Any, s
                              dtype=np.uint64)
         keys = words ^ (length[idx].astype(np.uint64) << np.uint64(59))
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        values = np.empty(uniq.shape[0], dtype=object)
-        for j, (key, k) in enumerate(zip(uniq.tolist(), first.tolist())):
+        for key, k in zip(uniq.tolist(), first.tolist()):
             value = cache.get(("w", key))
             if value is None:
                 p0, n0 = int(pos[idx[k]]), int(length[idx[k]])
                 value = cache[("w", key)] = _decode(buf[p0:p0 + n0])
-            values[j] = value
-        out[idx] = values[inverse.reshape(-1)]
+            distinct.append(value)
+        out[idx] = inverse.reshape(-1)
     for i in np.flatnonzero(~short).tolist():
         raw = buf[int(pos[i]):int(pos[i] + length[i])]
         value = cache.get(raw)
@@ -77,8 +87,9 @@ def _strings(buf: bytes, pos: np.ndarray, length: np.ndarray, cache: dict[Any, s
             if len(cache) > 100_000:
                 cache.clear()
             value = cache[raw] = _decode(raw)
-        out[i] = value
-    return out
+        out[i] = len(distinct)
+        distinct.append(value)
+    return distinct, out
 
 
 def _decode(raw: bytes) -> str:
@@ -95,7 +106,7 @@ class State:
         self.stacks: dict[int, tuple[int, int]] = {}  # first hash -> (second hash, stack id)
         self.strings: dict[Any, str] = {}
         self.stack_refs: list[StackRef] = []
-        self.ref_array: np.ndarray | None = None
+        self.ref_slots: np.ndarray | None = None  # the memo slot of each StackRef
 
     def forget(self) -> None:
         """A memo entry was overwritten (protocol <= 3 PUT): references may mean something else now."""
@@ -105,7 +116,7 @@ class State:
 _REFS = re.compile(rb"h.|j....", re.DOTALL)
 
 
-def _new_stack(key: bytes, memo: list, base: int, rows: EventRows) -> int:
+def _new_stack(key: bytes, memo: Memo, base: int, rows: EventRows) -> int:
     """Stack id of the frame references ``key`` (-1 if one is not a frame dict stored before)."""
     fids = []
     for r in _REFS.findall(key):
@@ -117,7 +128,7 @@ def _new_stack(key: bytes, memo: list, base: int, rows: EventRows) -> int:
     return rows.intern_stack(tuple(fids))
 
 
-def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: list, rows: EventRows,
+def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: Memo, rows: EventRows,
            state: State) -> int:
     """Turn the run of events starting at candidate ``i`` into rows and memo entries.
 
@@ -198,10 +209,10 @@ def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: list, 
     if n == 0:
         return 0
     sel, count, new, sid = sel[:n], count[:n], new[:n], sid[:n]
-    # memo entries, in file order: the event dict, then per key its inline string or new list
+    # memo entries, in file order: the event dict, then per key its inline string or new list (as
+    # slots of the memo's table of objects: 0 is an event)
     total = int(count.sum())
-    entries = np.empty(total, dtype=object)
-    entries[:] = EVENT
+    entries = np.zeros(total, dtype=np.int32)
     off = off[:n] - base
     cursor = off + 1
     for li, layout in enumerate(layouts):
@@ -214,17 +225,18 @@ def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: list, 
                 if put.any():
                     top = int(sid[put].max())
                     stack_refs.extend(StackRef(k) for k in range(len(stack_refs), top + 1))
-                    if state.ref_array is None or state.ref_array.shape[0] != len(stack_refs):
-                        state.ref_array = np.array(stack_refs + [None], dtype=object)[:-1]
-                    entries[cursor[put]] = state.ref_array[sid[put]]
+                    if state.ref_slots is None or state.ref_slots.shape[0] != len(stack_refs):
+                        state.ref_slots = np.array([memo.slot(r) for r in stack_refs], dtype=np.int32)
+                    entries[cursor[put]] = state.ref_slots[sid[put]]
                 cursor = cursor + put
             elif key in sc.str_pos:
                 spos = sc.str_pos[key][sel]
                 put = mine & (spos >= 0)
                 if put.any():
-                    entries[cursor[put]] = _strings(buf, spos[put], sc.str_len[key][sel][put], cache)
+                    values, which = _distinct_strings(buf, spos[put], sc.str_len[key][sel][put], cache)
+                    entries[cursor[put]] = np.array([memo.slot(v) for v in values], dtype=np.int32)[which]
                 cursor = cursor + put
-    memo.extend(entries.tolist())
+    memo.extend_slots(entries)
     time = np.where(sc.has_time[sel], sc.time[sel], NO_TIME)
     rows.add_block(action=action[:n], addr=sc.addr[sel], size=sc.size[sel], time=time, stack=sid,
                    meta=meta[:n], stream=sc.stream[sel])

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Limits", "SnapshotRefused", "EventRows", "TraceRef", "StackRef", "ACTIONS", "ACTION_CODE",
-           "NO_TIME", "EVENT"]
+           "NO_TIME", "EVENT", "Memo"]
 
 #: Allocator actions in the order of their codes in :class:`EventRows` (0 = anything else).
 ACTIONS = ("other", "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -113,6 +113,65 @@ class _Event:
 
 
 EVENT = _Event()
+
+
+class Memo:
+    """The pickle memo: per index, the position of its object in a table of distinct objects (int32).
+
+    A 10M-event trace stores about 30M memo entries (each event dict, its inline strings, its
+    new frames lists): as positions they take 4 bytes each, and the vectorised parser appends a
+    run's entries as one array (:meth:`extend_slots`) instead of one Python object each.
+    """
+
+    def __init__(self) -> None:
+        self._slots = np.zeros(1 << 12, dtype=np.int32)
+        self._n = 0
+        self.objects: list[Any] = [EVENT]  # slot 0: an event turned into a row
+        self._by_id: dict[int, int] = {id(EVENT): 0}  # the objects list keeps every object alive
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, idx: int) -> Any:
+        if not 0 <= idx < self._n:
+            raise IndexError(idx)
+        return self.objects[self._slots[idx]]
+
+    def __setitem__(self, idx: int, value: Any) -> None:
+        if not 0 <= idx < self._n:
+            raise IndexError(idx)
+        self._slots[idx] = self.slot(value)
+
+    def slot(self, value: Any) -> int:
+        """The slot of ``value`` (added to the table the first time it is seen)."""
+        k = self._by_id.get(id(value))
+        if k is None:
+            k = self._by_id[id(value)] = len(self.objects)
+            self.objects.append(value)
+        return k
+
+    def _grow(self, n: int) -> None:
+        if self._n + n > self._slots.shape[0]:
+            bigger = np.zeros(max(2 * self._slots.shape[0], self._n + n), dtype=np.int32)
+            bigger[:self._n] = self._slots[:self._n]
+            self._slots = bigger
+
+    def append(self, value: Any) -> None:
+        """Store the next entry."""
+        self._grow(1)
+        self._slots[self._n] = self.slot(value)
+        self._n += 1
+
+    def extend(self, values: Any) -> None:
+        """Store the next entries."""
+        for v in values:
+            self.append(v)
+
+    def extend_slots(self, slots: np.ndarray) -> None:
+        """Store the next entries given as slots (of objects already in the table)."""
+        self._grow(slots.shape[0])
+        self._slots[self._n:self._n + slots.shape[0]] = slots
+        self._n += slots.shape[0]
 
 
 class EventRows:

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, Callable
 from tbmem.snapshot.pickle_commit import State, commit
 from tbmem.snapshot.pickle_fast import Layout, Scan, scan
 from tbmem.snapshot.pickle_input import Input, ascii_text, text_int, utf8
-from tbmem.snapshot.pickle_rows import EVENT, EventRows, Limits, SnapshotRefused, TraceRef
+from tbmem.snapshot.pickle_rows import EVENT, EventRows, Limits, Memo, SnapshotRefused, TraceRef
 from tbmem.snapshot.safe_pickle import UnsafePickleError
 
 __all__ = ["read_pickle"]
@@ -66,7 +66,7 @@ class _Machine(Input):
     def __init__(self, fh: BinaryIO, limits: Limits, progress: Callable[[int], None] | None) -> None:
         super().__init__(fh, limits, progress)
         self.rows = EventRows(limits)
-        self.memo: list[Any] = []
+        self.memo = Memo()
         self.str_memo: dict[str, int] = {}
         self.layouts: list[Layout] = []
         self.layout_keys: set[tuple[str, ...]] = set()
