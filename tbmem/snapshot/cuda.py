@@ -115,9 +115,10 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
     cols = {c: rows.column(c) for c in ("action", "addr", "size", "time", "stack", "meta")}
     cols["streams"] = rows.streams  # type: ignore[assignment] - by row, segment events only
     devices_idx = sorted({d for d, r in per_dev.items() if r.shape[0]} | set(seg_by_dev))
-    times = [cols["time"][r] for r in per_dev.values() if r.shape[0]]
-    known = [t[t != NO_TIME] for t in times]
-    t0 = min((int(k.min()) for k in known if k.shape[0]), default=None)
+    tcol = cols["time"]  # every row is an event of a device trace
+    known = tcol != NO_TIME
+    t0 = int(np.min(tcol, initial=np.iinfo(np.int64).max, where=known)) if bool(known.any()) else None
+    del known
     # block frames come from the segments: intern their stacks before categories are computed
     seg_stacks = {id(b): rows.stack_id(_block_frames(b)) for segs in seg_by_dev.values() for sg in segs
                   for b in (sg.get("blocks") or []) if isinstance(b, Mapping)}

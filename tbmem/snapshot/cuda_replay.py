@@ -77,7 +77,14 @@ def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
         return Pairs(empty, empty, empty, np.zeros(0, dtype=bool), empty, empty, empty, 0)
     # by address, then event (a stable sort of event-ordered rows); then only positions of this order
     # are compared, each kind of event as its own sorted array of positions (searchsorted, no full scans)
-    order = rel[np.argsort(addr[rel], kind="stable")]
+    key = addr[rel]
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo < 2**31 * 512 and not bool(np.any((key - lo) % 512)):
+        key = ((key - lo) >> 9).astype(np.int32)  # CUDA blocks are 512-byte aligned: a narrower key sorts faster
+    elif hi - lo < 2**31:
+        key = (key - lo).astype(np.int32)
+    order = rel[np.argsort(key, kind="stable")]
+    del key
     del rel
     m = order.shape[0]
     g = addr[order]
