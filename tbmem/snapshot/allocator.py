@@ -75,6 +75,8 @@ class AllocatorState:
     seg: dict[str, np.ndarray]
     alloc_segment: np.ndarray  # per live allocation (``alive``): the index of its segment, -1 outside
     alive: np.ndarray
+    alloc_rounding: np.ndarray  # per live allocation: its rounding (0 outside segments)
+    alloc_pending: np.ndarray  # per live allocation: its free requested, not completed
     streams: list[int]
     pools: list[list[int]]
 
@@ -180,4 +182,5 @@ def allocator_state(dev: Device, event: int, categories: Sequence[str]) -> Alloc
                           pending_free=int(seg["pending"].sum()), rounding=int(seg["rounding"].sum()),
                           inactive_split=int(seg["free"][held].sum()), free_segments=int(seg["free"][~held].sum()),
                           outside_bytes=int(size[~inside].sum()), seg=seg, alloc_segment=pos, alive=alive,
-                          streams=list(dev.streams), pools=[list(q) for q in dev.pools])
+                          alloc_rounding=rounding, alloc_pending=pending, streams=list(dev.streams),
+                          pools=[list(q) for q in dev.pools])
