@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, Callable
 
 from tbmem.snapshot.pickle_rows import Limits, SnapshotRefused
@@ -86,17 +87,38 @@ class Input:
         self.read_bytes = 0
         self.unframe = Unframer()
         self.eof = False
+        # the next chunk is read and unframed on a thread while this one is parsed (reading and
+        # joining bytes release the GIL); one chunk ahead at most
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: Future[tuple[bytes, bytes]] | None = None
+
+    def _chunk(self, n: int) -> tuple[bytes, bytes]:
+        raw = self.fh.read(n)
+        return raw, self.unframe.feed(raw) if raw else b""
+
+    def close(self) -> None:
+        """Stop reading ahead (waits for a chunk being read)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = self._ahead = None
 
     def _fill(self, need: int, strict: bool = True) -> None:
         while len(self.buf) - self.pos < need and not self.eof:
-            raw = self.fh.read(max(_CHUNK, need))
+            if self._ahead is not None:
+                raw, data = self._ahead.result()
+                self._ahead = None
+            else:
+                raw, data = self._chunk(max(_CHUNK, need))
             if not raw:
                 self.eof = True
                 if self.unframe.carry:
                     raise SnapshotRefused("the pickle is truncated (it ends inside a FRAME header)")
                 break
+            if len(raw) >= _CHUNK:  # a large file: read the next chunk meanwhile
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tbmem-pickle-read")
+                self._ahead = self._pool.submit(self._chunk, _CHUNK)
             self.read_bytes += len(raw)
-            data = self.unframe.feed(raw)
             self.consumed += self.pos
             self.buf = self.buf[self.pos:] + data
             self.pos = 0

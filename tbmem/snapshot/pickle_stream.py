@@ -479,7 +479,10 @@ def read_pickle(fh: BinaryIO, *, limits: Limits | None = None,
         SnapshotRefused: malformed, truncated, or over a limit.
     """
     machine = _Machine(fh, limits or Limits(), progress)
-    top = machine.run()
+    try:
+        top = machine.run()
+    finally:
+        machine.close()
     if top is _ROW:
         raise SnapshotRefused("the pickle holds a single allocator event, not a snapshot")
     return top, machine.rows
