@@ -138,7 +138,10 @@ function byteTicks(ymax) {
 function xTicks(w) {
   var span = V.x1 - V.x0, out = [], i, first;
   if (timeAxis()) {
-    var step = niceStep(span / Math.max(2, w / 110)), u = timeUnit(step);
+    // one unit for every label: the one the step and the largest label read best in (35.80 s, not 35800 ms)
+    var step = niceStep(span / Math.max(2, w / 110)), top = Math.max(Math.abs(V.x0), Math.abs(V.x1)), u = TIME_UNITS[0];
+    for (var q = 0; q < TIME_UNITS.length && top / u.us >= 1000; q++) u = TIME_UNITS[q];
+    u = {name: u.name, us: u.us, digits: Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / u.us) - 1e-9)))};
     for (i = Math.ceil(V.x0 / step); i * step <= V.x1; i++) out.push({x: i * step, text: (i * step / u.us).toFixed(u.digits) + " " + u.name});
     return out;
   }
