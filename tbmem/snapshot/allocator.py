@@ -97,7 +97,8 @@ class AllocatorState:
         out = [SegmentState(addr=int(s["addr"][k]), size=int(s["size"][k]),
                             stream=self.streams[s["stream"][k]] if s["stream"][k] >= 0 else 0,
                             pool=self.pools[s["pool"][k]] if s["pool"][k] >= 0 else None, flags=int(s["flags"][k]),
-                            stack=int(s["stack"][k]), allocated=int(s["allocated"][k]), pending_free=int(s["pending"][k]),
+                            stack=int(s["stack"][k]), allocated=int(s["allocated"][k]),
+                            pending_free=int(s["pending"][k]),
                             rounding=int(s["rounding"][k]), free=int(s["free"][k])) for k in range(self.n_segments)]
         for i, k in zip(self.alive.tolist(), self.alloc_segment.tolist()):
             if k >= 0:

@@ -20,8 +20,9 @@ snapshots captured on other machines, from the file paths themselves: a path
 ``lib/python3.X`` folder or an interpreter's ``Lib`` folder (``cpython-3.10.19-windows...``,
 ``Python311``, ``3.10.4``) holding a standard-library module (``copy.py``) is a standard
 library wherever the interpreter lives (uv, pyenv, Windows installs), and a folder holding
-torch's own files (``nn/modules/module.py``, ``_tensor.py``) is a torch checkout. A folder merely *named* ``tbmem`` or ``torch`` (a clone of this repository, a
-user's script folder) is none of these, so user frames in it are found.
+torch's own files (``nn/modules/module.py``, ``_tensor.py``) is a torch checkout. A folder
+merely *named* ``tbmem`` or ``torch`` (a clone of this repository, a user's script folder) is
+none of these, so user frames in it are found.
 
 Example:
     >>> from tbmem.snapshot.frames import FrameClassifier

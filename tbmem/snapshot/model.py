@@ -24,7 +24,8 @@ import numpy as np
 
 from tbmem.snapshot.columns import sum_by
 
-__all__ = ["Snapshot", "Device", "Frame", "COLUMNS", "EXTRA_COLUMNS", "SEGMENT_COLUMNS", "FLAG_FREE_SITE", "FLAG_PENDING_FREE",
+__all__ = ["Snapshot", "Device", "Frame", "COLUMNS", "EXTRA_COLUMNS", "SEGMENT_COLUMNS", "FLAG_FREE_SITE",
+           "FLAG_PENDING_FREE",
            "SEG_EXPANDABLE", "SEG_SMALL", "SEG_LARGE", "empty_columns"]
 
 #: Columns of every allocation table.

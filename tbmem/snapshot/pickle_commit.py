@@ -69,8 +69,8 @@ def _distinct_strings(buf: bytes, pos: np.ndarray, length: np.ndarray,
             words = at[shift] >> (8 * (start - shift)).astype(np.uint64)
             words &= np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)[lens]
         else:
-            words = np.array([int.from_bytes(buf[int(q):int(q) + int(m)], "little") for q, m in zip(pos[idx], length[idx])],
-                             dtype=np.uint64)
+            words = np.array([int.from_bytes(buf[int(q):int(q) + int(m)], "little")
+                              for q, m in zip(pos[idx], length[idx])], dtype=np.uint64)
         keys = words ^ (length[idx].astype(np.uint64) << np.uint64(59))
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         for key, k in zip(uniq.tolist(), first.tolist()):
