@@ -1,4 +1,4 @@
-"""``tbmem snapshot html FILE [-o OUT]`` and ``tbmem snapshot stats FILE [--json]``.
+"""``tbmem snapshot html FILE... [-o OUT]``, ``tbmem snapshot stats FILE [--json]`` and ``tbmem snapshot diff A B``.
 
 FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read as plain data:
 a pickle that names any Python object is refused, so no code from the file runs. A file that
@@ -24,24 +24,25 @@ import pickle
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "default_output", "html_command", "stats_command"]
+__all__ = ["add_parser", "default_output", "html_command", "stats_command", "diff_command"]
 
 _PICKLE_WARNING = ("FILE may be a PyTorch .pickle snapshot: it is read as plain data, and a pickle that names "
                    "any Python object is refused, so no code from the file runs.")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``snapshot`` with its ``html`` and ``stats`` subcommands."""
+    """Register ``snapshot`` with its ``html``, ``stats`` and ``diff`` subcommands."""
     parser = subparsers.add_parser("snapshot", help="view and summarise memory snapshots",
                                    description=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="snapshot_command", required=True, metavar="SUBCOMMAND")
-    html = sub.add_parser("html", help="write the offline timeline viewer for a snapshot",
+    html = sub.add_parser("html", help="write the offline viewer for one or several snapshots",
                           description="Write one self-contained HTML file (no network access) showing every "
-                          "device. " + _PICKLE_WARNING)
-    html.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
+                          "device of every FILE (several: ranks of one step, or before and after, selectable "
+                          "and comparable in the page). " + _PICKLE_WARNING)
+    html.add_argument("file", metavar="FILE", nargs="+", help="snapshot .json.gz (or a torch .pickle)")
     html.add_argument("-o", "--output", metavar="OUT",
-                      help="HTML file to write (default: FILE with its .json.gz, .json or .pickle ending "
-                           "replaced by .html, beside it)")
+                      help="HTML file to write (default: the first FILE with its .json.gz, .json or .pickle "
+                           "ending replaced by .html, beside it; with several FILEs, _and_N_more.html)")
     html.add_argument("--device", metavar="DEV", help="device shown first (cuda:1 or 1; default: the device "
                       "with an out-of-memory error, else the largest peak)")
     html.add_argument("--torch", action="store_true",
@@ -57,6 +58,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     stats.add_argument("--cpp", action="store_true",
                        help="when a stack has no user frame, name its innermost frame even if C++")
     stats.set_defaults(func=stats_command)
+    diff = sub.add_parser("diff", help="what is alive in B and not in A, by allocation site and category",
+                          description="Compare two snapshots (two steps of one run, two ranks): per device, the "
+                          "bytes alive in B minus those in A for each allocation site and category, largest "
+                          "growth first, and how much of B was allocated since A. " + _PICKLE_WARNING)
+    diff.add_argument("a", metavar="A", help="the earlier snapshot (.json.gz or torch .pickle)")
+    diff.add_argument("b", metavar="B", help="the later snapshot")
+    diff.add_argument("--top", type=int, default=20, help="rows per table (default 20)")
+    diff.add_argument("--device", metavar="DEV", help="only this device (cuda:1 or 1)")
+    diff.add_argument("--at", choices=("end", "peak"), default="end",
+                      help="compare what is alive when each snapshot was taken (default) or at each one's peak")
+    diff.add_argument("--json", action="store_true", help="one JSON object (schema in docs/snapshots.md)")
+    diff.set_defaults(func=diff_command)
     return parser
 
 
@@ -100,23 +113,34 @@ def _load(path: str) -> Any:
 
 def html_command(args: argparse.Namespace) -> int:
     """``tbmem snapshot html``."""
+    files = [args.file] if isinstance(args.file, str) else list(args.file)
     if args.torch:
+        if len(files) > 1:
+            return _fail("--torch writes one snapshot's page; give one FILE")
+        args.file = files[0]
         return _torch_html(args)
     from tbmem.snapshot.viewer import render_html
 
-    snap = _load(args.file)
-    if isinstance(snap, str):
-        return _fail(snap)
+    snaps = []
+    for path in files:
+        snap = _load(path)
+        if isinstance(snap, str):
+            return _fail(snap)
+        snaps.append(snap)
     try:
-        page = render_html(snap, device=args.device)
+        page = render_html(snaps if len(snaps) > 1 else snaps[0], device=args.device,
+                           names=[os.path.basename(f) for f in files])
     except ValueError as exc:
         return _fail(str(exc))
-    return _write_page(page, args)
+    return _write_page(page, args, files)
 
 
-def _write_page(page: str, args: argparse.Namespace) -> int:
+def _write_page(page: str, args: argparse.Namespace, files: list[str] | None = None) -> int:
     """Write the page to ``-o`` (default: beside FILE) and print where, or fail with one line."""
-    out = os.fspath(args.output) if args.output else default_output(args.file)
+    files = files or [args.file]
+    out = os.fspath(args.output) if args.output else default_output(files[0])
+    if not args.output and len(files) > 1:
+        out = f"{out[:-5]}_and_{len(files) - 1}_more.html"
     try:
         with open(out, "w", encoding="utf-8") as fh:
             fh.write(page)
@@ -148,6 +172,27 @@ def _torch_html(args: argparse.Namespace) -> int:
     if page is None:
         return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
     return _write_page(page, args)
+
+
+def diff_command(args: argparse.Namespace) -> int:
+    """``tbmem snapshot diff``."""
+    from tbmem.snapshot.diff import diff_doc, diff_text
+
+    snaps = []
+    for path in (args.a, args.b):
+        snap = _load(path)
+        if isinstance(snap, str):
+            return _fail(snap)
+        snaps.append(snap)
+    try:
+        if args.json:
+            print(json.dumps(diff_doc(snaps[0], snaps[1], top=max(1, args.top), device=args.device, at=args.at)))
+        else:
+            print(diff_text(snaps[0], snaps[1], top=max(1, args.top), device=args.device, at=args.at,
+                            names=(args.a, args.b)))
+    except ValueError as exc:
+        return _fail(str(exc))
+    return 0
 
 
 def stats_command(args: argparse.Namespace) -> int:

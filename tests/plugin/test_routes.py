@@ -176,8 +176,8 @@ def test_snapshot_pages_embed_the_snapshot_with_a_strict_policy(plugin_url):
         assert "script-src 'self' 'unsafe-eval' 'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src")[1]
         page = body.decode()
         assert 'id="tbmem-data"' in page and "default-src 'none'" in page
-        data = json.loads(re.search(r'<script type="application/json" id="tbmem-data">(.*?)</script>', page, re.S)[1])
-        assert data["step"] == s["step"]
+        head = json.loads(re.search(r'<script type="application/json" id="tbmem-head">(.*?)</script>', page, re.S)[1])
+        assert head["snapshots"][0]["step"] == s["step"]
 
 
 def test_findings_match_tbmem_report(plugin_url, scalars):

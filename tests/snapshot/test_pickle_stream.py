@@ -146,9 +146,9 @@ def test_memory_per_event_is_columnar(tmp_path, monkeypatch):
     here keeps that fixed cost out of the difference between the two sizes.
     """
     from benchmarks.bench_snapshot import write_torch_pickle
-    from tbmem.snapshot import pickle_stream
+    from tbmem.snapshot import pickle_input, pickle_stream
 
-    monkeypatch.setattr(pickle_stream, "_CHUNK", 1 << 20)
+    monkeypatch.setattr(pickle_input, "_CHUNK", 1 << 20)
     monkeypatch.setattr(pickle_stream, "_MARGIN", 1 << 18)
 
     paths = {}
