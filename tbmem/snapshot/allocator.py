@@ -81,6 +81,13 @@ class AllocatorState:
     pools: list[list[int]]
 
     @property
+    def allocated(self) -> int:
+        """What ``torch.cuda.memory_allocated()`` reports at this event: the live blocks as the allocator
+        rounded them, pending frees left out (torch stops counting a block at its free request)."""
+        live = ~self.alloc_pending
+        return int(sum(self.by_category.values()) + self.alloc_rounding[live].sum()) + self.outside_bytes
+
+    @property
     def internal_fragmentation(self) -> int:
         """Rounding plus inactive split."""
         return self.rounding + self.inactive_split
@@ -107,7 +114,8 @@ class AllocatorState:
 
     def to_json(self) -> dict[str, Any]:
         """The ``explain`` object of ``stats --json``."""
-        return {"event": self.event, "reserved_bytes": self.reserved, "allocated_by_category": self.by_category,
+        return {"event": self.event, "reserved_bytes": self.reserved, "allocated_bytes": self.allocated,
+                "allocated_by_category": self.by_category,
                 "pending_free_bytes": self.pending_free, "rounding_bytes": self.rounding,
                 "inactive_split_bytes": self.inactive_split, "free_segment_bytes": self.free_segments,
                 "outside_segments_bytes": self.outside_bytes, "segments": self.n_segments,

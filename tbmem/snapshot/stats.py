@@ -9,7 +9,7 @@ its frame is ``null``, and the text says which stack was recorded at the free.
 
 ``stats_doc`` is the ``--json`` document, one object::
 
-    {"devices": [{"device": "cuda:1", "reserved_bytes": int, "allocated_bytes": int,
+    {"devices": [{"device": "cuda:1", "reserved_bytes": int, "allocated_bytes": int, "requested_bytes": int,
                   "peak_bytes": int, "peak_event": int, "baseline_bytes": int, "trace_events": int,
                   "ooms": [{"requested_bytes": int, "free_bytes": int|null, "time_us": int|null}],
                   "top_allocations": [{"bytes": int, "category": str,
@@ -18,8 +18,10 @@ its frame is ``null``, and the text says which stack was recorded at the free.
                                        "alive_at_peak": bool}],
                   "explain": {...} | null}]}
 
-``reserved_bytes`` is the sum of the segments (0 when the file has none), ``allocated_bytes``
-the bytes alive when the snapshot was taken (pending frees included), ``peak_bytes`` the
+``reserved_bytes`` is the sum of the segments (0 when the file has none); ``allocated_bytes`` what
+``torch.cuda.memory_allocated()`` said when the snapshot was taken (the live blocks as the caching
+allocator rounded them, pending frees left out; without segments, the bytes alive), ``requested_bytes``
+the bytes those allocations asked for (pending frees included: what the timeline draws); ``peak_bytes`` the
 highest bytes alive including the memory alive before the first event (``baseline_bytes``;
 ``peak_event`` -1 when the peak is that state), ``time_us`` Unix time in microseconds.
 ``explain`` (null without segments) splits the reserved bytes when the snapshot was taken:
@@ -125,7 +127,8 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
                  "time_us": None if o.get("time_us") is None else int(o["time_us"])} for o in dev.ooms]
         explain = _explain(snap, dev)
         out.append({"device": dev.name, "reserved_bytes": int(dev.reserved_bytes or 0),
-                    "allocated_bytes": dev.final_bytes(), "peak_bytes": int(peak), "peak_event": int(peak_event),
+                    "allocated_bytes": explain.allocated if explain else dev.final_bytes(),
+                    "requested_bytes": dev.final_bytes(), "peak_bytes": int(peak), "peak_event": int(peak_event),
                     "baseline_bytes": dev.baseline_bytes(), "trace_events": dev.n_events,
                     "ooms": ooms, "top_allocations": rows, "explain": explain.to_json() if explain else None})
     return {"devices": out}

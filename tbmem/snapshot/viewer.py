@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tbmem.palette import CATEGORY_COLORS
 from tbmem.snapshot.allocator import allocator_state
 from tbmem.snapshot.columns import encode_column
 from tbmem.snapshot.frames import KINDS
@@ -46,9 +47,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 #: The viewer's script, in the order the page runs it (one function scope).
 JS_FILES = ("viewer_base.js", "viewer_alive.js", "viewer_timeline.js", "viewer_allocator.js", "viewer_panels.js",
             "viewer_main.js")
-#: The Memory tab's category colours (issue 24 moves them to ``tbmem/palette.py``: import them from there).
-PALETTE = {"parameters": "#4e79a7", "gradients": "#f28e2b", "optimizer_state": "#e15759", "buffers": "#76b7b2",
-           "activations": "#59a14f", "other": "#edc948", "unattributed": "#bab0ac"}
+#: The Memory tab's category colours (one palette for the tab, the viewer and report.png).
+PALETTE = dict(CATEGORY_COLORS)
 # which palette entry each snapshot category takes: what its allocations mostly are
 _CATEGORY_PALETTE = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer_state",
                      "optimizer": "optimizer_state", "buffer": "buffers", "activation": "activations",

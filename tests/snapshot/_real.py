@@ -1,20 +1,20 @@
 """The real CUDA snapshots of ../shared/snapshots/real and real2, and the facts their README.md measured.
 
 A clone has no ``../shared``: :func:`require` skips with the reason, and fails instead under
-``TBMEM_REQUIRE_SHARED=1`` (what .ci/run sets; tests/_shared.py of the main branch does the same).
+``TBMEM_REQUIRE_SHARED=1`` (what .ci/run sets), through :func:`tests._shared.require_shared`.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-import pytest
+from tests import _shared
 
 __all__ = ["REAL", "REAL2", "ALL", "REAL2_FACTS", "require", "path_of"]
 
-_SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "snapshots")
-REAL = os.path.normpath(os.path.join(_SHARED, "real"))
-REAL2 = os.path.normpath(os.path.join(_SHARED, "real2"))
+REAL = str(_shared.REAL)
+REAL2 = str(_shared.REAL2)
 #: Every real snapshot, named so that tests can be parametrized before the folders are looked at.
 ALL = ("real/code_location_memory_snapshot.pickle", "real/kkaitlyn_memory_ctx128_fullstep.pickle",
        "real/magma27_memory_snapshot.pickle", "real/select_n_04d383c_snapshot.pickle",
@@ -44,12 +44,8 @@ REAL2_FACTS = {
 
 def require(folder: str = REAL2) -> str:
     """``folder`` when present; else skip with the reason (fail under ``TBMEM_REQUIRE_SHARED=1``)."""
-    if os.path.isdir(folder):
-        return folder
-    reason = f"../shared/snapshots/{os.path.basename(folder)} is not present (the project's CI data, not in a clone)"
-    if os.environ.get("TBMEM_REQUIRE_SHARED") == "1":
-        pytest.fail(reason + "; TBMEM_REQUIRE_SHARED=1 requires it")
-    pytest.skip(reason)
+    __tracebackhide__ = True
+    return str(_shared.require_shared(Path(folder)))
 
 
 def path_of(name: str) -> str:

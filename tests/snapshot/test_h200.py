@@ -23,6 +23,8 @@ def test_trainer_window_reserved_bytes_and_step_markers():
     snap, doc = _doc("trainer_window.pickle")
     # torch.cuda.memory_stats() right after the window's last log_memory: reserved 4,194,304
     assert doc["device"] == "cuda:0" and doc["reserved_bytes"] == 4_194_304
+    # ... and allocated 76,288: the blocks as the allocator rounded them (the tensors asked for 55,828)
+    assert (doc["allocated_bytes"], doc["requested_bytes"]) == (76_288, 55_828)
     assert doc["trace_events"] == 3036
     marks = {(m["label"], m["kind"]) for m in snap.main.markers}
     assert {("step 20", "step"), ("step 21", "step"), ("forward", "phase"), ("backward", "phase"),

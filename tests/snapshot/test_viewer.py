@@ -185,3 +185,11 @@ def test_time_axis_and_step_markers(browser, tmp_path):
     assert text > 1000 and errors == []
     page.select_option("#axis", "event")
     assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 3 << 20
+
+
+def test_the_viewer_takes_its_category_colours_from_the_one_palette():
+    from tbmem import palette
+    from tbmem.snapshot import viewer
+
+    assert viewer.PALETTE == palette.CATEGORY_COLORS
+    assert viewer.category_colours(["activation"])["activation"] == palette.CATEGORY_COLORS["activations"]
