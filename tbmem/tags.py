@@ -186,6 +186,11 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Allocation/free events in the snapshot written at this step.", when="each snapshot"),
     Tag(key="snapshot_size", tag="Snapshot/file_MB", unit="MB", scale=MiB,
         meaning="Size of the snapshot file written at this step.", when="each snapshot"),
+    # --- Anomalies/: what the spike detector found (tbmem.spikes) -------------------------------
+    Tag(key="spikes_text", tag="Anomalies/spikes", unit="text",
+        meaning="A text entry per spike of a watched scalar (a loss, a gradient norm): the value, the rolling "
+                "median it jumped above, the snapshot written; the Memory tab marks the step.",
+        when="MemoryWriter with `spikes`, at a spike's step"),
     # --- Ranks/: cross-rank aggregates (rank 0 of a torch.distributed job) ------------------------
     Tag(key="ranks_max", tag="Ranks/{name}/max", unit="as {name}",
         meaning="Largest value of tag {name} over the ranks at this record.", when=_RANKS),

@@ -32,6 +32,18 @@ def demo_logdir(tmp_path_factory):
     return write_demo_logdir(tmp_path_factory.mktemp("demo"))
 
 
+@pytest.fixture(scope="session")
+def spiked_logdir(tmp_path_factory):
+    """``runs/spiked``: a SyntheticTrainer run whose loss spikes at tests._spiked_run.SPIKE_STEP, and
+    ``runs/clean``: the same run without the spike (about 15 s for both)."""
+    from tests._spiked_run import write_spiked_run
+
+    root = tmp_path_factory.mktemp("spiked")
+    write_spiked_run(root, spike=True, name="spiked")
+    write_spiked_run(root, spike=False, name="clean")
+    return root / "runs"
+
+
 @pytest.fixture(autouse=True)
 def _no_columns(monkeypatch):
     """`tbmem report` fits COLUMNS when set: tests that read its tables set it themselves."""

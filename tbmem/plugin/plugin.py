@@ -37,6 +37,7 @@ from tbmem import palette
 from tbmem.plugin import charts
 from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
+from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
 from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
 from tbmem.plugin.series import ScalarCache
@@ -205,7 +206,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
         lines = {TAGS[k].tag for group in charts.LINE_GROUPS.values() for k, _ in group}
         ooms = TAGS["vram_ooms"].tag
         listing = self._cache.listing(ctx, eid, [run]).get(run, {})
-        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)]
+        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)
+                or charts.is_step_loss(t)]
         # quick=1: a series longer than a few points per pixel is first drawn from a sample the data
         # provider draws (milliseconds on the Rust server); the page then asks for the exact view. The
         # Python loader converts every record before sampling, so there a sample would cost a second read.
@@ -214,11 +216,9 @@ class MemoryPlugin(base_plugin.TBPlugin):
                                                   sample=8 * points if quick else None)
         doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing))
         doc["sampled"] = sorted(sampled)
-        marks = []
-        for e in self._snapshots(run):
-            if e.step is not None:
-                marks.append({"step": e.step, "kind": "oom" if e.kind == "oom" else "snapshot",
-                              "id": e.id, "label": f"{e.kind} {e.name}"})
+        snapshots, found = self._snapshots(run), self._dirs.run_dir(run)
+        spikes = spike_marks(found[0], found[1], snapshots) if found else []
+        marks = snapshot_marks(snapshots, {m["id"] for m in spikes}) + spikes
         if ooms in series:  # the allocator's OOM counter went up in this record
             s = series[ooms]
             for i in range(1, len(s.values)):

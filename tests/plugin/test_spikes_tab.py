@@ -1,0 +1,90 @@
+"""A real SyntheticTrainer run whose loss spikes at a known step (tests/_spiked_run.py): the spike detector
+finds it at that step, the text entry is in the event file, the snapshot is written, and the Memory tab, in
+headless Chromium inside a real TensorBoard, marks the step across its panels with the loss drawn on the
+memory chart's step axis. The same run without the injection: nothing found, nothing marked."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tbmem.spikes import SPIKES_LOG, SPIKES_TEXT_TAG, read_spikes
+from tests._browser import chromium, wait_until
+from tests._events import read_events, scalars, texts
+from tests._spiked_run import SPIKE_FACTOR, SPIKE_STEP
+from tests.plugin._logdir import Server, get_json
+from tests.plugin.test_browser import _frame
+
+
+@pytest.fixture(scope="module")
+def spike_server(spiked_logdir, tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("tb-spike"), "--logdir", str(spiked_logdir), wait_run="spiked")
+    yield srv
+    srv.stop()
+
+
+def test_the_spike_is_found_at_its_step(spiked_logdir):
+    run = spiked_logdir / "spiked"
+    (spike,) = read_spikes(str(run))
+    assert spike["step"] == SPIKE_STEP and spike["tag"] == "Loss/batch" and spike["kind"] == "spike"
+    logged = dict(scalars(run, "Loss/batch"))
+    assert spike["value"] == pytest.approx(logged[SPIKE_STEP])  # the loss the trainer logged there
+    assert spike["ratio"] > 2 and logged[SPIKE_STEP] > 2 * max(logged[s] for s in range(SPIKE_STEP - 5, SPIKE_STEP))
+    (entry,) = texts(run, SPIKES_TEXT_TAG)
+    assert entry[0] == SPIKE_STEP and "Loss/batch" in entry[1]
+    snap = run / "plugins" / "tbmem" / f"spike_rank0_step{SPIKE_STEP:09d}.json.gz"
+    assert snap.is_file() and f"`{snap}`" in entry[1] and str(snap) in spike["snapshot"]
+    assert SPIKE_FACTOR > 2
+
+
+def test_the_same_run_without_the_spike_finds_none(spiked_logdir):
+    run = spiked_logdir / "clean"
+    assert len(scalars(run, "Loss/batch")) > 40  # the detector had as many values to check
+    assert not os.path.exists(run / SPIKES_LOG)
+    assert SPIKES_TEXT_TAG + "/text_summary" not in read_events(run).Tags()["tensors"]
+
+
+def test_the_overview_route_marks_the_spike_and_draws_the_loss(spike_server, spiked_logdir):
+    doc = get_json(f"{spike_server.base}/data/plugin/tbmem/overview?run=spiked")
+    spikes = [m for m in doc["marks"] if m["kind"] == "spike"]
+    assert [m["step"] for m in spikes] == [SPIKE_STEP] and spikes[0]["id"]  # the mark opens its snapshot
+    assert "Loss/batch" in spikes[0]["label"]
+    snaps = get_json(f"{spike_server.base}/data/plugin/tbmem/snapshots?run=spiked")
+    assert any(s["id"] == spikes[0]["id"] and s["kind"] == "spike" for s in snaps)
+    assert spikes[0]["id"] not in [m["id"] for m in doc["marks"] if m["kind"] != "spike"]  # marked once
+    assert doc["loss"] == [{"tag": "Loss/batch", "label": "Loss/batch"}]
+    x, loss = doc["x"], doc["columns"]["Loss/batch"]
+    around = [loss[x.index(s)] for s in range(SPIKE_STEP - 5, SPIKE_STEP + 6)]
+    assert around[5] == max(around) == pytest.approx(dict(scalars(spiked_logdir / "spiked", "Loss/batch"))[SPIKE_STEP])
+    clean = get_json(f"{spike_server.base}/data/plugin/tbmem/overview?run=clean")
+    assert not [m for m in clean["marks"] if m["kind"] == "spike"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+def test_the_tab_marks_the_spike_across_its_panels(spike_server, browser, tmp_path):
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{spike_server.base}/#tbmem&p.tbmem.run=spiked")
+    tab = _frame(page, "plugin_entry.html")
+    state = "window.tbmemMemoryTab"
+    wait_until(tab, f"() => {state} && {state}.chart && {state}.overview && {state}.overview.run === 'spiked'")
+    assert tab.evaluate(f"{state}.chart.loss.series.slice(1).map(s => s.label)") == ["Loss/batch"]
+    census, lines, loss = (tab.locator(f"#{p}-panel").bounding_box() for p in ("census", "lines", "loss"))
+    assert census["y"] + census["height"] <= lines["y"] and lines["y"] + lines["height"] <= loss["y"]
+    # the spike's label in the strip above the panels, at its step's x in every panel
+    labels = tab.evaluate(f"{state}.chart.labels")
+    (label,) = [b for b in labels["placed"] if b["kind"] == "spike"]
+    assert label["step"] == SPIKE_STEP and label["text"] == "spike"
+    xs = tab.evaluate(f"{state}.chart.plots.map(u => u.valToPos({SPIKE_STEP}, 'x'))")
+    assert max(xs) - min(xs) < 1  # one step axis
+    page.screenshot(path=str(tmp_path / "spike.png"))
+    assert errors == []
+    context.close()
