@@ -44,6 +44,14 @@ def spiked_logdir(tmp_path_factory):
     return root / "runs"
 
 
+@pytest.fixture(scope="session")
+def compare_logdir(tmp_path_factory):
+    """``runs/compare/{heat,burgers,unet_f8,unet_f16}``: tests/_compare_runs.py's four runs (about 50 s)."""
+    from tests._compare_runs import write_compare_runs
+
+    return write_compare_runs(tmp_path_factory.mktemp("compare"))
+
+
 @pytest.fixture(autouse=True)
 def _no_columns(monkeypatch):
     """`tbmem report` fits COLUMNS when set: tests that read its tables set it themselves."""
