@@ -8,13 +8,15 @@ Routes (all GET; JSON unless said otherwise):
 * ``snapshots?run=R``: the run's snapshots, each with an opaque ``id``.
 * ``snapshot?run=R&id=ID``: the offline viewer page of one snapshot (HTML).
 * ``findings?run=R``: leak findings and the ``tbmem report`` summary.
+* ``compare?run=A&run=B[&run=...]&align=auto|step|phase&points=N``: ``tbmem compare``'s rows for these
+  runs and their memory on shared axes (the compare view).
 * ``ranks?group=G``: per-rank peaks of a multi-rank group.
-* ``index.js``, ``chart.js``, ``util.js`` and ``static/*``: the page (given :mod:`tbmem.palette`'s colours)
-  and the vendored uPlot.
+* ``index.js``, ``chart.js``, ``compare.js``, ``util.js`` and ``static/*``: the page (given
+  :mod:`tbmem.palette`'s colours) and the vendored uPlot.
 
 The client names runs and ids, never paths (see :mod:`tbmem.plugin.paths`). This module
 imports only the standard library, numpy, tensorboard, werkzeug and torch-free parts of
-tbmem; pandas is imported only for the run summary, on request.
+tbmem; pandas is imported only for the run summary and the compare view, on request.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from werkzeug import wrappers
 from tbmem import palette
 from tbmem.plugin import charts
 from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.plugin.compare import ALIGNS, MAX_RUNS, comparison
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
@@ -52,6 +55,7 @@ _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _ASSETS = {
     "/index.js": ("index.js", "text/javascript"),
     "/chart.js": ("chart.js", "text/javascript"),
+    "/compare.js": ("compare.js", "text/javascript"),
     "/util.js": ("util.js", "text/javascript"),
     "/static/style.css": ("style.css", "text/css"),
     "/static/uPlot.iife.min.js": ("vendor/uplot/uPlot.iife.min.js", "text/javascript"),
@@ -136,7 +140,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         apps: dict[str, Callable] = {route: self._asset_app(route) for route in _ASSETS}
         apps.update({"/runs": self._serve_runs, "/overview": self._serve_overview, "/at": self._serve_at,
                      "/snapshots": self._serve_snapshots, "/snapshot": self._serve_snapshot,
-                     "/findings": self._serve_findings, "/ranks": self._serve_ranks})
+                     "/findings": self._serve_findings, "/ranks": self._serve_ranks, "/compare": self._serve_compare})
         return apps
 
     # --- helpers --------------------------------------------------------------------------
@@ -292,6 +296,20 @@ class MemoryPlugin(base_plugin.TBPlugin):
         ctx, eid, run = self._run(request)
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
         return _json(request, dict(findings(run, series), run=run))
+
+    @wrappers.Request.application
+    def _serve_compare(self, request: Any) -> Any:
+        ctx, eid = self._ids(request)
+        runs = request.args.getlist("run")
+        known = set(self._run_names(ctx, eid))
+        if not 2 <= len(set(runs)) == len(runs) <= MAX_RUNS or not all(r in known for r in runs):
+            raise errors.InvalidArgumentError(f"name 2 to {MAX_RUNS} different runs TensorBoard lists")
+        align = request.args.get("align", "auto")
+        if align not in ALIGNS:
+            raise errors.InvalidArgumentError(f"align must be one of {', '.join(ALIGNS)}")
+        points = _int_arg(request, "points", 1000, lo=50, hi=10_000)
+        per_run = {r: self._series(ctx, eid, r, lambda t: t.startswith(SUMMARY_PREFIXES))[0] for r in runs}
+        return _json(request, dict(comparison(per_run, align=align, points=points), runs=runs))
 
     @wrappers.Request.application
     def _serve_ranks(self, request: Any) -> Any:

@@ -11,7 +11,7 @@
 import { el, fmtBytes } from './util.js';
 
 // tick steps of the byte axes: 1, 2, 5, 10, ... times B, KiB, MiB, GiB, TiB (round binary labels)
-const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
+export const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
 // tick steps of the step axis: whole steps only
 const STEP_INCRS = [0, 1, 2, 3, 4, 5, 6, 7, 8].flatMap((p) => [1, 2, 5].map((m) => m * 10 ** p));
 const AXIS_SIZE = 80;  // the same y-axis width in both panels, so their x pixels line up
