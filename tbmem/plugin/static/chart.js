@@ -198,7 +198,7 @@ function drawLosses(chart, box, doc, losses, common, opts) {
   const o = common('loss', 150, 8, 'step');
   o.series = series;
   o.scales.y = log ? { distr: 3 } : { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.05 : 1] };
-  o.axes[1] = { size: AXIS_SIZE, label: log ? 'loss (log)' : 'loss', values: (u, ticks) => ticks.map((t) => (t == null ? '' : Number(t).toPrecision(2))) };
+  o.axes[1] = { size: AXIS_SIZE, space: 18, label: log ? 'loss (log)' : 'loss', values: (u, ticks) => ticks.map((t) => (t == null ? '' : Number(t).toPrecision(2))) };
   o.cursor.dataIdx = (u, si, closest) => (nearest[si] ? nearest[si][closest] : closest);
   chart.loss = new window.uPlot(o, data, box.appendChild(el('div', { class: 'panel', id: 'loss-panel' })));
   chart.plots.push(chart.loss);
