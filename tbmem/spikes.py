@@ -37,11 +37,11 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import math
 import os
-import statistics
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
@@ -178,13 +178,29 @@ class Spike:
 
 
 class _Track:
-    __slots__ = ("history", "above", "first", "armed")
+    """One tag's last ``window`` values, in order and sorted (the median is read off the sorted copy:
+    about 0.3 us a value where ``statistics.median`` takes 2-4 us, and this runs at every logged loss)."""
+
+    __slots__ = ("history", "ordered", "above", "first", "armed")
 
     def __init__(self, window: int) -> None:
         self.history: deque[float] = deque(maxlen=window)
+        self.ordered: list[float] = []
         self.above = 0  # values above the line in a row
         self.first: tuple[int, float, float] | None = None  # (step, value, median) of the first of them
         self.armed = True
+
+    def median(self) -> float:
+        o = self.ordered
+        n = len(o)
+        return o[n // 2] if n % 2 else (o[n // 2 - 1] + o[n // 2]) / 2
+
+    def push(self, value: float) -> None:
+        h = self.history
+        if len(h) == h.maxlen:
+            del self.ordered[bisect.bisect_left(self.ordered, h[0])]
+        h.append(value)
+        bisect.insort(self.ordered, value)
 
 
 class SpikeDetector:
@@ -219,10 +235,10 @@ class SpikeDetector:
             if not (cfg.nonfinite and track.armed):
                 return None
             track.armed = False
-            median = statistics.median(track.history) if track.history else None
+            median = track.median() if track.history else None
             return Spike(tag, int(step), value, median, None, "nonfinite", int(step))
         spike = None
-        median = statistics.median(track.history) if len(track.history) >= cfg.min_history else 0.0
+        median = track.median() if len(track.history) >= cfg.min_history else 0.0
         if median > 0 and value > cfg.factor * median:
             track.above += 1
             if track.first is None:
@@ -233,7 +249,7 @@ class SpikeDetector:
                 spike = Spike(tag, s, v, m, v / m, "spike", int(step))
         else:  # below the line (or not checked yet): the episode, if any, is over
             track.above, track.first, track.armed = 0, None, True
-        track.history.append(value)
+        track.push(value)
         return spike
 
 
@@ -265,10 +281,12 @@ class SpikeMonitor:
         if self.off:
             return
         try:
-            watches = self.detector.watches
+            detector = self.detector
+            known = detector._watched  # the cache watches() fills: a dict lookup per tag, no call
             for tag, value in values.items():
-                if watches(tag):
-                    spike = self.detector.update(tag, step, _number(value))
+                watched = known.get(tag)
+                if watched or (watched is None and detector.watches(tag)):
+                    spike = detector.update(tag, step, value if type(value) is float else _number(value))
                     if spike is not None:
                         self._report(spike)
         except Exception as exc:  # noqa: BLE001 - monitoring must never break training

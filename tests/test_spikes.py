@@ -144,3 +144,17 @@ def test_side_file_lines_are_plain_json(tmp_path):
         monitor.on_scalars({"Loss/x": v}, step)
     (spike,) = monitor.found
     assert json.loads(json.dumps(spike.to_json(), allow_nan=False))["value"] == "inf"
+
+
+def test_the_rolling_median_is_the_median_of_the_last_window_values():
+    import random
+    import statistics
+
+    rng = random.Random(3)
+    det = SpikeDetector(SpikeConfig(window=7, min_history=3, factor=1e9))
+    seen = []
+    for step in range(300):
+        v = rng.choice([rng.random(), 0.5, 0.25])  # repeated values too
+        det.update("Loss/x", step, v)
+        seen.append(v)
+        assert det._tracks["Loss/x"].median() == statistics.median(seen[-7:])
