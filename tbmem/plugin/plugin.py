@@ -101,7 +101,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         >>> from tensorboard.plugins import base_plugin
         >>> plugin = MemoryPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
         >>> plugin.frontend_metadata().tab_name, sorted(plugin.get_plugin_apps())[:3]
-        ('Memory', ['/at', '/chart.js', '/findings'])
+        ('Memory', ['/at', '/chart.js', '/compare'])
     """
 
     plugin_name = PLUGIN_NAME
