@@ -2,7 +2,7 @@
 
 :class:`tbmem.MemoryWriter` (``spikes=...``) hands every scalar written through ``write_scalars``
 or ``add_scalar`` to a :class:`SpikeMonitor`. For each watched tag (defaults: ``Loss/*`` and
-any ``*grad_norm*`` tag, the gradient norm the trainers log) a :class:`SpikeDetector` applies
+any ``*grad_norm*`` tag: the SyntheticTrainer's ``Train/grad_norm``) a :class:`SpikeDetector` applies
 a robust rule: a value is *above the line* when it is more than ``factor`` times the median
 of the tag's previous ``window`` values (a median, not a mean: one spike does not lift the
 line for the next ones); ``patience`` values above the line in a row make a spike, reported
@@ -19,9 +19,11 @@ right then. Like every monitor, a failure is reported once and switches it off.
 
 The defaults follow llm-foundry's and tnt's loss-spike rules (2x a rolling average), with a
 median for robustness and ``patience=1`` (llm-foundry waits for 5 outliers before stopping a
-run; tbmem marks the step, so one is enough). ``Loss/evaluation`` is not watched by default:
-the PhysicalTrainer's L-BFGS-B line search tries steps that overshoot by design (its
-accepted iterates are ``Loss/iteration``, which is watched).
+run; tbmem marks the step, so one is enough). Two tags are not watched by default, because
+they jump by design: ``Loss/evaluation`` (the PhysicalTrainer's L-BFGS-B line search tries steps
+that overshoot; its accepted iterates are ``Loss/iteration``, which is watched) and
+``LBFGS/grad_norm`` (the gradient at L-BFGS-B's iterates rises and falls: on SciPy's Rosenbrock
+it reaches 3-4x its rolling median, on an ill-conditioned least-squares problem 20-45x).
 
 Example:
     >>> from tbmem.spikes import SpikeConfig, SpikeDetector
@@ -84,7 +86,7 @@ class SpikeConfig:
     """
 
     tags: tuple[str, ...] = ("Loss/*", "*grad_norm*")
-    exclude: tuple[str, ...] = ("Loss/evaluation",)
+    exclude: tuple[str, ...] = ("Loss/evaluation", "LBFGS/grad_norm")
     factor: float = 2.0
     window: int = 50
     min_history: int = 10

@@ -211,6 +211,10 @@ _ROWS: tuple[Tag, ...] = (
         when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="learning_rate", tag="Train/learning_rate", unit="1", meaning="Learning rate.",
         when="SyntheticTrainer, per epoch", x="epoch"),
+    Tag(key="grad_norm", tag="Train/grad_norm", unit="1",
+        meaning="Euclidean norm of all the model's gradients after backward and the optimizer step (unscaled "
+                "under AMP), before zero_grad.",
+        when="SyntheticTrainer with memory monitoring on, every `tbmem.every` steps"),
     Tag(key="eval_loss", tag="Loss/evaluation", unit="loss",
         meaning="Loss of one L-BFGS-B loss evaluation (step = evaluation index).",
         when="PhysicalTrainer, per loss evaluation"),

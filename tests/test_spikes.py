@@ -42,8 +42,9 @@ def test_patience_reports_the_first_step_above_the_line():
 
 def test_what_is_watched_and_what_is_not():
     det = SpikeDetector(SpikeConfig(window=5, min_history=3))
-    assert det.watches("Loss/batch") and det.watches("LBFGS/grad_norm") and det.watches("Train/grad_norm")
+    assert det.watches("Loss/batch") and det.watches("Loss/iteration") and det.watches("Train/grad_norm")
     assert not det.watches("Loss/evaluation")  # L-BFGS-B line-search trials overshoot by design
+    assert not det.watches("LBFGS/grad_norm")  # and its iterates' gradient rises and falls (tests/trainers)
     assert not det.watches("Memory/RAM/process_rss_GB")
     assert _feed(det, "Loss/evaluation", [1.0] * 5 + [100.0]) == []
     # a NaN is a spike at once; a non-positive median (a log-likelihood) is checked for that only

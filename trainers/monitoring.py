@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from typing import Any, Callable, Iterator, Mapping
 
@@ -32,6 +33,8 @@ from tbmem.config import MemoryWriterConfig
 from tbmem.snapshot.markers import mark, recording
 
 __all__ = ["console_above_progress_bar", "TrainerMonitoring", "CENSUS_POINTS"]
+
+_NEVER = 2**62  # a step no run reaches: the gradient norm is off
 
 #: Where a SyntheticTrainer step takes its memory record and census, and how its census table says it.
 CENSUS_POINTS = {
@@ -82,6 +85,9 @@ class TrainerMonitoring:
         #: Whether the step in progress needs before_backward and before_optimizer (a record before
         #: backward, or snapshot markers): the trainer skips the two calls otherwise.
         self.mid_step_hooks = self._record_before_backward
+        #: The next step whose gradient norm is logged (``Train/grad_norm``, every ``tbmem.every`` steps while
+        #: monitoring is on): the trainer compares its step with it, one comparison per step, no call.
+        self.grad_norm_next = 0 if enabled else _NEVER
         if enabled:
             self._build_monitors()
 
@@ -196,6 +202,27 @@ class TrainerMonitoring:
         writer = self.writer
         writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS[where])
         self._logged, self._next_due = step, writer.next_due(step + 1)
+
+    def log_grad_norm(self, step: int, model: torch.nn.Module, *, amp_scaled: bool = False) -> None:
+        """Write the norm of ``model``'s gradients (after backward and the optimizer step, before
+        ``zero_grad``) as ``Train/grad_norm`` at ``step``; the next one is due ``tbmem.every`` steps on.
+
+        With a GradScaler (``amp_scaled``) a non-finite norm is the overflow the scaler skipped the step
+        for, and is not written. Never raises: a failure is reported once and the norm is off.
+        """
+        every = getattr(getattr(self.writer, "config", None), "every", 1)
+        self.grad_norm_next = (step // every + 1) * every
+        try:
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            if not grads:
+                return
+            norm = float(torch.nn.utils.get_total_norm(grads))
+            if amp_scaled and not math.isfinite(norm):
+                return
+            self.writer.write_readings({"grad_norm": norm}, step)
+        except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
+            report_once("trainers:grad-norm", "trainers: logging the gradient norm failed; it is off", exc=exc)
+            self.grad_norm_next = _NEVER
 
     def on_batch_end(self, batch_idx: int, loss: float) -> None:
         """Finish a batch: its time, memory and loss (printed for the first batches)."""

@@ -89,9 +89,10 @@ def compare_command(args: argparse.Namespace) -> int:
 def load_runs(paths: Sequence[str], *, on_error: str = "raise") -> tuple[Any, list[str]]:
     """The scalars of each run folder in one frame, each run named by its path below the folder the
     paths share; and the names in order."""
-    import pandas as pd
-
+    from tbmem._extras import require
     from tbmem.analysis.load import AnalysisError, find_runs, load_scalars
+
+    pd = require("pandas", extra="analysis")
 
     real = [os.path.abspath(p) for p in paths]
     if len(set(real)) < len(real):

@@ -46,3 +46,27 @@ def test_a_failing_observer_never_reaches_scipy(tbmem_log):
     assert res.success and len(theirs) == res.nit  # the solve went on; the caller's callback every time
     messages = [r.getMessage() for r in tbmem_log.records if "L-BFGS-B iterations failed" in r.getMessage()]
     assert len(messages) == 1 and "observer exploded" in messages[0]
+
+
+@pytest.mark.parametrize("problem", ["rosenbrock", "least_squares"])
+def test_the_iterates_gradient_norm_jumps_by_design(problem):
+    """Why the spike detector does not watch LBFGS/grad_norm by default: on problems L-BFGS-B solves
+    without trouble, the gradient norm at its iterates rises above 2x its rolling median."""
+    from tbmem.spikes import SpikeConfig, SpikeDetector
+
+    if problem == "rosenbrock":
+        fun, x0 = _rosen, np.zeros(10)
+    else:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((50, 20)) @ np.diag(np.logspace(0, 4, 20))
+        b = rng.standard_normal(50)
+        fun, x0 = (lambda x: (float(((a @ x - b) ** 2).sum()), 2 * a.T @ (a @ x - b))), np.zeros(20)
+    seen = []
+    with IterationObserver(seen.append):
+        res = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 300})
+    assert res.nit > 50
+    watching = SpikeDetector(SpikeConfig(exclude=()))
+    flagged = [it.number for it in seen if watching.update("LBFGS/grad_norm", it.number, it.grad_norm)]
+    assert flagged  # the rule would call these spikes
+    assert not [it.number for it in seen if watching.update("Loss/iteration", it.number, it.loss)]  # monotone
+    assert not SpikeDetector(SpikeConfig()).watches("LBFGS/grad_norm")
