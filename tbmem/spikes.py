@@ -277,6 +277,7 @@ class SpikeMonitor:
         self.found: list[Spike] = []
         self.off = False
         self.unreported = 0
+        self._snapshot_at: tuple[int, tuple[str, ...]] | None = None  # (step, paths) of the last snapshot
 
     def on_scalars(self, values: Mapping[str, Any], step: int) -> None:
         """Check the scalars of one event; never raises (a failure switches the monitor off)."""
@@ -310,7 +311,10 @@ class SpikeMonitor:
             self.unreported += 1
             return
         if cfg.snapshot and self.snapshot is not None:
-            spike = Spike(**{**asdict(spike), "snapshot": tuple(self.snapshot(spike.confirmed_step))})
+            at = spike.confirmed_step  # one snapshot per step: a loss and its gradient norm often jump together
+            if self._snapshot_at is None or self._snapshot_at[0] != at:
+                self._snapshot_at = (at, tuple(self.snapshot(at)))
+            spike = Spike(**{**asdict(spike), "snapshot": self._snapshot_at[1]})
         self.found.append(spike)
         logger.warning("tbmem spike at step %d: %s", spike.step, spike.describe())
         if self.writer is None:

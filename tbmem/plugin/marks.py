@@ -27,19 +27,25 @@ __all__ = ["spike_marks", "snapshot_marks"]
 
 
 def spike_marks(run_dir: str, root: str, snapshots: Sequence[Any]) -> list[dict[str, Any]]:
-    """One mark per spike in ``run_dir``'s side file (read only when it lies inside ``root``)."""
+    """One mark per step with spikes in ``run_dir``'s side file (read only when it lies inside ``root``);
+    spikes of several tags at one step (a loss and its gradient norm) share it."""
     path = spikes_log_path(run_dir)
     if not os.path.isfile(path) or not inside(path, root):
         return []
     ids = {(e.step, e.kind): e.id for e in snapshots if e.step is not None}
-    marks = []
+    by_step: dict[int, dict[str, Any]] = {}
     for spike in read_spikes(run_dir):
         ratio = spike.get("ratio")
-        what = f" ({ratio:.3g}x its median)" if isinstance(ratio, (int, float)) else f" ({spike.get('value')})"
-        confirmed = spike.get("confirmed_step", spike["step"])
-        marks.append({"step": spike["step"], "kind": "spike", "id": ids.get((confirmed, "spike")),
-                      "label": f"spike of {spike['tag']}{what}"})
-    return marks
+        what = f"{spike['tag']} ({ratio:.3g}x its median)" if isinstance(ratio, (int, float)) else \
+            f"{spike['tag']} ({spike.get('value')})"
+        mark = by_step.get(spike["step"])
+        if mark is None:
+            confirmed = spike.get("confirmed_step", spike["step"])
+            by_step[spike["step"]] = {"step": spike["step"], "kind": "spike",
+                                      "id": ids.get((confirmed, "spike")), "label": f"spike of {what}"}
+        else:
+            mark["label"] += f", {what}"
+    return list(by_step.values())
 
 
 def snapshot_marks(snapshots: Sequence[Any], taken: set[str]) -> list[dict[str, Any]]:

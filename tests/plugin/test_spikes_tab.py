@@ -25,16 +25,22 @@ def spike_server(spiked_logdir, tmp_path_factory):
 
 
 def test_the_spike_is_found_at_its_step(spiked_logdir):
+    """The loss, multiplied at SPIKE_STEP, and its gradient (the same factor) both jump there, and only there."""
     run = spiked_logdir / "spiked"
-    (spike,) = read_spikes(str(run))
-    assert spike["step"] == SPIKE_STEP and spike["tag"] == "Loss/batch" and spike["kind"] == "spike"
-    logged = dict(scalars(run, "Loss/batch"))
-    assert spike["value"] == pytest.approx(logged[SPIKE_STEP])  # the loss the trainer logged there
-    assert spike["ratio"] > 2 and logged[SPIKE_STEP] > 2 * max(logged[s] for s in range(SPIKE_STEP - 5, SPIKE_STEP))
-    (entry,) = texts(run, SPIKES_TEXT_TAG)
-    assert entry[0] == SPIKE_STEP and "Loss/batch" in entry[1]
+    spikes = {s["tag"]: s for s in read_spikes(str(run))}
+    assert sorted(spikes) == ["Loss/batch", "Train/grad_norm"]
+    for tag, spike in spikes.items():
+        assert spike["step"] == SPIKE_STEP and spike["kind"] == "spike", spike
+        logged = dict(scalars(run, tag))
+        assert spike["value"] == pytest.approx(logged[SPIKE_STEP])  # what the trainer logged there
+        assert spike["ratio"] > 2 and logged[SPIKE_STEP] > 2 * max(logged[s] for s in range(SPIKE_STEP - 5, SPIKE_STEP))
+    entries = texts(run, SPIKES_TEXT_TAG)
+    assert [step for step, _ in entries] == [SPIKE_STEP, SPIKE_STEP]
+    assert sorted(tag for tag in spikes if any(tag in text for _, text in entries)) == sorted(spikes)
+    # one snapshot for the step, named in both entries and both lines
     snap = run / "plugins" / "tbmem" / f"spike_rank0_step{SPIKE_STEP:09d}.json.gz"
-    assert snap.is_file() and f"`{snap}`" in entry[1] and str(snap) in spike["snapshot"]
+    assert sorted(p.name for p in snap.parent.glob("spike_*")) == [snap.name.replace(".json.gz", ".html"), snap.name]
+    assert all(f"`{snap}`" in text for _, text in entries) and all(str(snap) in s["snapshot"] for s in spikes.values())
     assert SPIKE_FACTOR > 2
 
 
@@ -49,7 +55,7 @@ def test_the_overview_route_marks_the_spike_and_draws_the_loss(spike_server, spi
     doc = get_json(f"{spike_server.base}/data/plugin/tbmem/overview?run=spiked")
     spikes = [m for m in doc["marks"] if m["kind"] == "spike"]
     assert [m["step"] for m in spikes] == [SPIKE_STEP] and spikes[0]["id"]  # the mark opens its snapshot
-    assert "Loss/batch" in spikes[0]["label"]
+    assert "Loss/batch" in spikes[0]["label"] and "Train/grad_norm" in spikes[0]["label"]  # one mark a step
     snaps = get_json(f"{spike_server.base}/data/plugin/tbmem/snapshots?run=spiked")
     assert any(s["id"] == spikes[0]["id"] and s["kind"] == "spike" for s in snaps)
     assert spikes[0]["id"] not in [m["id"] for m in doc["marks"] if m["kind"] != "spike"]  # marked once
