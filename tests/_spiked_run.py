@@ -4,10 +4,13 @@ the gradient it steps with, are that much larger. Shared by the trainer's and th
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SPIKE_STEP", "SPIKE_FACTOR", "write_spiked_run"]
+__all__ = ["SPIKE_STEP", "SPIKE_FACTOR", "write_spiked_run", "write_spiked_logdir"]
 
 SPIKE_STEP = 40
 SPIKE_FACTOR = 50.0
@@ -43,3 +46,18 @@ def write_spiked_run(root: Path, *, spike: bool = True, name: str = "spiked") ->
         return run_experiment(cfg, log_dir=root / "runs" / name)
     finally:
         synthetic.rollout_loss = real
+
+
+def write_spiked_logdir(root: Path) -> Path:
+    """``root/runs/spiked`` and ``root/runs/clean`` (the same run without the spike), trained in a child
+    process: a training in the test process would leave its tensors to the censuses of later tests."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    code = ("import sys; from pathlib import Path; from tests._spiked_run import write_spiked_run; "
+            "root = Path(sys.argv[1]); write_spiked_run(root, spike=True, name='spiked'); "
+            "write_spiked_run(root, spike=False, name='clean')")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"the spiked runs failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return root / "runs"

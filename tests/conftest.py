@@ -36,12 +36,9 @@ def demo_logdir(tmp_path_factory):
 def spiked_logdir(tmp_path_factory):
     """``runs/spiked``: a SyntheticTrainer run whose loss spikes at tests._spiked_run.SPIKE_STEP, and
     ``runs/clean``: the same run without the spike (about 15 s for both)."""
-    from tests._spiked_run import write_spiked_run
+    from tests._spiked_run import write_spiked_logdir
 
-    root = tmp_path_factory.mktemp("spiked")
-    write_spiked_run(root, spike=True, name="spiked")
-    write_spiked_run(root, spike=False, name="clean")
-    return root / "runs"
+    return write_spiked_logdir(tmp_path_factory.mktemp("spiked"))
 
 
 @pytest.fixture(scope="session")
