@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _tab(page):
+def _tab(page, part: str = "plugin_entry.html"):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        tab = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
+        tab = next((f for f in page.frames if part in f.url), None)
         if tab is not None:
             return tab
         page.wait_for_timeout(200)
-    raise RuntimeError("the Memory tab's frame never appeared")
+    raise RuntimeError(f"no frame {part!r} appeared")
 
 
 def shoot(logdir: Path, out_dir: Path, tmp: Path) -> dict[str, Path]:
@@ -66,7 +66,7 @@ def shoot(logdir: Path, out_dir: Path, tmp: Path) -> dict[str, Path]:
             page.screenshot(path=str(shots["step"]))
             tab.locator("#snapshots button.open").last.click()
             tab.wait_for_selector("#viewer-box:not([hidden])")
-            viewer = next(f for f in page.frames if "/data/plugin/tbmem/snapshot?" in f.url)
+            viewer = _tab(page, "/data/plugin/tbmem/snapshot?")  # the frame appears once the page has loaded
             wait_until(viewer, "() => window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=60)
             tab.locator("#viewer").scroll_into_view_if_needed()
             page.wait_for_timeout(500)

@@ -56,6 +56,8 @@ class MemoryWriterConfig:
             or a mapping of its fields); None disables snapshots.
         alerts: Memory alerts (:class:`tbmem.alerts.AlertConfig`, a mapping of its fields, or
             True for its defaults); None disables them. See docs/forecast.md.
+        spikes: Loss-spike detection over the scalars written (:class:`tbmem.spikes.SpikeConfig`, a
+            mapping of its fields, or True for its defaults); None disables it. See docs/analysis.md.
         ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
             mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
     """
@@ -75,6 +77,7 @@ class MemoryWriterConfig:
     fast_crc: bool = True
     snapshot: Any = field(default=None)
     alerts: Any = field(default=None)
+    spikes: Any = field(default=None)
     ranks: Any = field(default=None)
 
     def __post_init__(self) -> None:
@@ -102,6 +105,10 @@ class MemoryWriterConfig:
             from tbmem.alerts import AlertConfig
 
             object.__setattr__(self, "alerts", AlertConfig.coerce(self.alerts))
+        if self.spikes is not None:
+            from tbmem.spikes import SpikeConfig
+
+            object.__setattr__(self, "spikes", SpikeConfig.coerce(self.spikes))
         if isinstance(self.ranks, Mapping):
             from tbmem.ranks.config import RanksConfig
 

@@ -3,7 +3,9 @@ and ``tbmem report --png`` / the notebook's figures take them from here, so a ca
 wherever it is drawn.
 
 Census categories keep Tableau 10's colours in the census's order; other stacks (by dtype, device,
-module) cycle through :data:`SERIES`; memory lines (RSS, VRAM) over or under a stack use :data:`LINES`.
+module) cycle through :data:`SERIES`; memory lines (RSS, VRAM) over or under a stack use :data:`LINES`,
+losses drawn on the memory chart's step axis :data:`LOSSES`, and runs side by side (``tbmem compare``, the
+Memory tab's compare view) :data:`RUNS`.
 
 Example:
     >>> from tbmem.palette import category_color, stack_colors
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-__all__ = ["CATEGORY_COLORS", "SERIES", "LINES", "MARKS", "category_color", "stack_colors", "as_json"]
+__all__ = ["CATEGORY_COLORS", "SERIES", "LINES", "LOSSES", "RUNS", "MARKS", "category_color", "stack_colors",
+           "as_json"]
 
 #: Census category -> colour (Tableau 10, in the census's category order).
 CATEGORY_COLORS: dict[str, str] = {
@@ -36,8 +39,12 @@ SERIES: tuple[str, ...] = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f"
                            "#ff9da7", "#9c755f", "#bab0ac", "#86bcb6", "#d37295")
 #: Memory lines drawn with a stack: the first (RSS, VRAM allocated) darkest.
 LINES: tuple[str, ...] = ("#222222", "#7b3294", "#c51b7d", "#1b7837")
-#: Step marks: a snapshot, an out-of-memory error, the selected step.
-MARKS: dict[str, str] = {"snapshot": "#7b3294", "oom": "#d7191c", "selected": "#000000"}
+#: Losses drawn in a panel under the memory lines, in turn.
+LOSSES: tuple[str, ...] = ("#b35806", "#542788", "#1b7837")
+#: Runs compared side by side, in turn (dark enough to read as lines; none is a category's colour).
+RUNS: tuple[str, ...] = ("#222222", "#e7298a", "#1b9e77", "#7570b3", "#d95f02", "#66a61e")
+#: Step marks: a snapshot, an out-of-memory error, a loss spike, the selected step.
+MARKS: dict[str, str] = {"snapshot": "#7b3294", "oom": "#d7191c", "spike": "#e66101", "selected": "#000000"}
 # categories not in CATEGORY_COLORS take the series colours that no category uses
 _SPARE = tuple(c for c in SERIES if c not in CATEGORY_COLORS.values())
 
@@ -62,4 +69,4 @@ def stack_colors(names: Iterable[str], *, categories: bool = True) -> list[str]:
 def as_json() -> dict[str, Any]:
     """Everything above as one JSON object (what the Memory tab's page is given)."""
     return {"categories": dict(CATEGORY_COLORS), "series": list(SERIES), "lines": list(LINES),
-            "marks": dict(MARKS)}
+            "losses": list(LOSSES), "runs": list(RUNS), "marks": dict(MARKS)}

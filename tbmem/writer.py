@@ -124,6 +124,7 @@ class MemoryWriter:
         self._stop_capture: Any = None
         self._snapshots: Any = None
         self._alerts: Any = None
+        self._spikes: Any = None
         self._last_record: tuple[float, int] | None = None
         self._large = LargeThreshold(self.config.large_tensor_mb)
         self._active = self.config.enabled
@@ -170,20 +171,26 @@ class MemoryWriter:
         if ranks is not None:
             ranks.attach(write=self.write_scalars, snapshots=lambda: self._snapshots, flush=self.flush)
         if cfg.alerts is not None:
-            self._setup_alerts(cfg.alerts)
+            from tbmem.alerts import AlertMonitor
 
-    def _setup_alerts(self, alerts: Any) -> None:
-        from tbmem.alerts import AlertMonitor
+            self._alerts = AlertMonitor(cfg.alerts, writer=self,
+                                        snapshot=self._snapshot_now(cfg.alerts.snapshot, "alert"))
+        if cfg.spikes is not None:  # sees what write_scalars and add_scalar write (tbmem.spikes)
+            from tbmem.spikes import SpikeMonitor
 
-        if alerts.snapshot and self._snapshots is None:
+            self._spikes = SpikeMonitor(cfg.spikes, writer=self, faults=self._faults,
+                                        snapshot=self._snapshot_now(cfg.spikes.snapshot, "spike"))
+
+    def _snapshot_now(self, wanted: bool, kind: str) -> Any:
+        """``step -> paths``: a snapshot taken at once (an alert's, a spike's); a manager without a
+        schedule is made when ``wanted`` and none is (only these and an out-of-memory error ask)."""
+        if wanted and self._snapshots is None:
             from tbmem.snapshot import SnapshotConfig, SnapshotManager
 
-            # no schedule: only the snapshots alerts (and an out-of-memory error) ask for
             base = SnapshotConfig(recorder="off")
             snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
             self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
-        self._alerts = AlertMonitor(alerts, writer=self, snapshot=lambda step: (
-            self._snapshots.snapshot_now(step) if self._snapshots is not None else []))
+        return lambda step: self._snapshots.snapshot_now(step, kind) if self._snapshots is not None else []
 
     # --- SummaryWriter compatibility -----------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -194,7 +201,9 @@ class MemoryWriter:
         attr = getattr(inner, name)
         if name.startswith(_WRITE_PREFIX) and callable(attr):
             # ignored after close(); an I/O error counted instead of raised
-            return guard_forwarded(self, name, attr)
+            call = guard_forwarded(self, name, attr)
+            spikes = self.__dict__.get("_spikes")
+            return spikes.watching(call) if spikes is not None and name == "add_scalar" else call
         return attr
 
     def _after_close(self, what: str) -> None:
@@ -259,6 +268,8 @@ class MemoryWriter:
         (the thread's wake-up and the hand-over of the GIL, measured in a training loop).
         """
         self._write_event(values, step, walltime)
+        if self._spikes is not None and not self.closed:
+            self._spikes.on_scalars(values, step)
 
     def _write_event(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
         """:meth:`write_scalars`; True when the event was written to the file on this thread."""

@@ -50,10 +50,11 @@ def _schemas() -> dict[str, type]:
     from tbmem.config import MemoryWriterConfig
     from tbmem.ranks.config import RanksConfig
     from tbmem.snapshot.config import SnapshotConfig
+    from tbmem.spikes import SpikeConfig
 
     return {"": RunConfig, "data": DataConfig, "model": ModelConfig, "trainer_params": TrainerParams,
             "tbmem": MemoryWriterConfig, "tbmem.snapshot": SnapshotConfig, "tbmem.alerts": AlertConfig,
-            "tbmem.ranks": RanksConfig}
+            "tbmem.spikes": SpikeConfig, "tbmem.ranks": RanksConfig}
 
 
 def config_groups(conf_dir: str | Path) -> dict[str, tuple[str, ...]]:

@@ -210,6 +210,8 @@ class SyntheticTrainer:
                             mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
+                        if step >= mon.grad_norm_next:  # Train/grad_norm, every tbmem.every steps
+                            mon.log_grad_norm(step, self.net, amp_scaled=self.scaler.is_enabled())
                     mon.before_zero_grad(step, loss)  # the record: gradients and optimizer state alive
                     if last_micro:
                         self.optimizer.zero_grad(set_to_none=True)

@@ -1,4 +1,4 @@
-"""``tbmem report LOGDIR``: the per-run summary, leak findings, hints, a figure, a CI gate.
+"""``tbmem report LOGDIR``: the per-run summary, leak findings, loss spikes, hints, a figure, a CI gate.
 
 Exit status: 0 fine; 1 a leak was found and ``--fail-on-leak`` was given;
 2 the logdir cannot be analysed (missing, no event files, no tbmem tags,
@@ -108,6 +108,7 @@ def _report(args: argparse.Namespace) -> int:
     from tbmem.analysis.hints import find_hints, format_hints
     from tbmem.analysis.load import load_scalars_and_texts
     from tbmem.analysis.ranks import format_rank_jobs, rank_jobs
+    from tbmem.analysis.spikes import find_spikes, format_spikes
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
 
@@ -123,12 +124,13 @@ def _report(args: argparse.Namespace) -> int:
     hints = find_hints(df, texts=texts, summaries=summaries,
                        batch_size=getattr(args, "batch_size", None))
     summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
+    spikes = find_spikes(df, args.logdir, runs=[s.run for s in summaries])
     jobs = [] if args.compare else rank_jobs(summaries)
     in_jobs = {run for j in jobs for run in j.runs.values()}
     others = [s for s in summaries if s.run not in in_jobs]
     if args.json:
         doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
-               "jobs": [j.to_dict() for j in jobs]}
+               "jobs": [j.to_dict() for j in jobs], "spikes": [f.to_dict() for f in spikes]}
         print(json.dumps(_finite(doc), indent=2, allow_nan=False))
     else:
         # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
@@ -140,6 +142,8 @@ def _report(args: argparse.Namespace) -> int:
             print(printable_lines(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks)))
             print()
         print(printable_lines(format_leaks(summaries)))
+        print()
+        print(printable_lines(format_spikes(spikes)))
         print()
         print(printable_lines(format_hints(hints)))
     if args.png:

@@ -19,10 +19,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from tbmem.plugin.series import Series, align, minmax_indices
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, x_axis
 
 __all__ = ["BREAKDOWNS", "LINE_GROUPS", "TREE_DIFFERS", "tag_unit", "to_bytes", "breakdown_tags", "census_tags",
-           "overview", "tree_differs", "record_at", "census_from_scalars", "nearest"]
+           "overview", "tree_differs", "record_at", "census_from_scalars", "nearest", "is_step_loss"]
 
 #: Breakdown name -> the tag-table key of its templated tag.
 BREAKDOWNS = {"category": "census_category", "dtype": "census_dtype", "device": "census_device",
@@ -68,6 +68,13 @@ def breakdown_tags(tags: Iterable[str], breakdown: str) -> dict[str, str]:
         order = {c: i for i, c in enumerate(_CATEGORY_ORDER)}
         return dict(sorted(out.items(), key=lambda kv: (order.get(kv[1], len(order)), kv[1])))
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def is_step_loss(tag: str) -> bool:
+    """A loss logged per training step or loss evaluation (``Loss/batch``, ``Loss/evaluation``): drawn on
+    the memory chart's step axis. Per-epoch and per-iteration losses count something else
+    (:func:`tbmem.tags.x_axis`)."""
+    return tag.startswith("Loss/") and x_axis(tag) == "step"
 
 
 def census_tags(tags: Iterable[str]) -> list[str]:
@@ -121,6 +128,13 @@ def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
             columns[tag] = (s.steps[keep], to_bytes(tag, s.values[keep]))
             lines.setdefault(group, []).append({"tag": tag, "label": label})
             drawn[tag] = len(s.steps)
+    losses = []
+    for tag in sorted(t for t in series if is_step_loss(t)):
+        s = series[tag]
+        if len(s.steps):
+            keep = minmax_indices(s.steps, s.values, points)
+            columns[tag] = (s.steps[keep], s.values[keep])
+            losses.append({"tag": tag, "label": tag})
     x, aligned = align(columns)
     return {
         "breakdown": breakdown,
@@ -128,6 +142,7 @@ def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
         "x": x,
         "stack": [{"tag": t, "label": n} for t, n in names.items()],
         "lines": lines,
+        "loss": losses,
         "columns": aligned,
         "census_steps": census_steps.tolist(),
         "records": drawn,

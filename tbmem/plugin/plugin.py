@@ -8,13 +8,15 @@ Routes (all GET; JSON unless said otherwise):
 * ``snapshots?run=R``: the run's snapshots, each with an opaque ``id``.
 * ``snapshot?run=R&id=ID``: the offline viewer page of one snapshot (HTML).
 * ``findings?run=R``: leak findings and the ``tbmem report`` summary.
+* ``compare?run=A&run=B[&run=...]&align=auto|step|phase&points=N``: ``tbmem compare``'s rows for these
+  runs and their memory on shared axes (the compare view).
 * ``ranks?group=G``: per-rank peaks of a multi-rank group.
-* ``index.js``, ``chart.js``, ``util.js`` and ``static/*``: the page (given :mod:`tbmem.palette`'s colours)
-  and the vendored uPlot.
+* ``index.js``, ``chart.js``, ``compare.js``, ``util.js`` and ``static/*``: the page (given
+  :mod:`tbmem.palette`'s colours) and the vendored uPlot.
 
 The client names runs and ids, never paths (see :mod:`tbmem.plugin.paths`). This module
 imports only the standard library, numpy, tensorboard, werkzeug and torch-free parts of
-tbmem; pandas is imported only for the run summary, on request.
+tbmem; pandas is imported only for the run summary and the compare view, on request.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from werkzeug import wrappers
 from tbmem import palette
 from tbmem.plugin import charts
 from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.plugin.compare import ALIGNS, MAX_RUNS, comparison
 from tbmem.plugin.convert import DEFAULT_BUDGET_MB
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
+from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
 from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
 from tbmem.plugin.series import ScalarCache
@@ -52,6 +56,7 @@ _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _ASSETS = {
     "/index.js": ("index.js", "text/javascript"),
     "/chart.js": ("chart.js", "text/javascript"),
+    "/compare.js": ("compare.js", "text/javascript"),
     "/util.js": ("util.js", "text/javascript"),
     "/static/style.css": ("style.css", "text/css"),
     "/static/uPlot.iife.min.js": ("vendor/uplot/uPlot.iife.min.js", "text/javascript"),
@@ -97,7 +102,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         >>> from tensorboard.plugins import base_plugin
         >>> plugin = MemoryPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
         >>> plugin.frontend_metadata().tab_name, sorted(plugin.get_plugin_apps())[:3]
-        ('Memory', ['/at', '/chart.js', '/findings'])
+        ('Memory', ['/at', '/chart.js', '/compare'])
     """
 
     plugin_name = PLUGIN_NAME
@@ -137,7 +142,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         apps: dict[str, Callable] = {route: self._asset_app(route) for route in _ASSETS}
         apps.update({"/runs": self._serve_runs, "/overview": self._serve_overview, "/at": self._serve_at,
                      "/snapshots": self._serve_snapshots, "/snapshot": self._serve_snapshot,
-                     "/findings": self._serve_findings, "/ranks": self._serve_ranks})
+                     "/findings": self._serve_findings, "/ranks": self._serve_ranks, "/compare": self._serve_compare})
         return apps
 
     # --- helpers --------------------------------------------------------------------------
@@ -215,7 +220,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
         lines = {TAGS[k].tag for group in charts.LINE_GROUPS.values() for k, _ in group}
         ooms = TAGS["vram_ooms"].tag
         listing = self._cache.listing(ctx, eid, [run]).get(run, {})
-        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)]
+        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)
+                or charts.is_step_loss(t)]
         # quick=1: a series longer than a few points per pixel is first drawn from a sample the data
         # provider draws (milliseconds on the Rust server); the page then asks for the exact view. The
         # Python loader converts every record before sampling, so there a sample would cost a second read.
@@ -224,11 +230,9 @@ class MemoryPlugin(base_plugin.TBPlugin):
                                                   sample=8 * points if quick else None)
         doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing))
         doc["sampled"] = sorted(sampled)
-        marks = []
-        for e in self._snapshots(run):
-            if e.step is not None:
-                marks.append({"step": e.step, "kind": "oom" if e.kind == "oom" else "snapshot",
-                              "id": e.id, "label": f"{e.kind} {e.name}"})
+        snapshots, found = self._snapshots(run), self._dirs.run_dir(run)
+        spikes = spike_marks(found[0], found[1], snapshots) if found else []
+        marks = snapshot_marks(snapshots, {m["id"] for m in spikes}) + spikes
         if ooms in series:  # the allocator's OOM counter went up in this record
             s = series[ooms]
             for i in range(1, len(s.values)):
@@ -298,6 +302,20 @@ class MemoryPlugin(base_plugin.TBPlugin):
         ctx, eid, run = self._run(request)
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
         return _json(request, dict(findings(run, series), run=run))
+
+    @wrappers.Request.application
+    def _serve_compare(self, request: Any) -> Any:
+        ctx, eid = self._ids(request)
+        runs = request.args.getlist("run")
+        known = set(self._run_names(ctx, eid))
+        if not 2 <= len(set(runs)) == len(runs) <= MAX_RUNS or not all(r in known for r in runs):
+            raise errors.InvalidArgumentError(f"name 2 to {MAX_RUNS} different runs TensorBoard lists")
+        align = request.args.get("align", "auto")
+        if align not in ALIGNS:
+            raise errors.InvalidArgumentError(f"align must be one of {', '.join(ALIGNS)}")
+        points = _int_arg(request, "points", 1000, lo=50, hi=10_000)
+        per_run = {r: self._series(ctx, eid, r, lambda t: t.startswith(SUMMARY_PREFIXES))[0] for r in runs}
+        return _json(request, dict(comparison(per_run, align=align, points=points), runs=runs))
 
     @wrappers.Request.application
     def _serve_ranks(self, request: Any) -> Any:

@@ -83,7 +83,7 @@ def test_the_tab_on_the_demo_logdir(demo_server, browser, tmp_path):
     assert tab.evaluate(f"{state}.chart.lines.series.slice(1).map(s => s.label)") == ["RSS", "peak RSS"]
     # whole steps on both x axes
     ticks = tab.evaluate(f"{state}.chart.xTicks")
-    assert set(ticks) == {"census", "lines"} and all(len(t) >= 3 for t in ticks.values())
+    assert set(ticks) == {"census", "lines", "loss"} and all(len(t) >= 3 for t in ticks.values())
     assert all(float(t).is_integer() for t in ticks["census"] + ticks["lines"])
     # the snapshot labels: one per snapshot step, above the plot (never over a line), none overlapping
     labels = tab.evaluate(f"{state}.chart.labels")

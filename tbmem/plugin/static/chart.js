@@ -1,21 +1,24 @@
 // The Memory tab's chart: the census stacked in one panel and the memory lines (RSS, or VRAM) in a
 // panel of their own under it, on the same steps, as report.png draws them. RSS also holds the
 // interpreter and its libraries (hundreds of MiB): on one axis with a census of KiB it would sit on
-// the stack as if it were its top. Steps are integers, ticks too. Snapshot and out-of-memory steps are
-// lines across both panels, labelled in a strip above the first one, where a label can never cover a
+// the stack as if it were its top. The run's per-step losses (Loss/batch, Loss/evaluation) get a third
+// panel on the same steps (a log scale when they span more than two decades), so a loss spike lines up
+// with the memory around it. Steps are integers, ticks too. Snapshot, out-of-memory and spike steps are
+// lines across every panel, labelled in a strip above the first one, where a label can never cover a
 // line or an axis label, and a label that would overlap another goes to the next row or is left out
 // (its line stays; hovering it names it).
 
 import { el, fmtBytes } from './util.js';
 
 // tick steps of the byte axes: 1, 2, 5, 10, ... times B, KiB, MiB, GiB, TiB (round binary labels)
-const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
+export const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
 // tick steps of the step axis: whole steps only
 const STEP_INCRS = [0, 1, 2, 3, 4, 5, 6, 7, 8].flatMap((p) => [1, 2, 5].map((m) => m * 10 ** p));
 const AXIS_SIZE = 80;  // the same y-axis width in both panels, so their x pixels line up
 const LABEL_ROW = 14;  // CSS px per row of mark labels
 const LABEL_ROWS = 2;
 const LABEL_GAP = 6;   // CSS px kept between two labels of a row
+const LABELS = { oom: 'OOM', snapshot: 'snapshot', spike: 'spike' };
 
 // For each x index, the index of the nearest non-null value of a column: the legend and the hover
 // of a census series show the census nearest to the cursor, not a gap between two censuses.
@@ -70,10 +73,10 @@ function marksPlugin(chart, withLabels) {
           const px = Math.round(u.valToPos(m.step, 'x', true));
           if (px < bbox.left || px > bbox.left + bbox.width) continue;
           ctx.strokeStyle = markColor(m.kind, chart.palette);
-          ctx.lineWidth = (m.kind === 'oom' ? 2 : 1) * dpr;
-          ctx.setLineDash(m.kind === 'snapshot' ? [4 * dpr, 3 * dpr] : []);
+          ctx.lineWidth = (m.kind === 'oom' || m.kind === 'spike' ? 2 : 1) * dpr;
+          ctx.setLineDash(m.kind === 'snapshot' ? [4 * dpr, 3 * dpr] : m.kind === 'spike' ? [2 * dpr, 2 * dpr] : []);
           ctx.beginPath(); ctx.moveTo(px, bbox.top); ctx.lineTo(px, bbox.top + bbox.height); ctx.stroke();
-          if (m.kind !== 'selected') drawn.push({ px: px / dpr, text: m.kind === 'oom' ? 'OOM' : 'snapshot', kind: m.kind, step: m.step });
+          if (m.kind !== 'selected') drawn.push({ px: px / dpr, text: LABELS[m.kind] || m.kind, kind: m.kind, step: m.step });
         }
         if (withLabels) {
           ctx.setLineDash([]);
@@ -162,6 +165,8 @@ export function drawChart(box, doc, opts) {
     chart.lines = new window.uPlot(o, data, box.appendChild(el('div', { class: 'panel', id: 'lines-panel' })));
     chart.plots.push(chart.lines);
   }
+  const losses = doc.loss || [];
+  if (losses.length) drawLosses(chart, box, doc, losses, common, opts);
   for (const u of chart.plots) {
     u.over.addEventListener('click', () => {
       const idx = u.cursor.idx;
@@ -175,4 +180,26 @@ export function drawChart(box, doc, opts) {
   chart.setWidth = (width) => chart.plots.forEach((u) => u.setSize({ width, height: u.height }));
   chart.destroy = () => chart.plots.forEach((u) => u.destroy());
   return chart;
+}
+
+// The per-step losses in a panel of their own under the memory lines, on the same steps: a log scale when
+// every value is positive and they span more than two decades (a falling loss stays readable).
+function drawLosses(chart, box, doc, losses, common, opts) {
+  const x = doc.x;
+  const cols = losses.map((l) => doc.columns[l.tag]);
+  const values = cols.flat().filter((v) => v != null);
+  const positive = values.length && values.every((v) => v > 0);
+  const log = positive && Math.max(...values) / Math.min(...values) > 100;
+  const series = [{ label: 'step' }];
+  losses.forEach((l, i) => series.push({ label: l.label, stroke: opts.palette.losses[i % opts.palette.losses.length],
+    width: 1.5, spanGaps: true, points: { show: false }, value: (u, v) => (v == null ? '–' : v.toPrecision(4)) }));
+  const data = [x, ...cols];
+  const nearest = data.map((col, i) => (i === 0 ? null : nearestNonNull(col)));
+  const o = common('loss', 150, 8, 'step');
+  o.series = series;
+  o.scales.y = log ? { distr: 3 } : { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.05 : 1] };
+  o.axes[1] = { size: AXIS_SIZE, space: 18, label: log ? 'loss (log)' : 'loss', values: (u, ticks) => ticks.map((t) => (t == null ? '' : Number(t).toPrecision(2))) };
+  o.cursor.dataIdx = (u, si, closest) => (nearest[si] ? nearest[si][closest] : closest);
+  chart.loss = new window.uPlot(o, data, box.appendChild(el('div', { class: 'panel', id: 'loss-panel' })));
+  chart.plots.push(chart.loss);
 }

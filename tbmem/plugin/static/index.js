@@ -4,15 +4,18 @@
 // logdir are only ever set as textContent.
 
 import { drawChart } from './chart.js';
+import { compareRuns, createCompare } from './compare.js';
 import { api, el, fmtBytes, fmtValue, loadScript, setUrlState, table, urlState } from './util.js';
 
 // tbmem.palette, injected by the plugin when it serves this file: one colour per category everywhere
-const COLORS = /*tbmem:palette*/{ categories: {}, series: ['#4e79a7'], lines: ['#222222'], marks: { snapshot: '#7b3294' } }/*end*/;
+const COLORS = /*tbmem:palette*/{ categories: {}, series: ['#4e79a7'], lines: ['#222222'], losses: ['#b35806'], runs: ['#222222'], marks: { snapshot: '#7b3294' } }/*end*/;
 
 const state = {
   groups: [], group: null, run: null, breakdown: 'category', lines: null,
-  overview: null, chart: null, step: null, snapshots: [],
+  overview: null, chart: null, step: null, snapshots: [], compare: null,
 };
+// the sections of the one-run view, hidden while the compare view is shown
+const RUN_VIEW = ['run-label', 'rank-label', 'breakdown-label', 'lines-label', 'refresh', 'chart-box', 'at-box', 'ranks-box', 'snap-box', 'findings-box'];
 
 function status(text) { document.getElementById('status').textContent = text; }
 
@@ -26,7 +29,9 @@ function layout() {
       sel('run', 'Run ', onGroup), sel('rank', 'Rank ', onRank), sel('breakdown', 'Breakdown ', onBreakdown),
       sel('lines', 'Lines ', onLines),
       el('button', { id: 'refresh', type: 'button', onclick: () => selectRun(state.run), text: 'Refresh' }),
+      el('button', { id: 'compare-toggle', type: 'button', onclick: () => showCompare(!state.compare), text: 'Compare runs' }),
       el('span', { id: 'status' })),
+    el('section', { id: 'compare-box', hidden: '' }),
     el('section', { id: 'chart-box' },
       el('h2', { id: 'chart-title', text: 'Memory over time' }),
       el('div', { id: 'chart' }),
@@ -74,6 +79,31 @@ async function loadRuns() {
   const [group, member] = firstRun(state.groups);
   document.getElementById('run').value = group.group;
   await onGroup(member.run);
+  const wanted = compareRuns(urlState().compare);  // the compare view, when the address names its runs
+  if (wanted.length) await showCompare(true, wanted);
+}
+
+// --- the compare view (compare.js) ----------------------------------------------------------
+async function showCompare(on, runs) {
+  if (on && !state.compare) {
+    state.compare = createCompare(document.getElementById('compare-box'),
+      { palette: COLORS, runs: state.groups.flatMap((g) => g.members) });
+    state.compare.setAlign(urlState().align);
+  }
+  for (const id of RUN_VIEW) {  // hidden while comparing; afterwards as the one-run view had them
+    const node = document.getElementById(id);
+    if (on && node.dataset.wasHidden === undefined) {
+      node.dataset.wasHidden = node.hidden ? '1' : '';
+      node.hidden = true;
+    } else if (!on && node.dataset.wasHidden !== undefined) {
+      node.hidden = node.dataset.wasHidden === '1';
+      delete node.dataset.wasHidden;
+    }
+  }
+  document.getElementById('compare-box').hidden = !on;
+  document.getElementById('compare-toggle').textContent = on ? 'Back to one run' : 'Compare runs';
+  if (on) await state.compare.run(runs);
+  else { setUrlState({ compare: null, align: null }); state.compare = null; document.getElementById('compare-box').replaceChildren(); }
 }
 
 function currentGroup() { return state.groups.find((g) => g.group === document.getElementById('run').value); }
