@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tbmem._log import logger
-from tbmem.config import unknown_keys
+from tbmem._fields import unknown_keys
 
 __all__ = ["AlertConfig", "Alert", "AlertMonitor", "ALERTS_TEXT_TAG"]
 
