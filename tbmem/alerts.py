@@ -38,14 +38,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tbmem._log import logger
 from tbmem._fields import unknown_keys
+from tbmem._log import logger
+from tbmem.tags import TAGS
 from tbmem.trend import fit_trend
 
 __all__ = ["AlertConfig", "Alert", "AlertMonitor", "ALERTS_TEXT_TAG"]
 
 #: Text tag of the alert entries (``add_text`` appends ``/text_summary``).
-ALERTS_TEXT_TAG = "Memory/Alerts"
+ALERTS_TEXT_TAG = TAGS["alerts_text"].tag
 _GIB = float(2**30)
 
 

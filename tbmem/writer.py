@@ -48,7 +48,7 @@ from tbmem.tags import TAGS
 
 __all__ = ["MemoryWriter"]
 
-_CENSUS_TEXT_TAG = "Memory/Large_Tensors/top_k"
+_CENSUS_TEXT_TAG = TAGS["census_text"].tag
 # SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
 _WRITE_PREFIX = "add_"
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from tbmem.analysis.headroom import headroom
 from tbmem.analysis.summary import RunSummary, summarize, tag_series, value_at
 from tbmem.analysis.table import format_bytes
+from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -50,7 +51,7 @@ __all__ = ["Hint", "find_hints", "format_hints", "HINT_KINDS"]
 HINT_KINDS = ("activation_checkpointing", "optimizer_precision", "expandable_segments", "growing_other",
               "batch_headroom")
 _DTYPE_PREFIX = "Memory/Tensor_DType/"
-_CENSUS_TEXT = "Memory/Large_Tensors/top_k"
+_CENSUS_TEXT = TAGS["census_text"].tag
 _SEGMENTS = 4
 _ROW = re.compile(r"^\|\s*\d+\s*\|\s*`(?P<name>.*)`\s*\|\s*(?P<category>\w+)\s*\|\s*(?P<shape>[^|]*)\|"
                   r"\s*(?P<dtype>[^|]*)\|\s*(?P<device>[^|]*)\|\s*(?P<mb>[0-9.]+)\s*\|\s*$")

@@ -58,7 +58,7 @@ _ASSETS = {
     "/static/uPlot.min.css": ("vendor/uplot/uPlot.min.css", "text/css"),
 }
 _INLINE_SCRIPT = re.compile(r"<script(?![^>]*\btype=\"application/json\")[^>]*>(.*?)</script>", re.S)
-_TEXT_TAG = "Memory/Large_Tensors/top_k"
+_TEXT_TAG = TAGS["census_text"].tag
 # where index.js receives tbmem.palette's colours (one definition for the tab, report.png and the notebook)
 _PALETTE_SLOT = re.compile(rb"/\*tbmem:palette\*/.*?/\*end\*/", re.S)
 _CENSUS_PREFIX = "Memory/Tensor_Category/"
