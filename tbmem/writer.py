@@ -385,7 +385,7 @@ class MemoryWriter:
             import dataclasses
 
             from tbmem.census import take_census
-            from tbmem.plugin.census_log import append_census
+            from tbmem.logdir.census_log import append_census
 
             census = take_census(
                 models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),

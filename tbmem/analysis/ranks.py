@@ -22,20 +22,18 @@ Example:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem.analysis.axes import legend_outside
 from tbmem.analysis.summary import RunSummary
+from tbmem.logdir.layout import split_rank
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.axes import Axes
 
 __all__ = ["RankMetric", "RankJob", "rank_jobs", "split_rank_run", "METRICS", "format_rank_jobs", "plot_rank_job"]
-
-_RANK_RUN = re.compile(r"^(?:(?P<job>.+)/)?rank(?P<rank>\d+)$")
 
 #: (RunSummary attribute, label, digits) of the metrics compared across ranks.
 METRICS: tuple[tuple[str, str, int], ...] = (
@@ -50,11 +48,10 @@ MAX_ROWS = 20
 
 
 def split_rank_run(run: str) -> tuple[str, int] | None:
-    """``"exp/a/rank3"`` -> ``("exp/a", 3)``; ``"rank0"`` -> ``(".", 0)``; None for other runs."""
-    m = _RANK_RUN.match(run)
-    if m is None:
-        return None
-    return (m["job"] or "."), int(m["rank"])
+    """``"exp/a/rank3"`` -> ``("exp/a", 3)``; ``"rank0"`` -> ``(".", 0)``; None for other runs
+    (:func:`tbmem.logdir.layout.split_rank`)."""
+    job, rank = split_rank(run)
+    return None if rank is None else (job, rank)
 
 
 def _value(summary: RunSummary, attr: str) -> float | None:

@@ -14,13 +14,18 @@ reader reads only what was appended since its last call, in bounded pieces (a li
 :data:`MAX_LINE` bytes is skipped, never held whole), and returns only the fields a
 census line has.
 
-For logs written before the side file existed, :func:`parse_census_markdown` reads
-the rows back from the markdown table.
+For logs written before the side file existed (its version 0 in
+:data:`tbmem.logdir.layout.FORMATS`), :func:`parse_census_markdown` reads the rows back from the
+markdown table; ``tbmem report``'s hints read that table through it too.
+
+The writer half (:func:`census_record`, :func:`append_census`) runs in the training process;
+the reader half (:class:`CensusLog`, :func:`parse_census_markdown`) in the Memory tab and the
+notebook. Neither imports torch.
 
 Example:
     >>> import tempfile
     >>> from tbmem.census.report import Census, TensorRecord
-    >>> from tbmem.plugin.census_log import CensusLog, append_census, census_log_path
+    >>> from tbmem.logdir.census_log import CensusLog, append_census, census_log_path
     >>> run = tempfile.mkdtemp()
     >>> rec = TensorRecord(name="fc.weight", category="parameters", shape=(256, 1024),
     ...                    dtype="float32", device="cpu", bytes=2**20, module="model.fc")
@@ -40,18 +45,12 @@ import time
 from typing import Any, Callable
 
 from tbmem._log import report_once
-from tbmem.plugin.paths import open_below, open_regular_below
+from tbmem.logdir.layout import CENSUS_LOG, census_log_path
+from tbmem.logdir.safe_open import open_below, open_regular_below
 
+# CENSUS_LOG and census_log_path are tbmem.logdir.layout's, here beside the format they name
 __all__ = ["CENSUS_LOG", "census_log_path", "census_record", "append_census", "CensusLog",
            "parse_census_markdown", "MAX_LINE", "MAX_READ"]
-
-#: Path of the side file inside a run directory.
-CENSUS_LOG = os.path.join("plugins", "tbmem", "census.jsonl")
-
-
-def census_log_path(run_dir: str) -> str:
-    """The census side file of a run directory."""
-    return os.path.join(run_dir, CENSUS_LOG)
 
 
 def census_record(step: int, census: Any) -> dict[str, Any]:
@@ -190,7 +189,7 @@ class CensusLog:
         """Step -> census record of the file at ``path`` ({} when it does not exist or is no regular file).
 
         ``root``: the folder ``path`` must stay in; no symlink below it is followed
-        (:func:`tbmem.plugin.paths.open_below`). Without it only the file itself is not.
+        (:func:`tbmem.logdir.safe_open.open_below`). Without it only the file itself is not.
         """
         with self._lock:
             state = self._files.setdefault(path, _File())
