@@ -41,22 +41,21 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
-import json
 import math
 import os
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
+from tbmem._fields import unknown_keys
 from tbmem._log import logger, report_once
-from tbmem.config import unknown_keys
+from tbmem.logdir.spikes import SPIKES_LOG, append_spike, read_spikes, spikes_log_path
 from tbmem.tags import TAGS
 
 __all__ = ["SpikeConfig", "Spike", "SpikeDetector", "SpikeMonitor", "SPIKES_LOG", "SPIKES_TEXT_TAG",
            "spikes_log_path", "read_spikes"]
 
 #: The side file of a run's spikes, one JSON object per line (docs/analysis.md, "Loss spikes").
-SPIKES_LOG = os.path.join("plugins", "tbmem", "spikes.jsonl")
 #: Text tag of the spike entries (``add_text`` appends ``/text_summary``).
 SPIKES_TEXT_TAG = TAGS["spikes_text"].tag
 
@@ -331,15 +330,11 @@ class SpikeMonitor:
         self.writer.flush()  # rare: the entry is in the file before the run can end badly
 
     def _append(self, spike: Spike) -> None:
-        path = spikes_log_path(self.writer.log_dir)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            line = json.dumps(spike.to_json(), separators=(",", ":"), allow_nan=False) + "\n"
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+            append_spike(self.writer.log_dir, spike.to_json())
         except OSError as exc:
             if self.faults is not None:
-                self.faults.failed(os.path.dirname(path), exc, events=1)
+                self.faults.failed(os.path.dirname(spikes_log_path(self.writer.log_dir)), exc, events=1)
             else:
                 report_once("spikes-log", f"tbmem: could not append to {SPIKES_LOG}", exc=exc)
 
@@ -347,27 +342,3 @@ class SpikeMonitor:
 def _number(value: Any) -> float:
     item = getattr(value, "item", None)  # a 0-d tensor or numpy scalar (add_scalar accepts both)
     return float(item() if callable(item) else value)
-
-
-def spikes_log_path(run_dir: str) -> str:
-    """The spikes side file of a run directory."""
-    return os.path.join(run_dir, SPIKES_LOG)
-
-
-def read_spikes(run_dir: str) -> list[dict[str, Any]]:
-    """The spikes recorded in ``run_dir``'s side file, in order (a damaged line is skipped; none: [])."""
-    path = spikes_log_path(run_dir)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.readlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("step"), int) and isinstance(doc.get("tag"), str):
-            out.append(doc)
-    return out

@@ -139,6 +139,18 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="census_module", tag="Memory/Tensor_Module/{name}_MB", unit="MB", scale=MiB,
         meaning="Parameters, gradients, optimizer state and buffers of one top-level submodule.",
         when=_CENSUS),
+    # --- Memory/ text entries (add_text): read back by the Memory tab, `tbmem report` and the notebook ---
+    Tag(key="census_text", tag="Memory/Large_Tensors/top_k", unit="text",
+        meaning="The census's table of the largest storages (name, category, shape, dtype, device, MB); "
+                "TensorBoard keeps 10 per run, plugins/tbmem/census.jsonl every census's.", when=_CENSUS),
+    Tag(key="alerts_text", tag="Memory/Alerts", unit="text",
+        meaning="The memory alerts that fired at this record, one line each, and the snapshot written.",
+        when="MemoryWriter with `alerts`, at the record an alert fires"),
+    Tag(key="forecast_text", tag="Memory/Forecast", unit="text",
+        meaning="The memory forecast's table: the batch sizes probed, the peak forecast at each, the budget.",
+        when="SyntheticTrainer with `batch_size: auto`, at step 0"),
+    Tag(key="snapshot_files_text", tag="Memory/Snapshot/files", unit="text",
+        meaning="The files of the snapshot written at this step, with their sizes.", when="each snapshot"),
     # --- Perf/: speed -----------------------------------------------------------------------------
     Tag(key="step_time", tag="Perf/step_time_ms", unit="ms", scale=1e-3,
         meaning="Mean wall time per step since the previous record.", when=_EVERY),

@@ -10,11 +10,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _benchmark_facts() -> dict[str, str]:
-    """fact -> its number, from the table at the top of docs/benchmarks.md."""
+    """benchmark or fact -> its number in bold, from the table at the top of docs/benchmarks.md."""
     text = (ROOT / "docs" / "benchmarks.md").read_text()
-    table = text.split("## The numbers README.md and docs/ quote")[1].split("###")[0]
-    rows = [r.split("|")[1:-1] for r in table.splitlines() if r.startswith("| ") and "**" in r]
-    return {fact.strip(): re.search(r"\*\*(.+?)\*\*", number)[1] for fact, number, *_ in rows}
+    table = text.split("## Current numbers")[1].split("\n## ")[0]
+    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and "**" in r.split(" | ")[1]]
+    return {fact.strip("| `"): re.search(r"\*\*(.+?)\*\*", number)[1] for fact, number, *_ in rows}
 
 
 def test_the_install_shows_its_progress():
@@ -27,15 +27,15 @@ def test_the_install_shows_its_progress():
 def test_the_readme_quotes_the_benchmarks_numbers():
     facts = _benchmark_facts()
     readme = (ROOT / "README.md").read_text()
-    defaults, census = facts["training overhead, tbmem's defaults"], facts["training overhead, a census every 50 steps"]
+    defaults, census = facts["trainer.epoch_defaults_vs_off"], facts["trainer.epoch_census_50_vs_off"]
     # every overhead claim of the README is one of these, with the date they were measured
     claims = re.findall(r"([+-]\d+(?:\.\d+)?%) (?:with tbmem's defaults|at the defaults|with a census)", readme)
     assert claims and set(claims) == {defaults.split()[0], census.split()[0]}
     assert "2026-11-24" in readme.split("Near-zero overhead")[1][:300]
-    demo = facts["a later `make demo` (`.venv` and the simulations kept)"]
+    demo = facts["demo: a later `make demo` (`.venv` and the simulations kept)"]
     assert f"Later demos reuse them and take about {demo}" in readme
     trainers = (ROOT / "docs" / "trainers.md").read_text()
-    quick = facts["`burgers_quick_test trainer=synthetic_with_memory`, wall"]
+    quick = facts["demo: `burgers_quick_test trainer=synthetic_with_memory`, wall"]
     assert f"# ~{quick} on 2 CPU cores" in trainers and f"`burgers_quick_test trainer=synthetic_with_memory`: {quick} wall" in trainers
 
 

@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "CorruptEventFileError": "tbmem.analysis.load",
     "detect_leaks": "tbmem.analysis.leaks",
     "LeakFinding": "tbmem.analysis.leaks",
-    "theil_sen": "tbmem.analysis.trend",
+    "theil_sen": "tbmem.trend",
     "summarize": "tbmem.analysis.summary",
     "RunSummary": "tbmem.analysis.summary",
     "rank_jobs": "tbmem.analysis.ranks",
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.analysis.spikes import SpikeFinding, find_spikes
     from tbmem.analysis.summary import RunSummary, summarize
     from tbmem.analysis.table import format_leaks, format_table
-    from tbmem.analysis.trend import theil_sen
+    from tbmem.trend import theil_sen
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from tbmem._extras import require
-from tbmem.analysis.plot import fit_unit, legend_outside, plot_lines
+from tbmem.analysis.axes import fit_unit, legend_outside
+from tbmem.analysis.plot import plot_lines
 from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover

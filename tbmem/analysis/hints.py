@@ -34,13 +34,14 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.analysis.headroom import headroom
 from tbmem.analysis.summary import RunSummary, summarize, tag_series, value_at
 from tbmem.analysis.table import format_bytes
+from tbmem.logdir.census_log import parse_census_markdown
+from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -50,10 +51,8 @@ __all__ = ["Hint", "find_hints", "format_hints", "HINT_KINDS"]
 HINT_KINDS = ("activation_checkpointing", "optimizer_precision", "expandable_segments", "growing_other",
               "batch_headroom")
 _DTYPE_PREFIX = "Memory/Tensor_DType/"
-_CENSUS_TEXT = "Memory/Large_Tensors/top_k"
+_CENSUS_TEXT = TAGS["census_text"].tag
 _SEGMENTS = 4
-_ROW = re.compile(r"^\|\s*\d+\s*\|\s*`(?P<name>.*)`\s*\|\s*(?P<category>\w+)\s*\|\s*(?P<shape>[^|]*)\|"
-                  r"\s*(?P<dtype>[^|]*)\|\s*(?P<device>[^|]*)\|\s*(?P<mb>[0-9.]+)\s*\|\s*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,9 +165,9 @@ def _tables(texts: "pd.DataFrame | None", run: str) -> dict[int, list[dict[str, 
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
     for step, text in texts[(texts["run"] == run) & (texts["tag"] == _CENSUS_TEXT)][["step", "value"]].values:
-        rows = [m.groupdict() for m in map(_ROW.match, str(text).splitlines()) if m]
-        out[int(step)] = [{**r, "mb": float(r["mb"]), "shape": r["shape"].strip(), "dtype": r["dtype"].strip(),
-                           "device": r["device"].strip()} for r in rows]
+        # the table as the Memory tab reads it (bytes from its MB column, rounded to 0.001 MB)
+        out[int(step)] = [{**r, "mb": r["bytes"] / 2**20, "shape": "x".join(map(str, r["shape"])) or "scalar"}
+                          for r in parse_census_markdown(str(text))]
     return out
 
 

@@ -1,7 +1,7 @@
 """Loss spikes of each run with the memory change around them, for ``tbmem report``.
 
 A run whose writer had the spike detector on (``MemoryWriter(spikes=...)``) lists what it found
-online, from its side file :data:`tbmem.spikes.SPIKES_LOG` (with the snapshot written then); a
+online, from its side file :data:`tbmem.logdir.layout.SPIKES_LOG` (with the snapshot written then); a
 run without that file is checked here with the same rule and its defaults
 (:class:`tbmem.spikes.SpikeDetector`) over its event files. For each spike the memory records
 around it are compared: the last record before the spike's step and the record at that step (or
@@ -30,7 +30,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from tbmem.spikes import SpikeConfig, SpikeDetector, read_spikes
+from tbmem.logdir.spikes import read_spikes
+from tbmem.spikes import SpikeConfig, SpikeDetector
 from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -152,7 +153,7 @@ def find_spikes(df: "pd.DataFrame", logdir: str | os.PathLike[str], *, runs: Ite
 
 
 def _has_side_file(run_dir: str) -> bool:
-    from tbmem.spikes import spikes_log_path
+    from tbmem.logdir.spikes import spikes_log_path
 
     return os.path.isfile(spikes_log_path(run_dir))
 

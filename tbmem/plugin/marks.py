@@ -1,6 +1,6 @@
 """The step marks of the Memory tab's timeline: snapshots, out-of-memory errors and loss spikes.
 
-Spikes come from the run's side file :data:`tbmem.spikes.SPIKES_LOG` (what the writer's spike
+Spikes come from the run's side file :data:`tbmem.logdir.layout.SPIKES_LOG` (what the writer's spike
 detector found, with the snapshot it wrote); a spike's snapshot is not marked a second time: its
 spike mark opens it.
 
@@ -20,8 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from tbmem.plugin.paths import inside
-from tbmem.spikes import read_spikes, spikes_log_path
+from tbmem.logdir.spikes import read_spikes, spikes_log_path
 
 __all__ = ["spike_marks", "snapshot_marks"]
 
@@ -29,12 +28,11 @@ __all__ = ["spike_marks", "snapshot_marks"]
 def spike_marks(run_dir: str, root: str, snapshots: Sequence[Any]) -> list[dict[str, Any]]:
     """One mark per step with spikes in ``run_dir``'s side file (read only when it lies inside ``root``);
     spikes of several tags at one step (a loss and its gradient norm) share it."""
-    path = spikes_log_path(run_dir)
-    if not os.path.isfile(path) or not inside(path, root):
+    if not os.path.isfile(spikes_log_path(run_dir)):
         return []
     ids = {(e.step, e.kind): e.id for e in snapshots if e.step is not None}
     by_step: dict[int, dict[str, Any]] = {}
-    for spike in read_spikes(run_dir):
+    for spike in read_spikes(run_dir, root=root):  # no symlink below the logdir followed
         ratio = spike.get("ratio")
         what = f"{spike['tag']} ({ratio:.3g}x its median)" if isinstance(ratio, (int, float)) else \
             f"{spike['tag']} ({spike.get('value')})"

@@ -6,126 +6,28 @@ The server maps a run to its directory itself: through TensorBoard's multiplexer
 name below ``--logdir`` (the Rust data server names runs by their relative path).
 Every path is then resolved with ``os.path.realpath`` and must lie inside one of the
 roots TensorBoard was started with; a symlink pointing outside is refused. A file is then
-opened once, by :func:`open_below`: each folder below the root and the file itself with
-``O_NOFOLLOW``, relative to the folder above, so a symlink swapped in after the check is
-refused rather than followed, and what was opened is what is read (``fstat`` of the
+opened once, by :func:`tbmem.logdir.safe_open.open_below`: each folder below the root and the
+file itself with ``O_NOFOLLOW``, relative to the folder above, so a symlink swapped in after the
+check is refused rather than followed, and what was opened is what is read (``fstat`` of the
 descriptor says it is a regular file).
 
 Example:
-    >>> import os, tempfile
-    >>> from tbmem.plugin.paths import inside
-    >>> root = os.path.realpath(tempfile.mkdtemp())
-    >>> inside(os.path.join(root, "a", "..", "b"), root), inside("/etc/passwd", root)
-    (True, False)
+    >>> from tbmem.plugin.paths import spec_paths
+    >>> spec_paths("a:/logs/a,/logs/b")
+    ['/logs/a', '/logs/b']
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 from typing import Any
 
-__all__ = ["inside", "resolve_inside", "spec_paths", "RunDirs", "open_below", "open_regular_below"]
+from tbmem.logdir.safe_open import resolve_inside
+
+__all__ = ["spec_paths", "RunDirs"]
 
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://")
-
-
-def inside(path: str, root: str) -> bool:
-    """Whether ``realpath(path)`` is ``root`` or below it (``root`` already a realpath)."""
-    real = os.path.realpath(path)
-    try:
-        return os.path.commonpath([real, root]) == root
-    except ValueError:  # different drives on Windows
-        return False
-
-
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
-
-
-def open_below(root: str, path: str, flags: int = os.O_RDONLY, mode: int = 0o666, *,
-               make_dirs: bool = False) -> int:
-    """A descriptor of ``path`` (below ``root``), opened without following a symlink below ``root``.
-
-    ``root`` itself may be a symlink (a logdir is the user's to place); each folder below it and
-    the file are opened relative to the folder above with ``O_NOFOLLOW``, so a symlink anywhere
-    below ``root``, planted or swapped in, fails with ELOOP or ENOTDIR instead of being followed.
-
-    Args:
-        root: The folder the path must stay in.
-        path: The file, ``root`` joined with relative parts (no ``..``).
-        flags: ``os.open`` flags of the file (``O_NOFOLLOW`` and ``O_CLOEXEC`` are added).
-        mode: Permissions of a file created (the umask applies).
-        make_dirs: Create missing folders below ``root``.
-
-    Raises:
-        OSError: ELOOP/ENOTDIR for a symlink below ``root``, EXDEV for a path outside it, or why
-            the open failed.
-
-    Example:
-        >>> import os, tempfile
-        >>> root = tempfile.mkdtemp()
-        >>> fd = open_below(root, os.path.join(root, "a", "b.txt"), os.O_WRONLY | os.O_CREAT, make_dirs=True)
-        >>> os.close(fd); os.symlink(os.path.join(root, "a"), os.path.join(root, "link"))
-        >>> try:
-        ...     open_below(root, os.path.join(root, "link", "b.txt"))
-        ... except OSError as exc:
-        ...     print(exc.errno in (errno.ELOOP, errno.ENOTDIR))
-        True
-    """
-    rel = os.path.relpath(path, root)
-    parts = rel.split(os.sep)
-    if os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
-        raise OSError(errno.EXDEV, "not below the folder it must stay in", path)
-    here = os.open(root, _DIR)
-    try:
-        for name in parts[:-1]:
-            try:
-                below = os.open(name, _DIR | _NOFOLLOW, dir_fd=here)
-            except FileNotFoundError:
-                if not make_dirs:
-                    raise
-                try:
-                    os.mkdir(name, 0o777, dir_fd=here)
-                except FileExistsError:
-                    pass
-                below = os.open(name, _DIR | _NOFOLLOW, dir_fd=here)
-            os.close(here)
-            here = below
-        return os.open(parts[-1], flags | _NOFOLLOW | _CLOEXEC, mode, dir_fd=here)
-    finally:
-        os.close(here)
-
-
-def open_regular_below(root: str, path: str) -> tuple[int, os.stat_result]:
-    """``(descriptor, its fstat)`` of the regular file ``path``, read-only, through :func:`open_below`.
-
-    Opened non-blocking (a FIFO planted under the name must not hang the server), then checked:
-    anything but a regular file is refused with OSError.
-    """
-    fd = open_below(root, path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
-
-
-def resolve_inside(path: str, roots: list[str]) -> tuple[str, str] | None:
-    """(realpath, root) for the first root that holds ``path``; None when none does."""
-    real = os.path.realpath(path)
-    for root in roots:
-        if inside(real, root):
-            return real, root
-    return None
 
 
 def spec_paths(logdir_spec: str) -> list[str]:

@@ -36,16 +36,19 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tbmem import palette
+from tbmem.logdir.census_log import parse_census_markdown
+from tbmem.logdir.layout import split_rank
+from tbmem.logdir.reader import LogdirReader
+from tbmem.logdir.runs import group_runs
 from tbmem.plugin import charts
-from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
 from tbmem.plugin.compare import ALIGNS, MAX_RUNS, comparison
 from tbmem.plugin.convert import DEFAULT_BUDGET_MB
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
-from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
+from tbmem.plugin.runs import PEAK_TAGS, rank_peaks
 from tbmem.plugin.series import ScalarCache
-from tbmem.plugin.snapshots import SnapshotError, SnapshotPages, find_snapshots
+from tbmem.plugin.snapshots import SnapshotError, SnapshotPages
 from tbmem.tags import TAGS
 
 __all__ = ["MemoryPlugin", "PLUGIN_NAME"]
@@ -63,7 +66,7 @@ _ASSETS = {
     "/static/uPlot.min.css": ("vendor/uplot/uPlot.min.css", "text/css"),
 }
 _INLINE_SCRIPT = re.compile(r"<script(?![^>]*\btype=\"application/json\")[^>]*>(.*?)</script>", re.S)
-_TEXT_TAG = "Memory/Large_Tensors/top_k"
+_TEXT_TAG = TAGS["census_text"].tag
 # where index.js receives tbmem.palette's colours (one definition for the tab, report.png and the notebook)
 _PALETTE_SLOT = re.compile(rb"/\*tbmem:palette\*/.*?/\*end\*/", re.S)
 _CENSUS_PREFIX = "Memory/Tensor_Category/"
@@ -111,8 +114,9 @@ class MemoryPlugin(base_plugin.TBPlugin):
         self._provider = context.data_provider
         self._multiplexer = context.multiplexer
         self._dirs = RunDirs(context)
+        # the side files of TensorBoard's runs, read by the logdir reader `tbmem report` and the notebook share
+        self._logdir = LogdirReader(run_dir=self._dirs.run_dir)
         self._cache = ScalarCache(self._provider)
-        self._census = CensusLog()
         self._pages = SnapshotPages(budget_mb=getattr(context.flags, "tbmem_snapshot_memory_mb", None)
                                     or DEFAULT_BUDGET_MB)
         self._active = False
@@ -181,13 +185,12 @@ class MemoryPlugin(base_plugin.TBPlugin):
         return self._cache.get(ctx, eid, run, tags, listing=listing), list(listing)
 
     def _snapshots(self, run: str) -> list:
-        found = self._dirs.run_dir(run)
-        return [] if found is None else find_snapshots(*found)
+        return self._logdir.snapshots(run)
 
     def _snapshot_page(self, run: str, sid: str) -> str:
         """The page of snapshot ``sid`` of ``run``: found by listing, opened below the run's root."""
         found = self._dirs.run_dir(run)
-        entry = next((e for e in find_snapshots(*found) if e.id == sid), None) if found and sid else None
+        entry = next((e for e in self._logdir.snapshots(run) if e.id == sid), None) if found and sid else None
         if entry is None:
             raise errors.NotFoundError("unknown snapshot id")
         return self._pages.page(entry, found[1])
@@ -247,8 +250,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         ctx, eid, run = self._run(request)
         step = _int_arg(request, "step")
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
-        found = self._dirs.run_dir(run)
-        side = self._census.read(census_log_path(found[0]), root=found[1]) if found else {}
+        side = self._logdir.census(run)
         census_steps = set(side)
         for tag in charts.census_tags(series):
             census_steps.update(int(s) for s in series[tag].steps)

@@ -144,7 +144,7 @@ def diff_doc(a: Snapshot, b: Snapshot, *, top: int = 20, device: str | None = No
 def diff_text(a: Snapshot, b: Snapshot, *, top: int = 20, device: str | None = None, at: str = "end",
               names: tuple[str, str] = ("A", "B")) -> str:
     """Terminal text of :func:`diff_doc`: per device the totals, then what grew and what shrank."""
-    from tbmem.snapshot.readers import format_bytes as fmt
+    from tbmem.snapshot.stats import format_bytes as fmt
 
     doc = diff_doc(a, b, top=top, device=device, at=at)
     when = "when each snapshot was taken" if at == "end" else "at each snapshot's peak"

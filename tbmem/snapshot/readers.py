@@ -34,6 +34,7 @@ from tbmem.snapshot.pickle_rows import Limits, SnapshotRefused
 from tbmem.snapshot.pickle_stream import read_pickle
 from tbmem.snapshot.safe_pickle import load_plain, looks_like_pickle
 from tbmem.snapshot.schema import NotASnapshot, Snapshot, read_json_gz
+from tbmem.snapshot.stats import format_bytes, stats_doc, stats_text
 
 __all__ = ["load_snapshot", "read_snapshot", "load_torch_pickle", "is_pickle_path", "format_bytes", "snapshot_stats",
            "stats_json", "SnapshotRefused", "Limits"]
@@ -121,24 +122,11 @@ def read_snapshot(fh: BinaryIO, name: str, *, allow_pickle: bool = True, limits:
         raise SnapshotRefused(f"{name} is not a valid snapshot ({type(exc).__name__}: {exc})") from None
 
 
-def format_bytes(n: float) -> str:
-    """Human-readable binary size (``1.5 MiB``)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
 def snapshot_stats(snap: Snapshot, *, top: int = 10, device: str | None = None, cpp: bool = False) -> str:
     """Per device: reserved, allocated, peak, OOMs, top allocations, frames and categories (text)."""
-    from tbmem.snapshot.stats import stats_text
-
     return stats_text(snap, top=top, device=device, cpp=cpp)
 
 
 def stats_json(snap: Snapshot, *, top: int = 10, device: str | None = None) -> dict[str, Any]:
     """The ``tbmem snapshot stats --json`` document (schema in docs/snapshots.md)."""
-    from tbmem.snapshot.stats import stats_doc
-
     return stats_doc(snap, top=top, device=device)

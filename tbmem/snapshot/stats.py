@@ -47,7 +47,8 @@ from tbmem.snapshot.allocator import allocator_state
 from tbmem.snapshot.frames import KINDS, FrameClassifier
 from tbmem.snapshot.model import FLAG_FREE_SITE, Device, Snapshot
 
-__all__ = ["attribution", "generated_frames", "stats_doc", "stats_text", "frame_kinds", "explain_text", "when"]
+__all__ = ["attribution", "generated_frames", "stats_doc", "stats_text", "frame_kinds", "explain_text", "when",
+           "format_bytes"]
 _USER, _LIBRARY, _CPP, _GENERATED, _INTERNAL = range(len(KINDS))
 
 
@@ -134,10 +135,13 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
     return {"devices": out}
 
 
-def _fmt(n: float) -> str:
-    from tbmem.snapshot.readers import format_bytes
-
-    return format_bytes(n)
+def format_bytes(n: float) -> str:
+    """Human-readable binary size (``1.5 MiB``)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def when(dev: Device, event: int) -> str:
@@ -155,15 +159,15 @@ def _explain(snap: Snapshot, dev: Device) -> Any:
 
 def explain_text(state: Any) -> str:
     """``reserved = allocated by category + pending free + internal fragmentation + external free``."""
-    cats = " + ".join(f"{name} {_fmt(b)}" for name, b in sorted(state.by_category.items(), key=lambda kv: -kv[1]))
-    text = (f"reserved {_fmt(state.reserved)} = allocated {_fmt(sum(state.by_category.values()))}"
+    cats = " + ".join(f"{name} {format_bytes(b)}" for name, b in sorted(state.by_category.items(), key=lambda kv: -kv[1]))
+    text = (f"reserved {format_bytes(state.reserved)} = allocated {format_bytes(sum(state.by_category.values()))}"
             + (f" ({cats})" if len(state.by_category) > 1 else "")
-            + f" + pending free {_fmt(state.pending_free)} + internal fragmentation "
-            f"{_fmt(state.internal_fragmentation)} (rounding {_fmt(state.rounding)}, inactive split "
-            f"{_fmt(state.inactive_split)}) + external free {_fmt(state.free_segments)} "
+            + f" + pending free {format_bytes(state.pending_free)} + internal fragmentation "
+            f"{format_bytes(state.internal_fragmentation)} (rounding {format_bytes(state.rounding)}, inactive split "
+            f"{format_bytes(state.inactive_split)}) + external free {format_bytes(state.free_segments)} "
             f"({int((state.seg['blocks'] == 0).sum())} of {state.n_segments} segments hold nothing)")
     if state.outside_bytes:
-        text += f"; {_fmt(state.outside_bytes)} allocated outside every segment of the file"
+        text += f"; {format_bytes(state.outside_bytes)} allocated outside every segment of the file"
     return text
 
 
@@ -233,23 +237,23 @@ def _device_text(snap: Snapshot, dev: Device, kinds: np.ndarray, user: np.ndarra
     peak_event, peak = dev.peak()
     alive = np.zeros(dev.n_allocs, dtype=bool)
     alive[dev.alive_at(peak_event)] = True
-    reserved = "no segments" if dev.reserved_bytes is None else f"reserved {_fmt(dev.reserved_bytes)}"
+    reserved = "no segments" if dev.reserved_bytes is None else f"reserved {format_bytes(dev.reserved_bytes)}"
     lines = ["", f"== {dev.name}" + (" (default)" if dev is snap.main and len(snap.devices) > 1 else "")
-             + f": {reserved}, allocated {_fmt(dev.final_bytes())} at the end, peak {_fmt(peak)} "
+             + f": {reserved}, allocated {format_bytes(dev.final_bytes())} at the end, peak {format_bytes(peak)} "
              f"{when(dev, peak_event)}, {dev.n_events} events, {dev.n_allocs} allocations"
              + (f" ({dev.dropped} older events dropped)" if dev.dropped else "")]
     if dev.n_events:
-        lines.append(f"   alive before the first event (baseline): {_fmt(dev.baseline_bytes())}")
+        lines.append(f"   alive before the first event (baseline): {format_bytes(dev.baseline_bytes())}")
     explain = _explain(snap, dev)
     if explain is not None:
         lines.append(f"   when the snapshot was taken: {explain_text(explain)}")
     for o in dev.ooms:
-        free = "free memory not reported" if o.get("free_bytes") is None else f"{_fmt(o['free_bytes'])} free"
-        lines.append(f"   OUT OF MEMORY {when(dev, int(o['event']))}: requested {_fmt(o['requested_bytes'])}, {free}")
+        free = "free memory not reported" if o.get("free_bytes") is None else f"{format_bytes(o['free_bytes'])} free"
+        lines.append(f"   OUT OF MEMORY {when(dev, int(o['event']))}: requested {format_bytes(o['requested_bytes'])}, {free}")
     lines += [f"   note: {m['label']}" for m in dev.markers if m.get("kind") == "note"]
     order = _top(dev, top).tolist()
     lines += _table(f"Top {len(order)} allocations by size", ("size", "category", "at peak", "allocated at"), [
-        (_fmt(int(a["size"][i])), snap.categories[int(a["category"][i])], "yes" if alive[i] else "no",
+        (format_bytes(int(a["size"][i])), snap.categories[int(a["category"][i])], "yes" if alive[i] else "no",
          _site(snap, kinds, user, gen, int(a["stack"][i]), bool(a["flags"][i] & FLAG_FREE_SITE), cpp))
         for i in order])
     # per (user frame, recorded at the free): count, bytes, bytes at the peak
@@ -269,7 +273,7 @@ def _device_text(snap: Snapshot, dev: Device, kinds: np.ndarray, user: np.ndarra
         return f"(stack of the free) {text}" if free else text
 
     lines += _table("Top frames (innermost user code)", ("at peak", "allocated", "count", "frame"),
-                    [(_fmt(int(at_peak[j])), _fmt(int(total[j])), str(int(count[j])), flabel(int(uniq[j])))
+                    [(format_bytes(int(at_peak[j])), format_bytes(int(total[j])), str(int(count[j])), flabel(int(uniq[j])))
                      for j in best.tolist()])
     cats = []
     for c, name in enumerate(snap.categories):
@@ -278,5 +282,5 @@ def _device_text(snap: Snapshot, dev: Device, kinds: np.ndarray, user: np.ndarra
             cats.append((int(a["size"][m & alive].sum()), int(a["size"][m].sum()), int(m.sum()), name))
     cats.sort(reverse=True)
     lines += _table("By category", ("at peak", "allocated", "count", "category"),
-                    [(_fmt(p), _fmt(t), str(n), name) for p, t, n, name in cats])
+                    [(format_bytes(p), format_bytes(t), str(n), name) for p, t, n, name in cats])
     return lines

@@ -44,15 +44,14 @@ import tempfile
 import threading
 from typing import Callable, Sequence
 
+# the names are the logdir layout's (PLUGIN_DIR and FILE_RE here too, for the store's readers)
+from tbmem.logdir.layout import PLUGIN_DIR, SNAPSHOT_EXTS, TEMP_FILE, snapshot_name, temp_prefix
+from tbmem.logdir.layout import SNAPSHOT_FILE as FILE_RE
+
 __all__ = ["SnapshotStore", "PLUGIN_DIR", "FILE_RE", "remove_partial_files"]
 
-PLUGIN_DIR = os.path.join("plugins", "tbmem")
-FILE_RE = re.compile(r"^(?P<kind>[a-z]+)_rank(?P<rank>\d+)_step(?P<step>\d{9,})(?:-(?P<dup>\d+))?"
-                     r"\.(?P<ext>json\.gz|html|pickle)$")
-_EXTS = ("json.gz", "html", "pickle")
 _MAX_DUPS = 1000
 _HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:40] or "host"
-_TEMP_RE = re.compile(r"^\.tmp-(?P<pid>\d+)-(?P<host>[A-Za-z0-9_.]+)-[A-Za-z0-9_]+\.part$")
 # temporary files being written by this process, for remove_partial_files
 _writing: set[str] = set()
 _writing_lock = threading.Lock()
@@ -92,7 +91,7 @@ def _remove_stale_temps(folder: str) -> None:
     except OSError:
         return
     for name in names:
-        m = _TEMP_RE.match(name)
+        m = TEMP_FILE.match(name)
         if m is None or m["host"] != _HOST or int(m["pid"]) == os.getpid() or not _gone(int(m["pid"])):
             continue
         try:
@@ -136,8 +135,7 @@ class SnapshotStore:
 
     def path(self, kind: str, step: int, ext: str, dup: int = 1) -> str:
         """The final path of one artifact (``dup`` > 1: the name taken when another writer holds it)."""
-        suffix = f"-{dup}" if dup > 1 else ""
-        return os.path.join(self.folder, f"{kind}_rank{self.rank}_step{step:09d}{suffix}.{ext}")
+        return os.path.join(self.folder, snapshot_name(kind, rank=self.rank, step=step, ext=ext, dup=dup))
 
     def write_bytes(self, path: str, data: bytes) -> str:
         """Write ``data`` atomically; OSError (full disk, read-only, name taken) propagates, no temp left."""
@@ -149,7 +147,7 @@ class SnapshotStore:
         ``exclusive``: raise FileExistsError instead of replacing a file already at ``path``.
         """
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".tmp-{os.getpid()}-{_HOST}-", suffix=".part")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=temp_prefix(os.getpid(), _HOST), suffix=".part")
         with _writing_lock:
             _writing.add(tmp)
         try:
@@ -191,7 +189,7 @@ class SnapshotStore:
             return [], exc
         dup = 1
         while dup <= _MAX_DUPS:
-            taken = any(os.path.lexists(self.path(kind, step, ext, dup)) for ext in _EXTS)
+            taken = any(os.path.lexists(self.path(kind, step, ext, dup)) for ext in SNAPSHOT_EXTS)
             if taken:
                 dup += 1
                 continue

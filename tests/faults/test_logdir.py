@@ -84,7 +84,7 @@ def test_a_census_line_cut_short_by_a_full_disk_is_removed(tmp_path, mounts):
     done = run_child("""
         import errno, os, sys, torch
         from tbmem import MemoryWriter
-        from tbmem.plugin.census_log import CensusLog
+        from tbmem.logdir.census_log import CensusLog
         run = os.path.join(sys.argv[1], "run")
         layers = [torch.nn.Linear(16, 16) for _ in range(40)]  # 80 tensors: lines of about 9 KiB
         side = os.path.join(run, "plugins", "tbmem", "census.jsonl")

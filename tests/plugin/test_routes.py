@@ -9,7 +9,7 @@ import pytest
 
 from tbmem.analysis import load_scalars, load_texts
 from tbmem.analysis.leaks import detect_leaks
-from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.logdir.census_log import CensusLog, census_log_path, parse_census_markdown
 from tbmem.tags import TAGS
 from tests.plugin._logdir import OOM_STEP, SPIKE, get, get_json
 

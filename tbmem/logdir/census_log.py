@@ -14,13 +14,18 @@ reader reads only what was appended since its last call, in bounded pieces (a li
 :data:`MAX_LINE` bytes is skipped, never held whole), and returns only the fields a
 census line has.
 
-For logs written before the side file existed, :func:`parse_census_markdown` reads
-the rows back from the markdown table.
+For logs written before the side file existed (its version 0 in
+:data:`tbmem.logdir.layout.FORMATS`), :func:`parse_census_markdown` reads the rows back from the
+markdown table; ``tbmem report``'s hints read that table through it too.
+
+The writer half (:func:`census_record`, :func:`append_census`) runs in the training process;
+the reader half (:class:`CensusLog`, :func:`parse_census_markdown`) in the Memory tab and the
+notebook. Neither imports torch.
 
 Example:
     >>> import tempfile
     >>> from tbmem.census.report import Census, TensorRecord
-    >>> from tbmem.plugin.census_log import CensusLog, append_census, census_log_path
+    >>> from tbmem.logdir.census_log import CensusLog, append_census, census_log_path
     >>> run = tempfile.mkdtemp()
     >>> rec = TensorRecord(name="fc.weight", category="parameters", shape=(256, 1024),
     ...                    dtype="float32", device="cpu", bytes=2**20, module="model.fc")
@@ -40,18 +45,12 @@ import time
 from typing import Any, Callable
 
 from tbmem._log import report_once
-from tbmem.plugin.paths import open_below, open_regular_below
+from tbmem.logdir.layout import CENSUS_LOG, census_log_path
+from tbmem.logdir.safe_open import append_line, open_below, open_regular_below
 
+# CENSUS_LOG and census_log_path are tbmem.logdir.layout's, here beside the format they name
 __all__ = ["CENSUS_LOG", "census_log_path", "census_record", "append_census", "CensusLog",
            "parse_census_markdown", "MAX_LINE", "MAX_READ"]
-
-#: Path of the side file inside a run directory.
-CENSUS_LOG = os.path.join("plugins", "tbmem", "census.jsonl")
-
-
-def census_log_path(run_dir: str) -> str:
-    """The census side file of a run directory."""
-    return os.path.join(run_dir, CENSUS_LOG)
 
 
 def census_record(step: int, census: Any) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def append_census(run_dir: str, step: int, census: Any,
                 raise OSError(exc.errno, "it is a symlink, which tbmem does not follow") from None
             raise
         try:
-            _append_line(fd, line)
+            append_line(fd, line)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -127,29 +126,6 @@ def _symlink_below(root: str, path: str) -> str | None:
         if os.path.islink(here):
             return here
     return None
-
-
-def _append_line(fd: int, line: bytes) -> None:
-    """One ``write`` (concurrent appenders never interleave lines); a line the disk cut short is
-    cut off again, so the next line does not continue it."""
-    start = os.fstat(fd).st_size
-    try:
-        written = os.write(fd, line)
-    except OSError:
-        _cut(fd, start, 0)
-        raise
-    if written < len(line):
-        _cut(fd, start, written)
-        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (the census line was cut short after "
-                                    f"{written} of {len(line)} bytes and removed)")
-
-
-def _cut(fd: int, start: int, written: int) -> None:
-    try:
-        if written and os.fstat(fd).st_size == start + written:  # nobody appended after it
-            os.ftruncate(fd, start)
-    except OSError:
-        pass  # the reader skips the damaged line and finds the next one behind it
 
 
 class _File:
@@ -190,7 +166,7 @@ class CensusLog:
         """Step -> census record of the file at ``path`` ({} when it does not exist or is no regular file).
 
         ``root``: the folder ``path`` must stay in; no symlink below it is followed
-        (:func:`tbmem.plugin.paths.open_below`). Without it only the file itself is not.
+        (:func:`tbmem.logdir.safe_open.open_below`). Without it only the file itself is not.
         """
         with self._lock:
             state = self._files.setdefault(path, _File())
