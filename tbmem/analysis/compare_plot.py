@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from tbmem.analysis.plot import _figure, fit_unit, legend_outside
+from tbmem.analysis.axes import figure, fit_unit, legend_outside
 from tbmem.analysis.summary import CATEGORIES, CATEGORY_PREFIX
 from tbmem.palette import RUNS, category_color
 from tbmem.tags import TAGS
@@ -54,7 +54,7 @@ def plot_comparison(df: "pd.DataFrame", comparison: Any, path: str | os.PathLike
     runs, labels = comparison.runs, comparison.labels
     phase = comparison.align == "phase"
     has_census = bool(comparison.points)
-    fig, axes = _figure(2 + int(has_census))
+    fig, axes = figure(2 + int(has_census))
     ax_mem, ax_time = axes[0], axes[-1]
     xlabel = "share of the run (%)" if phase else "step"
     memory = df[df["tag"].isin([t for _, t, _ in _MEMORY]) & df["run"].isin(runs)]["value"]

@@ -79,10 +79,11 @@ def _entry(path: str, real: str, run_dir: str, fmt: str, kind: str, rank: int | 
 
 def _regular_inside(path: str, root: str) -> tuple[str, os.stat_result] | None:
     """(realpath, its lstat) when ``path`` resolves to a regular file inside ``root``; else None."""
-    real = os.path.realpath(path)
-    if not inside(real, root):
-        return None
     try:
+        # a link swapped for a file while it is resolved makes readlink fail (EINVAL): not a hit now
+        real = os.path.realpath(path)
+        if not inside(real, root):
+            return None
         st = os.lstat(real)
     except OSError:
         return None

@@ -10,7 +10,10 @@ stdout. The child limits its own address space before it reads anything
 (:func:`memory_limit`: a base plus a multiple of the file's size, at most the budget), so a
 file that needs more ends in a MemoryError there, answered 413, and the server's memory
 does not move; once a quarter of a pickle is read, a file bound to need far more than its
-limit is given up early. :class:`Budget` bounds the limits of every conversion running at once;
+limit is given up early. Near the limit, glibc's malloc falls back to one failing system call
+per small object, and a child crawled there for minutes instead of failing: a watchdog thread
+ends the child with the same 413 once its address space is within :data:`_LIMIT_MARGIN` of the
+limit. The child also dies with the server that started it. :class:`Budget` bounds the limits of every conversion running at once;
 :class:`tbmem.plugin.snapshots.SnapshotPages` lets concurrent requests for one file share
 one conversion and caches its page. Nothing here imports torch.
 
@@ -48,6 +51,8 @@ DEFAULT_BUDGET_MB = 4096
 TIMEOUT_S = 300.0
 
 _OFFLINE = "open it with `tbmem snapshot html`, which has no such limit"
+#: Address space left below the limit at which the child gives up (see the module docstring).
+_LIMIT_MARGIN = 8 * 2**20
 
 
 class ConversionFailed(Exception):
@@ -164,11 +169,48 @@ def _address_space() -> int:
         return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _over_limit_message(name: str, limit: int) -> str:
+    return f"{name} needs more than the {limit / 2**20:.0f} MiB of memory the Memory tab allows one snapshot; {_OFFLINE}"
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this child when the server that started it exits."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the server's timeout still ends it
+
+
+def _watch_address_space(limit: int, name: str) -> None:
+    """Start a thread that ends the process with the 413 answer once it is about to crawl at the limit."""
+    try:
+        statm = os.open("/proc/self/statm", os.O_RDONLY)
+    except OSError:
+        return  # no /proc: the limit alone
+    page = os.sysconf("SC_PAGE_SIZE")
+    # formatted now: near the limit even a small allocation takes a failing system call
+    answer = (json.dumps({"status": 413, "message": _over_limit_message(name, limit)}) + "\n").encode()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.05)
+            if int(os.pread(statm, 64, 0).split()[0]) * page >= limit - _LIMIT_MARGIN:
+                os.write(2, answer)
+                os._exit(3)
+
+    threading.Thread(target=watch, name="tbmem-address-space", daemon=True).start()
+
+
 def _child(fd: int, limit: int, name: str, step: int | None) -> int:
     """In the child: limit the address space, read the snapshot from ``fd``, write its page to stdout."""
     import resource
 
+    _die_with_parent()
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    _watch_address_space(limit, name)
     try:
         from tbmem.snapshot.readers import read_snapshot
         from tbmem.snapshot.safe_pickle import UnsafePickleError
@@ -191,8 +233,7 @@ def _child(fd: int, limit: int, name: str, step: int | None) -> int:
             snap.step = step  # a pickle cannot know it; its path (iteration_20) did
         page = render_html(snap).encode("utf-8")
     except MemoryError:
-        return _refuse(413, f"{name} needs more than the {limit / 2**20:.0f} MiB of memory the Memory tab allows "
-                            f"one snapshot; {_OFFLINE}")
+        return _refuse(413, _over_limit_message(name, limit))
     except (ValueError, RecursionError) as exc:
         return _refuse(422, f"{name} cannot be shown ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
     sys.stdout.buffer.write(page)
