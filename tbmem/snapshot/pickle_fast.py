@@ -9,6 +9,8 @@ consecutive events starting where it stands, already decoded. An event the vecto
 cannot fully account for (an inline string where a reference is expected, a value it does not
 decode, a FRAME header inside it) is simply not part of a run: the general interpreter in
 :mod:`tbmem.snapshot.pickle_stream` reads it instead, so results never depend on this module.
+:func:`scan` runs in C (``tbmem/snapshot/_pickle_scan.c``, one pass instead of about 27 numpy
+gathers per event) where the install compiled it, else :func:`scan_numpy`; both give the same arrays.
 
 Example:
     >>> import struct
@@ -25,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Layout", "Scan", "scan", "MAX_FRAMES"]
+__all__ = ["Layout", "Scan", "scan", "scan_numpy", "MAX_FRAMES", "C_SCAN"]
 
 #: Longest frames list the vectorised parser follows (longer ones go to the interpreter).
 MAX_FRAMES = 512
@@ -318,8 +320,8 @@ def _parse_frames(B: _Bytes, p: np.ndarray, w: np.ndarray, ok: np.ndarray, out: 
     out.ok[rows] = ok
 
 
-def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
-    """Parse every candidate event in ``buf[lo:hi]`` for the given layouts (first match wins)."""
+def scan_numpy(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """:func:`scan` with numpy: the reference the compiled scan is tested against."""
     hi = len(buf) if hi is None else hi
     B = _Bytes(buf, hi)
     cand = lo + np.flatnonzero(B.byte[lo:hi] == 0x7D)
@@ -340,4 +342,62 @@ def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) 
         _parse_layout(B, cand[rows], layout, out, rows)
     out.ok &= assigned
     out.finish(B)
+    return out
+
+
+try:  # the same scan in one pass of C (tbmem/snapshot/_pickle_scan.c), where the install could compile it
+    from tbmem.snapshot import _pickle_scan as _C
+except ImportError:  # pragma: no cover - no C compiler at install time: the numpy scan
+    _C = None  # type: ignore[assignment]
+#: Whether the compiled scan is used (False: no C compiler when tbmem was installed).
+C_SCAN = _C is not None
+_KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,
+         "user_metadata": 7}
+
+
+def _pack(layouts: Sequence[Layout]) -> tuple[bytes, list[str], list[set[int]]]:
+    """The layouts as _pickle_scan.c reads them, the names of their other keys (whose inline strings
+    are kept), and for each such name the layouts that have it."""
+    spec = bytearray((len(layouts),))
+    names: list[str] = []
+    where: list[set[int]] = []
+    for li, layout in enumerate(layouts):
+        spec.append(len(layout.keys))
+        for key, ref in zip(layout.keys, layout.raw_refs):
+            kind = _KIND.get(key, 6)
+            gen = 0
+            if kind >= 6:
+                if key not in names:
+                    names.append(key)
+                    where.append(set())
+                gen = names.index(key)
+                where[gen].add(li)
+            spec += bytes((kind, gen, len(ref))) + ref.ljust(8, b"\0")
+    return bytes(spec), names, where
+
+
+def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """Parse every candidate event in ``buf[lo:hi]`` for the given layouts (first match wins).
+
+    The compiled scan where it was built (:data:`C_SCAN`), else :func:`scan_numpy`: the same arrays.
+    """
+    hi = len(buf) if hi is None else hi
+    if _C is None or not 0 < len(layouts) <= 64 or any(not 0 < len(x.keys) <= 64 for x in layouts) \
+            or len({k for x in layouts for k in x.keys if _KIND.get(k, 6) >= 6}) > 64:
+        return scan_numpy(buf, lo, layouts, hi)
+    spec, names, where = _pack(layouts)
+    n = _C.count(buf, lo, hi)
+    out = Scan(n)
+    out.batch_end = np.zeros(n, dtype=bool)
+    pos = [np.full(n, -1, dtype=np.int64) for _ in names]
+    lens = [np.zeros(n, dtype=np.int64) for _ in names]
+    used = _C.scan(buf, lo, hi, spec, (
+        out.start, out.end, out.ok.view(np.uint8), out.layout, out.addr, out.size, out.time, out.stream,
+        out.has_time.view(np.uint8), out.action_ref, out.list_ref, out.span_pos, out.span_len, out.span_hash,
+        out.inline, out.inline_before_frames, out.meta_ref, out.chain, out.batch_end.view(np.uint8)),
+        tuple(pos), tuple(lens))
+    for g, name in enumerate(names):
+        if any(used[li] for li in where[g]):  # as scan_numpy: the keys of layouts that had a candidate
+            out.str_pos[name] = pos[g]
+            out.str_len[name] = lens[g]
     return out
