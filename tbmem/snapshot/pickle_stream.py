@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, Callable
 from tbmem.snapshot.pickle_commit import State, commit
 from tbmem.snapshot.pickle_fast import Layout, Scan, scan
 from tbmem.snapshot.pickle_input import Input, ascii_text, text_int, utf8
-from tbmem.snapshot.pickle_rows import EVENT, EventRows, Limits, Memo, SnapshotRefused, TraceRef
+from tbmem.snapshot.pickle_rows import EVENT, ROW, EventRows, Limits, Memo, SnapshotRefused
 from tbmem.snapshot.safe_pickle import UnsafePickleError
 
 __all__ = ["read_pickle"]
@@ -367,16 +367,23 @@ class _Machine(Input):
         i = sc.index_at(pos)
         if i < 0:
             return 0
-        # the trace's first events, built as dicts while their layout was learned, become rows right
-        # before this run's: each device's trace is then one contiguous range of rows
+        # events the interpreter built since the last rows of this list (the trace's first events, whose
+        # layout was being learned, or one with an action string seen for the first time) become rows
+        # right before this run's: each device's trace is then one contiguous range of rows
         if marks and marks[-1] >= 1:
             k = marks[-1]
-            target, leading = stack[k - 1], stack[k + 1:]
-            if leading and type(target) is list and not target and id(target) not in self.rows.trace_refs \
-                    and all(type(x) is dict and isinstance(x.get("action"), str) for x in leading):
-                for x in leading:
+            target = stack[k - 1]
+            j = len(stack)
+            while j > k + 1 and stack[j - 1] is not _ROW:
+                j -= 1
+            tail = stack[j:]
+            hit = self.rows.trace_refs.get(id(target))
+            if tail and type(target) is list and ((hit is not None and hit[0] is target) or (
+                    not target and hit is None)) and all(type(x) is dict and isinstance(x.get("action"), str)
+                                                         for x in tail):
+                for x in tail:
                     self.rows.add_dict(x)
-                stack[k + 1:] = [_ROW] * len(leading)
+                stack[j:] = [_ROW] * len(tail)
         first_row = self.rows.count
         n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast)
         if not n:
@@ -402,38 +409,7 @@ class _Machine(Input):
     def _append(self, target: Any, items: list, rows_end: int | None = None) -> None:
         if type(target) is not list:
             raise SnapshotRefused("APPENDS on something that is not a list")
-        traces = self.rows.trace_refs
-        hit = traces.get(id(target))
-        if hit is None and _ROW not in items:
-            if len(target) + len(items) > self.limits.max_container:
-                raise SnapshotRefused(f"a list of more than {self.limits.max_container:,} items")
-            target.extend(items)
-            return
-        if hit is None:
-            # the first events of a device trace turned into rows: from now on the list's items
-            # are kept in a TraceRef (the list object stays, empty, where the file put it)
-            ref = TraceRef()
-            ref.first_row = (self.rows.count if rows_end is None else rows_end) - items.count(_ROW)
-            ref.items.extend(target)
-            target.clear()
-            traces[id(target)] = (target, ref)
-        else:
-            ref = hit[1]
-        n = items.count(_ROW)
-        if n == len(items):
-            if ref.items and isinstance(ref.items[-1], int):
-                ref.items[-1] += n
-            else:
-                ref.items.append(n)
-            return
-        for x in items:
-            if x is _ROW:
-                if ref.items and isinstance(ref.items[-1], int):
-                    ref.items[-1] += 1
-                else:
-                    ref.items.append(1)
-            else:
-                ref.items.append(x)
+        self.rows.append_items(target, items, rows_end)
 
     def _text(self, op: int) -> Any:
         line = self._line()
@@ -463,7 +439,7 @@ class _Machine(Input):
 
 
 _TEXT_OPS = {0x49, 0x4C, 0x46, 0x56, 0x53}  # INT, LONG, FLOAT, UNICODE, STRING
-_ROW = object()
+_ROW = ROW
 _MARK = _Mark()
 
 
