@@ -10,4 +10,6 @@ snapshot pickle reader's scan (tbmem/snapshot/_pickle_scan.c; without it numpy's
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("tbmem.census._gcwalk", ["tbmem/census/_gcwalk.c"], optional=True),
-                   Extension("tbmem.snapshot._pickle_scan", ["tbmem/snapshot/_pickle_scan.c"], optional=True)])
+                   Extension("tbmem.snapshot._pickle_scan",
+                             ["tbmem/snapshot/_pickle_scan.c", "tbmem/snapshot/_pickle_run.c"],
+                             depends=["tbmem/snapshot/_pickle_parse.h"], optional=True)])

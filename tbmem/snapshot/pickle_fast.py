@@ -9,8 +9,10 @@ consecutive events starting where it stands, already decoded. An event the vecto
 cannot fully account for (an inline string where a reference is expected, a value it does not
 decode, a FRAME header inside it) is simply not part of a run: the general interpreter in
 :mod:`tbmem.snapshot.pickle_stream` reads it instead, so results never depend on this module.
-:func:`scan` runs in C (``tbmem/snapshot/_pickle_scan.c``, one pass instead of about 27 numpy
-gathers per event) where the install compiled it, else :func:`scan_numpy`; both give the same arrays.
+:func:`scan` and :func:`~tbmem.snapshot.pickle_commit.commit` are the reader's Python path; where the
+install compiled ``tbmem/snapshot/_pickle_scan.c``, the reader runs the same parser in C
+(:mod:`tbmem.snapshot.pickle_crun`), and :func:`scan_c` exposes it candidate by candidate so that
+tests check it gives the arrays :func:`scan` gives.
 
 Example:
     >>> import struct
@@ -27,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Layout", "Scan", "scan", "scan_numpy", "MAX_FRAMES", "C_SCAN"]
+__all__ = ["Layout", "Scan", "scan", "scan_c", "pack_layouts", "c_parser_takes", "MAX_FRAMES"]
 
 #: Longest frames list the vectorised parser follows (longer ones go to the interpreter).
 MAX_FRAMES = 512
@@ -320,8 +322,8 @@ def _parse_frames(B: _Bytes, p: np.ndarray, w: np.ndarray, ok: np.ndarray, out: 
     out.ok[rows] = ok
 
 
-def scan_numpy(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
-    """:func:`scan` with numpy: the reference the compiled scan is tested against."""
+def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """Parse every candidate event in ``buf[lo:hi]`` for the given layouts (first match wins)."""
     hi = len(buf) if hi is None else hi
     B = _Bytes(buf, hi)
     cand = lo + np.flatnonzero(B.byte[lo:hi] == 0x7D)
@@ -345,19 +347,17 @@ def scan_numpy(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = 
     return out
 
 
-try:  # the same scan in one pass of C (tbmem/snapshot/_pickle_scan.c), where the install could compile it
+try:  # the same parser in C (tbmem/snapshot/_pickle_parse.h), where the install could compile it
     from tbmem.snapshot import _pickle_scan as _C
-except ImportError:  # pragma: no cover - no C compiler at install time: the numpy scan
+except ImportError:  # pragma: no cover - no C compiler at install time
     _C = None  # type: ignore[assignment]
-#: Whether the compiled scan is used (False: no C compiler when tbmem was installed).
-C_SCAN = _C is not None
 _KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,
          "user_metadata": 7}
 
 
-def _pack(layouts: Sequence[Layout]) -> tuple[bytes, list[str], list[set[int]]]:
-    """The layouts as _pickle_scan.c reads them, the names of their other keys (whose inline strings
-    are kept), and for each such name the layouts that have it."""
+def pack_layouts(layouts: Sequence[Layout]) -> tuple[bytes, list[str], list[set[int]]]:
+    """The layouts as the C parser reads them, the names of their other keys (whose inline strings are
+    kept), and for each such name the layouts that have it."""
     spec = bytearray((len(layouts),))
     names: list[str] = []
     where: list[set[int]] = []
@@ -376,16 +376,19 @@ def _pack(layouts: Sequence[Layout]) -> tuple[bytes, list[str], list[set[int]]]:
     return bytes(spec), names, where
 
 
-def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
-    """Parse every candidate event in ``buf[lo:hi]`` for the given layouts (first match wins).
+def c_parser_takes(layouts: Sequence[Layout]) -> bool:
+    """Whether the C parser is built and its fixed bounds hold these layouts (64 of 64 keys at most)."""
+    return _C is not None and 0 < len(layouts) <= 64 and all(0 < len(x.keys) <= 64 for x in layouts) \
+        and len({k for x in layouts for k in x.keys if _KIND.get(k, 6) >= 6}) <= 64
 
-    The compiled scan where it was built (:data:`C_SCAN`), else :func:`scan_numpy`: the same arrays.
-    """
+
+def scan_c(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """:func:`scan` by the C parser, candidate by candidate: the same arrays (tests compare them; the
+    reader itself runs the C parser through :mod:`tbmem.snapshot.pickle_crun`)."""
     hi = len(buf) if hi is None else hi
-    if _C is None or not 0 < len(layouts) <= 64 or any(not 0 < len(x.keys) <= 64 for x in layouts) \
-            or len({k for x in layouts for k in x.keys if _KIND.get(k, 6) >= 6}) > 64:
-        return scan_numpy(buf, lo, layouts, hi)
-    spec, names, where = _pack(layouts)
+    if not c_parser_takes(layouts):
+        raise ValueError("the C parser is not built, or these layouts are beyond its bounds")
+    spec, names, where = pack_layouts(layouts)
     n = _C.count(buf, lo, hi)
     out = Scan(n)
     out.batch_end = np.zeros(n, dtype=bool)
@@ -397,7 +400,7 @@ def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) 
         out.inline, out.inline_before_frames, out.meta_ref, out.chain, out.batch_end.view(np.uint8)),
         tuple(pos), tuple(lens))
     for g, name in enumerate(names):
-        if any(used[li] for li in where[g]):  # as scan_numpy: the keys of layouts that had a candidate
+        if any(used[li] for li in where[g]):  # as scan: the keys of layouts that had a candidate
             out.str_pos[name] = pos[g]
             out.str_len[name] = lens[g]
     return out
