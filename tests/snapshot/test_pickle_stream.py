@@ -81,6 +81,7 @@ def test_planted_global_is_refused_before_anything_runs(tmp_path):
     (b"\x80\x04X\xff\xff\xff\x7f", "over the limit"),
     (b"\x80\x04e.", "without a MARK"),
     (b"not a pickle at all", "not a pickle"),
+    (b"\x80\x04(}\x91.", "not hashable"),  # FROZENSET of a dict (raised TypeError)
 ])
 def test_malformed_pickles_say_why(data, message):
     with pytest.raises(SnapshotRefused, match=message):
