@@ -2,7 +2,7 @@
  * with numpy, event by event (tbmem/snapshot/pickle_crun.py drives it; tests/snapshot/test_pickle_scan_c.py
  * compares the rows, frames, stacks and strings it gives with theirs: change them together).
  *
- * From ``pos``, each event is parsed (_pickle_parse.h), its references resolved, its row and the memo
+ * From ``pos``, each event is parsed (_creader.h), its references resolved, its row and the memo
  * entries the interpreter would store written out; the run stops before the first event that is not
  * parsed, not linked to the previous one (back to back, or across a FRAME header and/or "APPENDS
  * MARK", as Scan.finish links them), or whose references do not resolve to what torch writes (the
@@ -16,7 +16,7 @@
  * Stacks of new frames lists are cached by the two 64-bit hashes of their reference bytes (as
  * pickle_commit.State.stacks); forget() drops them when the memo is overwritten.
  */
-#include "_pickle_parse.h"
+#include "_creader.h"
 
 enum { CB_ACTION, CB_FRAMES, CB_META, CB_STACK, CB_STRING, CB_META_INLINE, CB_REFSLOT, N_CB };
 

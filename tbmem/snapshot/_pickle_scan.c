@@ -1,6 +1,6 @@
 /* The snapshot pickle reader's vectorised scan (tbmem/snapshot/pickle_fast.py: scan) in one pass of C.
  *
- * The module's parser (_pickle_parse.h) is what the reader runs on trace events (_pickle_run.c);
+ * The module's parser (_creader.h) is what the reader runs on trace events (_pickle_run.c);
  * scan() exposes it candidate by candidate, into the arrays pickle_fast.scan fills with numpy
  * (about 27 eight-byte gathers per event), so that tests/snapshot/test_pickle_scan_c.py compares
  * the two on real, synthetic and damaged pickles: change them together. Nothing here interprets
@@ -9,7 +9,7 @@
  * Output arrays are checked for their length before anything is written. The GIL is released
  * while scanning: only the caller's buffers (held by it) are touched.
  */
-#include "_pickle_parse.h"
+#include "_creader.h"
 
 /* events back to back, or separated only by a FRAME header and/or "APPENDS MARK" (Scan.finish) */
 static void finish(const Buf *B, Out *o, Py_ssize_t n) {
@@ -47,7 +47,7 @@ static Py_ssize_t count_candidates(const Buf *B, int64_t lo, int64_t *pos) {
     return n;
 }
 
-static PyObject *count(PyObject *module, PyObject *args) {
+PyObject *tbmem_count(PyObject *module, PyObject *args) {
     PyObject *obj;
     long long lo, hi;
     Py_buffer view;
@@ -63,7 +63,7 @@ static PyObject *count(PyObject *module, PyObject *args) {
     return PyLong_FromSsize_t(n);
 }
 
-static PyObject *scan(PyObject *module, PyObject *args) {
+PyObject *tbmem_scan(PyObject *module, PyObject *args) {
     PyObject *obj, *spec, *outs, *str_pos, *str_len;
     long long lo, hi;
     Py_buffer view, views[N_OUT + 2 * MAX_GENERIC];
@@ -149,34 +149,4 @@ done:
     PyBuffer_Release(&view);
     PyMem_Free(L);
     return result;
-}
-
-static PyMethodDef methods[] = {
-    {"count", count, METH_VARARGS,
-     "count(buf, lo, hi) -> int\n\nHow many candidate events (the bytes ``}\\x94(``) start in ``buf[lo:hi]``."},
-    {"scan", scan, METH_VARARGS,
-     "scan(buf, lo, hi, spec, outs, str_pos, str_len) -> tuple\n\npickle_fast.scan_numpy into the given arrays "
-     "(pickle_fast._scan_c passes them); returns how many candidates each layout took."},
-    {"new_runner", tbmem_runner_new, METH_VARARGS,
-     "new_runner(action, frames, meta, stack, string, meta_inline, refslot) -> capsule\n\nThe state of run() "
-     "(_pickle_run.c says what each callback answers)."},
-    {"forget", tbmem_runner_forget, METH_O, "forget(runner)\n\nDrop the stacks cached by reference bytes."},
-    {"run", tbmem_runner_run, METH_VARARGS,
-     "run(runner, buf, pos, hi, spec, memo_slots, base, outs) -> (events, end, cuts, memo entries)\n\n"
-     "The run of trace events from ``pos`` as rows (tbmem/snapshot/pickle_crun.py)."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pickle_scan",
-                                    "The snapshot pickle reader's scan in C.", -1, methods};
-
-PyMODINIT_FUNC PyInit__pickle_scan(void) {
-    PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[sssss]", "count", "scan", "new_runner", "forget", "run") : NULL;
-    if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
-        Py_XDECREF(all);
-        Py_XDECREF(m);
-        return NULL;
-    }
-    return m;
 }

@@ -1,7 +1,7 @@
 """The snapshot pickle reader's runs of trace events in C: what :func:`~tbmem.snapshot.pickle_fast.scan`
 and :func:`~tbmem.snapshot.pickle_commit.commit` do with numpy, in one pass per event.
 
-``tbmem/snapshot/_pickle_run.c`` (an optional extension, built by the install where a C compiler is)
+``tbmem/snapshot/_pickle_run.c`` (part of an optional extension, built by the install where a C compiler is)
 parses each event, resolves its references through the answers of :class:`CRunner`'s callbacks
 (cached there per memo object and per distinct string or frames list), and writes its row and the
 memo entries the interpreter would store; it stops before the first event it cannot account for,
@@ -30,7 +30,7 @@ from tbmem.snapshot.pickle_rows import ACTION_CODE, EventRows, Memo, StackRef
 __all__ = ["CRunner", "C_READER"]
 
 try:  # the parser and runs in C, where the install could compile them
-    from tbmem.snapshot import _pickle_scan as _C
+    from tbmem.snapshot import _creader as _C
 except ImportError:  # pragma: no cover - no C compiler at install time
     _C = None  # type: ignore[assignment]
 #: Whether the reader's runs of events are read in C (False: no C compiler when tbmem was installed).

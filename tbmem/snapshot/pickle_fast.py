@@ -10,7 +10,7 @@ cannot fully account for (an inline string where a reference is expected, a valu
 decode, a FRAME header inside it) is simply not part of a run: the general interpreter in
 :mod:`tbmem.snapshot.pickle_stream` reads it instead, so results never depend on this module.
 :func:`scan` and :func:`~tbmem.snapshot.pickle_commit.commit` are the reader's Python path; where the
-install compiled ``tbmem/snapshot/_pickle_scan.c``, the reader runs the same parser in C
+install compiled ``tbmem/snapshot/_creader.h``'s parts, the reader runs the same parser in C
 (:mod:`tbmem.snapshot.pickle_crun`), and :func:`scan_c` exposes it candidate by candidate so that
 tests check it gives the arrays :func:`scan` gives.
 
@@ -347,8 +347,8 @@ def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) 
     return out
 
 
-try:  # the same parser in C (tbmem/snapshot/_pickle_parse.h), where the install could compile it
-    from tbmem.snapshot import _pickle_scan as _C
+try:  # the same parser in C (tbmem/snapshot/_creader.h), where the install could compile it
+    from tbmem.snapshot import _creader as _C
 except ImportError:  # pragma: no cover - no C compiler at install time
     _C = None  # type: ignore[assignment]
 _KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,

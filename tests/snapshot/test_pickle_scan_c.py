@@ -1,4 +1,4 @@
-"""The pickle reader in C (tbmem/snapshot/_pickle_parse.h, _pickle_scan.c, _pickle_run.c) gives exactly what
+"""The pickle reader in C (tbmem/snapshot/_creader.h, _pickle_scan.c, _pickle_run.c) gives exactly what
 its numpy twin gives: its parser the same arrays as pickle_fast.scan for every buffer the reader scans (real,
 synthetic and damaged pickles), and the reader the same rows, frames, stacks and strings, or the same refusal."""
 
@@ -24,7 +24,7 @@ _FIELDS = ("start", "end", "ok", "chain", "layout", "addr", "size", "time", "str
 
 def _require_c() -> None:
     if not pickle_crun.C_READER:
-        not_built("tbmem/snapshot/_pickle_scan.c was not built: the install found no C compiler")
+        not_built("tbmem/snapshot/_creader.c was not built: the install found no C compiler")
 
 
 def _same_scan(a, b) -> None:
@@ -204,7 +204,7 @@ def test_hostile_layouts_and_bounds() -> None:
     for cut in range(0, len(buf) + 1, 3):
         for lo in (0, 5, cut):
             _same_scan(scan_c(buf, lo, odd, cut), scan(buf, lo, odd, cut))
-    from tbmem.snapshot import _pickle_scan
+    from tbmem.snapshot import _creader as _pickle_scan
 
     with pytest.raises(ValueError):
         _pickle_scan.count(buf, 0, len(buf) + 1)

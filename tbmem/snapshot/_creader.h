@@ -1,12 +1,15 @@
-/* The parser shared by the snapshot pickle reader's compiled parts (_pickle_scan.c: the scan, candidate by
- * candidate, that tests compare with pickle_fast.scan; _pickle_run.c: the reader's runs of trace events).
+/* tbmem.snapshot._creader, the snapshot reader's optional compiled parts (setup.py; each has a numpy twin,
+ * and tests compare the two): _pickle_scan.c (the pickle parser, candidate by candidate, against
+ * pickle_fast.scan), _pickle_run.c (the reader's runs of trace events, against scan + commit), _pair.c
+ * (allocator events paired by address, against cuda_replay's numpy pairing); _creader.c, the module.
+ * This header holds the parser the first two share.
  *
  * The input is hostile: every read goes through byte_at()/word(), which read zeros past ``hi``
  * (as the numpy version's zero-padded copy does), and every position is a 64-bit integer that
  * grows by at most a few hundred bytes per step, bounded by the number of steps.
  */
-#ifndef TBMEM_PICKLE_PARSE_H
-#define TBMEM_PICKLE_PARSE_H
+#ifndef TBMEM_CREADER_H
+#define TBMEM_CREADER_H
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -315,7 +318,10 @@ bad:
     return -1;
 }
 
-/* _pickle_run.c */
+/* the module's functions (_creader.c lists them) */
+PyObject *tbmem_count(PyObject *module, PyObject *args);
+PyObject *tbmem_scan(PyObject *module, PyObject *args);
+PyObject *tbmem_pair(PyObject *module, PyObject *args);
 PyObject *tbmem_runner_new(PyObject *module, PyObject *args);
 PyObject *tbmem_runner_forget(PyObject *module, PyObject *capsule);
 PyObject *tbmem_runner_run(PyObject *module, PyObject *args);
