@@ -363,6 +363,8 @@ class EventRows:
                 else:
                     parts.append(np.array([self.count], dtype=np.int64))
                     self.add_dict(item)
+            if len(parts) == 1:
+                return parts[0]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if isinstance(trace, list):
             start = self.count
