@@ -7,13 +7,12 @@ static PyMethodDef methods[] = {
     {"scan", tbmem_scan, METH_VARARGS,
      "scan(buf, lo, hi, spec, outs, str_pos, str_len) -> tuple\n\npickle_fast.scan into the given arrays "
      "(pickle_fast.scan_c passes them); returns how many candidates each layout took."},
-    {"new_runner", tbmem_runner_new, METH_VARARGS,
-     "new_runner(action, frames, meta, stack, string, meta_inline, refslot) -> capsule\n\nThe state of run() "
-     "(_pickle_run.c says what each callback answers)."},
+    {"new_runner", tbmem_runner_new, METH_NOARGS, "new_runner() -> capsule\n\nThe caches of run()."},
     {"forget", tbmem_runner_forget, METH_O, "forget(runner)\n\nDrop the stacks cached by reference bytes."},
     {"run", tbmem_runner_run, METH_VARARGS,
-     "run(runner, buf, pos, hi, spec, memo_slots, base, outs) -> (events, end, cuts, memo entries)\n\n"
-     "The run of trace events from ``pos`` as rows (tbmem/snapshot/pickle_crun.py)."},
+     "run(runner, (action, frames, meta, stack, string, meta_inline, refslot), buf, pos, hi, spec, memo_slots, base,"
+     " outs) -> (events, end, cuts, memo entries)\n\nThe run of trace events from ``pos`` as rows "
+     "(tbmem/snapshot/pickle_crun.py; _pickle_run.c says what each callback answers)."},
     {"pair", tbmem_pair, METH_VARARGS,
      "pair(act, addr, outs) -> (lone_done, lone_req, reused)\n\ncuda_replay.pair_allocations in one pass "
      "(tbmem/snapshot/_pair.c)."},

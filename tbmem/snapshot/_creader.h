@@ -322,7 +322,7 @@ bad:
 PyObject *tbmem_count(PyObject *module, PyObject *args);
 PyObject *tbmem_scan(PyObject *module, PyObject *args);
 PyObject *tbmem_pair(PyObject *module, PyObject *args);
-PyObject *tbmem_runner_new(PyObject *module, PyObject *args);
+PyObject *tbmem_runner_new(PyObject *module, PyObject *unused);
 PyObject *tbmem_runner_forget(PyObject *module, PyObject *capsule);
 PyObject *tbmem_runner_run(PyObject *module, PyObject *args);
 

@@ -7,7 +7,7 @@
  * parsed, not linked to the previous one (back to back, or across a FRAME header and/or "APPENDS
  * MARK", as Scan.finish links them), or whose references do not resolve to what torch writes (the
  * general interpreter then reads it). What a reference means comes from Python, once per memo object
- * (callbacks, cached here by the object's slot in pickle_rows.Memo's table, which never changes):
+ * (callbacks passed to each run, cached here by the object's slot in pickle_rows.Memo's table, which never changes):
  * action(slot) -> action code or -1, frames(slot) -> stack id or -3, meta(slot) -> string id, -1 (empty)
  * or -3; and once per distinct value: stack(reference bytes) -> stack id or -1 (only with references to
  * memo entries before the run), string(bytes) -> memo slot of the decoded string, meta_inline(bytes) ->
@@ -40,7 +40,7 @@ typedef struct {
     int32_t *refslot;
     Py_ssize_t n_refslot;
     Table spans, strs, metas;
-    PyObject *cb[N_CB];
+    PyObject *cb[N_CB]; /* borrowed from run()'s arguments while it runs: the runner holds no Python object */
 } Runner;
 
 #define UNKNOWN INT32_MIN
@@ -137,30 +137,16 @@ static void runner_free(PyObject *capsule) {
     table_clear(&R->spans);
     table_clear(&R->strs);
     table_clear(&R->metas);
-    for (int k = 0; k < N_CB; k++) {
-        Py_XDECREF(R->cb[k]);
-    }
     PyMem_Free(R);
 }
 
-PyObject *tbmem_runner_new(PyObject *module, PyObject *args) {
+PyObject *tbmem_runner_new(PyObject *module, PyObject *unused) {
     Runner *R = PyMem_Calloc(1, sizeof(Runner));
     if (R == NULL) {
         return PyErr_NoMemory();
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &R->cb[0], &R->cb[1], &R->cb[2], &R->cb[3], &R->cb[4], &R->cb[5],
-                          &R->cb[6])) {
-        PyMem_Free(R);
-        return NULL;
-    }
-    for (int k = 0; k < N_CB; k++) {
-        Py_INCREF(R->cb[k]);
-    }
     PyObject *capsule = PyCapsule_New(R, "tbmem.pickle_runner", runner_free);
     if (capsule == NULL) {
-        for (int k = 0; k < N_CB; k++) {
-            Py_DECREF(R->cb[k]);
-        }
         PyMem_Free(R);
     }
     return capsule;
@@ -273,7 +259,8 @@ enum { R_ACTION, R_ADDR, R_SIZE, R_TIME, R_STACK, R_META, R_STREAM, R_ENTRIES, N
 static const Py_ssize_t ROW_ITEM[N_ROWOUT] = {1, 8, 8, 8, 4, 4, 8, 4};
 
 PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
-    PyObject *capsule, *obj, *spec, *memo_obj, *outs, *cuts = NULL, *result = NULL;
+    PyObject *capsule, *callbacks, *obj, *spec, *memo_obj, *outs, *cuts = NULL, *result = NULL;
+    Runner *R = NULL;
     long long pos, hi, base;
     Py_buffer view, mv, ov[N_ROWOUT];
     int n_ov = 0, n_layouts, n_generic, have_view = 0, have_mv = 0;
@@ -283,12 +270,23 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
     if (L == NULL) {
         return PyErr_NoMemory();
     }
-    if (!PyArg_ParseTuple(args, "OOLLSOLO!", &capsule, &obj, &pos, &hi, &spec, &memo_obj, &base, &PyTuple_Type, &outs)
-        || unpack_layouts(spec, L, &n_layouts, &n_generic) < 0) {
+    if (!PyArg_ParseTuple(args, "OO!OLLSOLO!", &capsule, &PyTuple_Type, &callbacks, &obj, &pos, &hi, &spec, &memo_obj,
+                          &base, &PyTuple_Type, &outs) || unpack_layouts(spec, L, &n_layouts, &n_generic) < 0) {
         goto done;
     }
-    Runner *R = PyCapsule_GetPointer(capsule, "tbmem.pickle_runner");
-    if (R == NULL || read_buf(obj, &view, pos, hi, &B) < 0) {
+    R = PyCapsule_GetPointer(capsule, "tbmem.pickle_runner");
+    if (R == NULL) {
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(callbacks) != N_CB) {
+        PyErr_SetString(PyExc_ValueError, "run() takes 7 callbacks");
+        R = NULL;
+        goto done;
+    }
+    for (int k = 0; k < N_CB; k++) {
+        R->cb[k] = PyTuple_GET_ITEM(callbacks, k);
+    }
+    if (read_buf(obj, &view, pos, hi, &B) < 0) {
         goto done;
     }
     have_view = 1;
@@ -464,6 +462,9 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
     }
     result = Py_BuildValue("nLOn", n, (long long)last_end, cuts, m);
 done:
+    if (R != NULL) {
+        memset(R->cb, 0, sizeof(R->cb));
+    }
     Py_XDECREF(cuts);
     PyMem_Free(esid);
     for (int k = 0; k < n_ov; k++) {

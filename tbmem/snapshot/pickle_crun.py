@@ -43,8 +43,8 @@ class CRunner:
 
     def __init__(self, memo: Memo, rows: EventRows, state: State) -> None:
         self.memo, self.rows, self.state = memo, rows, state
-        self._runner = _C.new_runner(self._action, self._frames, self._meta, self._stack, self._string,
-                                     self._meta_inline, self._refslot)
+        # the callbacks go with each run (a runner holding them would make a cycle the collector cannot see)
+        self._runner = _C.new_runner()
         self._n_layouts = -1
         self._spec = b""
         cols = (np.int8, np.int64, np.int64, np.int64, np.int32, np.int32, np.int64)
@@ -103,8 +103,9 @@ class CRunner:
             self._n_layouts = len(layouts)
             self._entries = np.empty(_CAP * (1 + max(len(x.keys) for x in layouts)), dtype=np.int32)
         memo = self.memo
-        n, end, cuts, m = _C.run(self._runner, buf, pos, len(buf), self._spec, memo._slots, len(memo),
-                                 (*self._cols, self._entries))
+        n, end, cuts, m = _C.run(self._runner, (self._action, self._frames, self._meta, self._stack, self._string,
+                                                self._meta_inline, self._refslot),
+                                 buf, pos, len(buf), self._spec, memo._slots, len(memo), (*self._cols, self._entries))
         if n:
             action, addr, size, time, stack, meta, stream = (c[:n].copy() for c in self._cols)
             memo.extend_slots(self._entries[:m])

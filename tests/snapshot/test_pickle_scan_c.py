@@ -224,12 +224,31 @@ def test_hostile_layouts_and_bounds() -> None:
     runner = pickle_crun.CRunner(memo, rows, State())
     for cut in range(0, len(buf) + 1, 7):
         assert runner.run(buf[:cut], 0, odd)[0] == 0
-    outs = (*runner._cols, runner._entries)
+    outs, cbs = (*runner._cols, runner._entries), (int,) * 7
     with pytest.raises(ValueError, match="memo base"):
-        _pickle_scan.run(runner._runner, buf, 0, len(buf), runner._spec, memo._slots, 10**6, outs)
+        _pickle_scan.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 10**6, outs)
     with pytest.raises(ValueError):
-        _pickle_scan.run(runner._runner, buf, 0, len(buf) + 1, runner._spec, memo._slots, 1, outs)
+        _pickle_scan.run(runner._runner, cbs, buf, 0, len(buf) + 1, runner._spec, memo._slots, 1, outs)
     with pytest.raises(ValueError, match="memo base"):
-        _pickle_scan.run(runner._runner, buf, 0, len(buf), runner._spec, memo._slots, 1, outs[:3])
+        _pickle_scan.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs[:3])
     with pytest.raises(ValueError):
-        _pickle_scan.run(object(), buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
+        _pickle_scan.run(object(), cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
+    with pytest.raises(ValueError, match="7 callbacks"):
+        _pickle_scan.run(runner._runner, cbs[:6], buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
+
+
+def test_the_reader_keeps_nothing_alive_after_it_returns() -> None:
+    """The C reader's caches hold no Python object: a runner holding its callbacks (bound methods of the
+    object that holds the runner) made a cycle the collector cannot see through a capsule, and every
+    read kept its rows and memo alive (0.45 GiB at 10M events)."""
+    _require_c()
+    import gc
+    import weakref
+
+    data = _synthetic(n_entries=3000)
+    top, rows = pickle_stream.read_pickle(io.BytesIO(data))
+    assert rows.count > 2000
+    gone = weakref.ref(rows)
+    del top, rows
+    gc.collect()
+    assert gone() is None
