@@ -274,13 +274,22 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
                 freereq=-1, round=b_size[u] - b_req[u])
     head = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in before.items()}
     first = np.lexsort((head["end"],))  # by start (all -1), then end: the order the viewer ships
-    st = stack[p.starts]
-    sz = size[p.starts]
-    traced = {"start": p.starts, "end": p.ends, "size": sz, "category": cats(st), "stack": st,
-              "addr": addr[p.starts], "flags": np.where(p.pending, FLAG_PENDING_FREE, 0), "freereq": p.freereq,
-              "round": _round512(sz)}
-    allocs = {c: np.concatenate((head[c][first], np.asarray(traced[c], dtype=np.int64))) for c in head}
-    del traced, st, sz
+    # the columns: what was alive before the trace, then the traced allocations written in place
+    n_head = first.shape[0]
+    allocs = {c: np.empty(n_head + p.starts.shape[0], dtype=np.int64) for c in head}
+    for c in head:
+        allocs[c][:n_head] = head[c][first]
+    t = {c: v[n_head:] for c, v in allocs.items()}
+    t["start"][:] = p.starts
+    t["end"][:] = p.ends
+    np.take(size, p.starts, out=t["size"])
+    t["stack"][:] = stack[p.starts]
+    t["category"][:] = cats(t["stack"])
+    np.take(addr, p.starts, out=t["addr"])
+    np.multiply(p.pending, FLAG_PENDING_FREE, out=t["flags"])
+    t["freereq"][:] = p.freereq
+    t["round"][:] = _round512(t["size"])
+    del t
     if active:
         # the real block size of what is alive at the end (the rest: the allocator's least rounding)
         alive = np.flatnonzero(allocs["end"] < 0)

@@ -25,7 +25,14 @@ import numpy as np
 
 from tbmem.snapshot.pickle_rows import ACTION_CODE
 
-__all__ = ["Pairs", "pair_allocations"]
+__all__ = ["Pairs", "pair_allocations", "pair_allocations_numpy", "C_PAIRING"]
+
+try:  # the same pairing in one pass of C (tbmem/snapshot/_pair.c), where the install could compile it
+    from tbmem.snapshot import _creader as _C
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _C = None  # type: ignore[assignment]
+#: Whether allocator events are paired in C (False: no C compiler when tbmem was installed).
+C_PAIRING = _C is not None
 
 _ALLOC, _FREE_REQ, _FREE_DONE = ACTION_CODE["alloc"], ACTION_CODE["free_requested"], ACTION_CODE["free_completed"]
 
@@ -83,7 +90,34 @@ def _before(sorted_pos: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def pair_allocations(act: np.ndarray, addr: np.ndarray) -> Pairs:
-    """Pair the ``alloc``/``free_requested``/``free_completed`` events of one device trace by address."""
+    """Pair the ``alloc``/``free_requested``/``free_completed`` events of one device trace by address.
+
+    In one pass of C where it was built (a table of the addresses seen), else
+    :func:`pair_allocations_numpy`: the same pairs.
+    """
+    if _C is None or act.shape[0] >= 2**62:
+        return pair_allocations_numpy(act, addr)
+    act = np.ascontiguousarray(act, dtype=np.int8)
+    addr = np.ascontiguousarray(addr, dtype=np.int64)
+    counts = np.bincount(act.view(np.uint8), minlength=256)
+    na, nr, nd = int(counts[_ALLOC]), int(counts[_FREE_REQ]), int(counts[_FREE_DONE])
+    ends, freereq = np.empty(na, dtype=np.int64), np.empty(na, dtype=np.int64)
+    pending = np.empty(na, dtype=bool)
+    lone_done, lone_done_req, lone_req = np.empty(nd, dtype=np.int64), np.empty(nd, dtype=np.int64), \
+        np.empty(nr, dtype=np.int64)
+    n_done, n_req, reused = _C.pair(act, addr, (ends, freereq, pending.view(np.uint8), lone_done, lone_done_req,
+                                                lone_req))
+    # lone frees in the numpy version's order: by address, then event
+    lone_done, lone_done_req, lone_req = lone_done[:n_done], lone_done_req[:n_done], lone_req[:n_req]
+    o = np.lexsort((lone_done, addr[lone_done]))
+    r = np.lexsort((lone_req, addr[lone_req]))
+    return Pairs(starts=np.flatnonzero(act == _ALLOC), ends=ends, freereq=freereq, pending=pending,
+                 lone_done=lone_done[o], lone_done_req=lone_done_req[o], lone_req=lone_req[r], reused=int(reused))
+
+
+def pair_allocations_numpy(act: np.ndarray, addr: np.ndarray) -> Pairs:
+    """:func:`pair_allocations` with numpy (events sorted by address, neighbours compared): the
+    reference the C pairing is tested against."""
     rel = np.flatnonzero((act == _ALLOC) | (act == _FREE_REQ) | (act == _FREE_DONE)).astype(np.int32)
     empty = np.zeros(0, dtype=np.int64)
     if rel.shape[0] == 0:

@@ -36,9 +36,12 @@ def _lookup(u: np.ndarray, table: np.ndarray, keys: np.ndarray, missing: int) ->
 
 
 def _resolve(memo: Memo, keys: np.ndarray, base: int, value_of, missing: int) -> np.ndarray:
-    """``value_of(memo[k])`` for each memo index ``k < base`` (each distinct index looked up once)."""
-    u = np.unique(keys[(keys >= 0) & (keys < base)])
-    table = np.array([value_of(memo[k]) for k in u.tolist()], dtype=np.int64)
+    """``value_of(memo[k])`` for each memo index ``k < base`` (each distinct index looked up once, in the
+    order of first use: what value_of interns gets ids in event order, as in the C reader)."""
+    u, first = np.unique(keys[(keys >= 0) & (keys < base)], return_index=True)
+    table = np.empty(u.shape[0], dtype=np.int64)
+    for j in np.argsort(first, kind="stable").tolist():
+        table[j] = value_of(memo[int(u[j])])
     return _lookup(u, table, keys, missing)
 
 
@@ -145,36 +148,49 @@ def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: Memo, 
     off = base + np.concatenate(([0], np.cumsum(count)[:-1]))
     list_memo = np.where(new, off + 1 + sc.inline_before_frames[sel], -1)
     good = np.ones(n, dtype=bool)
-    # frames of new lists: the same reference bytes are the same stack (frame dicts stored earlier)
+    # frames of new lists: the same reference bytes are the same stack (frame dicts stored earlier);
+    # references to lists stored before the run: a StackRef's stack, or a list's own. What this interns
+    # is interned in the order of first use, as the C reader (pickle_crun) meets it.
     sid = np.full(n, -1, dtype=np.int64)
+    ref = sc.list_ref[sel]
+    outside = ~new & (ref < base)
+    jobs: list[tuple[int, int, int]] = []  # (first event, 0 new list / 1 stored list, distinct value)
     if new.any():
         where = np.flatnonzero(new)
         hashes = sc.span_hash[sel[where]]
         uniq, first, inverse = np.unique(hashes[:, 0], return_index=True, return_inverse=True)
-        known = state.stacks
         table = np.empty(uniq.shape[0], dtype=np.int64)
-        for j, (h, k) in enumerate(zip(uniq.tolist(), first.tolist())):
-            hit = known.get(h)
-            if hit is None or hit[0] != int(hashes[k, 1]):
-                e = int(sel[where[k]])
-                span = buf[int(sc.span_pos[e]):int(sc.span_pos[e] + sc.span_len[e])]
-                hit = (int(hashes[k, 1]), _new_stack(span, memo, base, rows))
-                if hit[1] >= 0:
-                    known[h] = hit
-            table[j] = hit[1]
+        jobs += [(int(where[k]), 0, j) for j, k in enumerate(first.tolist())]
+    if outside.any():
+        where_out = np.flatnonzero(outside)
+        u_out, first_out, inv_out = np.unique(ref[outside], return_index=True, return_inverse=True)
+        table_out = np.empty(u_out.shape[0], dtype=np.int64)
+        jobs += [(int(where_out[k]), 1, j) for j, k in enumerate(first_out.tolist())]
+    known = state.stacks
+    for _first_event, kind, j in sorted(jobs):
+        if kind:
+            v = memo[int(u_out[j])]
+            table_out[j] = v.sid if type(v) is StackRef else rows.stack_id(v) if type(v) is list else -3
+            continue
+        h, k = int(uniq[j]), int(first[j])
+        hit = known.get(h)
+        if hit is None or hit[0] != int(hashes[k, 1]):
+            e = int(sel[where[k]])
+            span = buf[int(sc.span_pos[e]):int(sc.span_pos[e] + sc.span_len[e])]
+            hit = (int(hashes[k, 1]), _new_stack(span, memo, base, rows))
+            if hit[1] >= 0:
+                known[h] = hit
+        table[j] = hit[1]
+    if new.any():
         got = table[inverse.reshape(-1)]
         # a second hash guards against two stacks sharing the first
         got[hashes[:, 1] != hashes[first[inverse.reshape(-1)], 1]] = -1
         sid[where] = got
         good[where[sid[where] < 0]] = False
-    # references to lists: earlier memo entries, or new lists of this very run
-    ref = sc.list_ref[sel]
-    outside = ~new & (ref < base)
     if outside.any():
-        got = _resolve(memo, ref[outside], base, lambda v: v.sid if type(v) is StackRef
-                       else rows.stack_id(v) if type(v) is list else -3, -3)
+        got = table_out[inv_out.reshape(-1)]
         sid[outside] = got
-        good[np.flatnonzero(outside)[got == -3]] = False
+        good[where_out[got == -3]] = False
     inside = ~new & (ref >= base)
     if inside.any():
         where = np.flatnonzero(inside)
@@ -192,8 +208,10 @@ def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: Memo, 
         inl = spos >= 0
         if inl.any():
             texts = _strings(buf, spos[inl], sc.str_len["user_metadata"][sel][inl], cache)
-            uniq, inverse = np.unique(texts.astype(str), return_inverse=True)
-            ids = np.array([rows.string_id(t) if t else -1 for t in uniq.tolist()], dtype=np.int64)
+            uniq, first, inverse = np.unique(texts.astype(str), return_index=True, return_inverse=True)
+            ids = np.empty(uniq.shape[0], dtype=np.int64)
+            for j in np.argsort(first, kind="stable").tolist():  # interned in event order
+                ids[j] = rows.string_id(str(uniq[j])) if uniq[j] else -1
             meta[inl] = ids[inverse.reshape(-1)]
         mref = sc.meta_ref[sel]
         isref = (mref >= 0) & ~inl

@@ -9,6 +9,10 @@ consecutive events starting where it stands, already decoded. An event the vecto
 cannot fully account for (an inline string where a reference is expected, a value it does not
 decode, a FRAME header inside it) is simply not part of a run: the general interpreter in
 :mod:`tbmem.snapshot.pickle_stream` reads it instead, so results never depend on this module.
+:func:`scan` and :func:`~tbmem.snapshot.pickle_commit.commit` are the reader's Python path; where the
+install compiled ``tbmem/snapshot/_creader.h``'s parts, the reader runs the same parser in C
+(:mod:`tbmem.snapshot.pickle_crun`), and :func:`scan_c` exposes it candidate by candidate so that
+tests check it gives the arrays :func:`scan` gives.
 
 Example:
     >>> import struct
@@ -25,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Layout", "Scan", "scan", "MAX_FRAMES"]
+__all__ = ["Layout", "Scan", "scan", "scan_c", "pack_layouts", "c_parser_takes", "MAX_FRAMES"]
 
 #: Longest frames list the vectorised parser follows (longer ones go to the interpreter).
 MAX_FRAMES = 512
@@ -340,4 +344,63 @@ def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) 
         _parse_layout(B, cand[rows], layout, out, rows)
     out.ok &= assigned
     out.finish(B)
+    return out
+
+
+try:  # the same parser in C (tbmem/snapshot/_creader.h), where the install could compile it
+    from tbmem.snapshot import _creader as _C
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _C = None  # type: ignore[assignment]
+_KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,
+         "user_metadata": 7}
+
+
+def pack_layouts(layouts: Sequence[Layout]) -> tuple[bytes, list[str], list[set[int]]]:
+    """The layouts as the C parser reads them, the names of their other keys (whose inline strings are
+    kept), and for each such name the layouts that have it."""
+    spec = bytearray((len(layouts),))
+    names: list[str] = []
+    where: list[set[int]] = []
+    for li, layout in enumerate(layouts):
+        spec.append(len(layout.keys))
+        for key, ref in zip(layout.keys, layout.raw_refs):
+            kind = _KIND.get(key, 6)
+            gen = 0
+            if kind >= 6:
+                if key not in names:
+                    names.append(key)
+                    where.append(set())
+                gen = names.index(key)
+                where[gen].add(li)
+            spec += bytes((kind, gen, len(ref))) + ref.ljust(8, b"\0")
+    return bytes(spec), names, where
+
+
+def c_parser_takes(layouts: Sequence[Layout]) -> bool:
+    """Whether the C parser is built and its fixed bounds hold these layouts (64 of 64 keys at most)."""
+    return _C is not None and 0 < len(layouts) <= 64 and all(0 < len(x.keys) <= 64 for x in layouts) \
+        and len({k for x in layouts for k in x.keys if _KIND.get(k, 6) >= 6}) <= 64
+
+
+def scan_c(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """:func:`scan` by the C parser, candidate by candidate: the same arrays (tests compare them; the
+    reader itself runs the C parser through :mod:`tbmem.snapshot.pickle_crun`)."""
+    hi = len(buf) if hi is None else hi
+    if not c_parser_takes(layouts):
+        raise ValueError("the C parser is not built, or these layouts are beyond its bounds")
+    spec, names, where = pack_layouts(layouts)
+    n = _C.count(buf, lo, hi)
+    out = Scan(n)
+    out.batch_end = np.zeros(n, dtype=bool)
+    pos = [np.full(n, -1, dtype=np.int64) for _ in names]
+    lens = [np.zeros(n, dtype=np.int64) for _ in names]
+    used = _C.scan(buf, lo, hi, spec, (
+        out.start, out.end, out.ok.view(np.uint8), out.layout, out.addr, out.size, out.time, out.stream,
+        out.has_time.view(np.uint8), out.action_ref, out.list_ref, out.span_pos, out.span_len, out.span_hash,
+        out.inline, out.inline_before_frames, out.meta_ref, out.chain, out.batch_end.view(np.uint8)),
+        tuple(pos), tuple(lens))
+    for g, name in enumerate(names):
+        if any(used[li] for li in where[g]):  # as scan: the keys of layouts that had a candidate
+            out.str_pos[name] = pos[g]
+            out.str_len[name] = lens[g]
     return out

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 
 from tbmem.snapshot.pickle_rows import Limits, SnapshotRefused
 
@@ -35,18 +35,19 @@ class Unframer:
         self.carry = b""
 
     def feed(self, raw: bytes) -> bytes:
-        data = self.carry + raw
+        data = self.carry + raw if self.carry else raw
         self.carry = b""
-        out = []
+        view = memoryview(data)  # the frames' bytes are copied once, by the join
+        out: list[Any] = []
         i = 0
         n = len(data)
         while i < n:
             if self.state == "pass":
-                out.append(data[i:])
+                out.append(view[i:])
                 break
             if self.state == "frame":
                 take = min(self.left, n - i)
-                out.append(data[i:i + take])
+                out.append(view[i:i + take])
                 i += take
                 self.left -= take
                 if self.left == 0:
@@ -56,7 +57,7 @@ class Unframer:
                 if n - i < 2:
                     self.carry = data[i:]
                     break
-                out.append(data[i:i + 2])
+                out.append(view[i:i + 2])
                 framed = data[i] == 0x80 and data[i + 1] >= 4
                 i += 2
                 self.state = "header" if framed else "pass"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Limits", "SnapshotRefused", "EventRows", "TraceRef", "StackRef", "ACTIONS", "ACTION_CODE",
-           "NO_TIME", "EVENT", "Memo"]
+           "NO_TIME", "EVENT", "ROW", "Memo"]
 
 #: Allocator actions in the order of their codes in :class:`EventRows` (0 = anything else).
 ACTIONS = ("other", "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -80,21 +80,30 @@ class Limits:
 
 
 class TraceRef:
-    """A device trace read as rows: runs of consecutive rows (``int`` counts) and leftover event
-    dicts built by the general interpreter, in trace order; ``first_row`` is the first run's row."""
+    """A device trace read as rows: ranges of row indices (``range`` objects, which no pickle of plain
+    data holds) and leftover items (event dicts built by the general interpreter), in trace order."""
 
-    __slots__ = ("items", "first_row")
+    __slots__ = ("items",)
 
     def __init__(self) -> None:
         self.items: list[Any] = []
-        self.first_row = -1
 
-    def add_rows(self, n: int) -> None:
-        """Append ``n`` consecutive rows."""
-        if self.items and type(self.items[-1]) is int:
-            self.items[-1] += n
-        else:
-            self.items.append(n)
+    def add_rows(self, start: int, n: int) -> None:
+        """Append the rows ``start .. start + n - 1``."""
+        last = self.items[-1] if self.items else None
+        if type(last) is range and last.stop == start:
+            self.items[-1] = range(last.start, start + n)
+        elif n > 0:
+            self.items.append(range(start, start + n))
+
+
+class _Row:
+    """Stands for a trace event turned into a row, among the items of a list being built."""
+
+    __slots__ = ()
+
+
+ROW = _Row()
 
 
 class StackRef:
@@ -311,6 +320,36 @@ class EventRows:
             if isinstance(k, str) and k not in _KNOWN_EVENT_KEYS and len(self.extra_keys) < 64:
                 self.extra_keys.add(k)
 
+    def append_items(self, target: list, items: list, rows_end: int | None = None) -> None:
+        """APPENDS of ``items`` to the list ``target``, where :data:`ROW` stands for an event already a
+        row: the ``ROW`` items are the rows just before ``rows_end`` (default: the last ones), in order."""
+        hit = self.trace_refs.get(id(target))
+        n = items.count(ROW)
+        if hit is None and not n:
+            if len(target) + len(items) > self.limits.max_container:
+                raise SnapshotRefused(f"a list of more than {self.limits.max_container:,} items")
+            target.extend(items)
+            return
+        if hit is None:
+            # the first events of a device trace turned into rows: from now on the list's items
+            # are kept in a TraceRef (the list object stays, empty, where the file put it)
+            ref = TraceRef()
+            ref.items.extend(target)
+            target.clear()
+            self.trace_refs[id(target)] = (target, ref)
+        else:
+            ref = hit[1]
+        row = (self.count if rows_end is None else rows_end) - n
+        if n == len(items):
+            ref.add_rows(row, n)
+            return
+        for x in items:
+            if x is ROW:
+                ref.add_rows(row, 1)
+                row += 1
+            else:
+                ref.items.append(x)
+
     def rows_of(self, trace: Any) -> np.ndarray:
         """Row indices of one device trace (a list of event dicts, or one read as rows), in order."""
         hit = self.trace_refs.get(id(trace))
@@ -318,14 +357,14 @@ class EventRows:
             trace = hit[1]
         if isinstance(trace, TraceRef):
             parts: list[np.ndarray] = []
-            cursor = trace.first_row
             for item in trace.items:
-                if type(item) is int:
-                    parts.append(np.arange(cursor, cursor + item, dtype=np.int64))
-                    cursor += item
+                if type(item) is range:
+                    parts.append(np.arange(item.start, item.stop, dtype=np.int64))
                 else:
                     parts.append(np.array([self.count], dtype=np.int64))
                     self.add_dict(item)
+            if len(parts) == 1:
+                return parts[0]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if isinstance(trace, list):
             start = self.count

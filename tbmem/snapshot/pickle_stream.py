@@ -37,9 +37,10 @@ import numpy as np
 from typing import Any, BinaryIO, Callable
 
 from tbmem.snapshot.pickle_commit import State, commit
+from tbmem.snapshot.pickle_crun import C_READER, CRunner
 from tbmem.snapshot.pickle_fast import Layout, Scan, scan
 from tbmem.snapshot.pickle_input import Input, ascii_text, text_int, utf8
-from tbmem.snapshot.pickle_rows import EVENT, EventRows, Limits, Memo, SnapshotRefused, TraceRef
+from tbmem.snapshot.pickle_rows import EVENT, ROW, EventRows, Limits, Memo, SnapshotRefused
 from tbmem.snapshot.safe_pickle import UnsafePickleError
 
 __all__ = ["read_pickle"]
@@ -63,7 +64,8 @@ class _Mark:
 
 
 class _Machine(Input):
-    def __init__(self, fh: BinaryIO, limits: Limits, progress: Callable[[int], None] | None) -> None:
+    def __init__(self, fh: BinaryIO, limits: Limits, progress: Callable[[int], None] | None,
+                 c_reader: bool = True) -> None:
         super().__init__(fh, limits, progress)
         self.rows = EventRows(limits)
         self.memo = Memo()
@@ -76,6 +78,7 @@ class _Machine(Input):
         self.scan_buf: bytes | None = None
         self.scan_layouts = 0
         self.scan_hi = 0
+        self.crun = CRunner(self.memo, self.rows, self.fast) if C_READER and c_reader else None
 
     # --- memo ----------------------------------------------------------------------------------
     def _put(self, idx: int, value: Any) -> None:
@@ -85,6 +88,8 @@ class _Machine(Input):
         elif idx < len(memo):
             memo[idx] = value
             self.fast.forget()  # an overwritten entry: cached meanings of references may be stale
+            if self.crun is not None:
+                self.crun.forget()
         else:
             if idx > len(memo) + 1_000_000:
                 raise SnapshotRefused(f"memo index {idx} is far beyond the {len(memo)} objects stored so far")
@@ -253,7 +258,10 @@ class _Machine(Input):
                 elif op == 0x6C:
                     stack.append(items)
                 elif op == 0x91:
-                    stack.append(frozenset(items))
+                    try:
+                        stack.append(frozenset(items))
+                    except TypeError as exc:
+                        raise SnapshotRefused(f"a set item is not hashable ({exc})") from None
                 else:
                     if len(items) % 2:
                         raise SnapshotRefused("DICT with an odd number of items")
@@ -351,38 +359,52 @@ class _Machine(Input):
                 raise SnapshotRefused(f"unknown pickle opcode 0x{op:02x} at byte {self.consumed + pos}")
 
     def _fast(self, buf: bytes, pos: int, stack: list, marks: list) -> int:
-        """Take the run of events at ``pos`` through the vectorised parser; 0 if there is none.
+        """Take the run of events at ``pos`` through the fast parser (C, or numpy); 0 if there is none.
 
         A run may span batches of list items: each ``APPENDS MARK`` inside it is applied here,
         as the interpreter would (items since the mark appended to the list below it).
         """
-        sc = self.scan
-        if sc is None or self.scan_buf is not buf or self.scan_layouts != len(self.layouts) \
-                or pos > self.scan_hi:
-            # one scan covers the buffer from here on; it is redone after a refill or a new layout
-            sc = self.scan = scan(buf, pos, self.layouts)
-            self.scan_buf = buf
-            self.scan_layouts = len(self.layouts)
-            self.scan_hi = len(buf)
-        i = sc.index_at(pos)
-        if i < 0:
-            return 0
-        # the trace's first events, built as dicts while their layout was learned, become rows right
-        # before this run's: each device's trace is then one contiguous range of rows
+        if not buf.startswith(b"}\x94(", pos) or not any(buf.startswith(x.raw_refs[0], pos + 3)
+                                                         for x in self.layouts):
+            return 0  # not the start of an event of a learned layout
+        # events the interpreter built since the last rows of this list (the trace's first events, whose
+        # layout was being learned, or one with an action string seen for the first time) become rows
+        # right before this run's: each device's trace is then one contiguous range of rows
         if marks and marks[-1] >= 1:
             k = marks[-1]
-            target, leading = stack[k - 1], stack[k + 1:]
-            if leading and type(target) is list and not target and id(target) not in self.rows.trace_refs \
-                    and all(type(x) is dict and isinstance(x.get("action"), str) for x in leading):
-                for x in leading:
+            target = stack[k - 1]
+            j = len(stack)
+            while j > k + 1 and stack[j - 1] is not _ROW:
+                j -= 1
+            tail = stack[j:]
+            hit = self.rows.trace_refs.get(id(target))
+            if tail and type(target) is list and ((hit is not None and hit[0] is target) or (
+                    not target and hit is None)) and all(type(x) is dict and isinstance(x.get("action"), str)
+                                                         for x in tail):
+                for x in tail:
                     self.rows.add_dict(x)
-                stack[k + 1:] = [_ROW] * len(leading)
+                stack[j:] = [_ROW] * len(tail)
         first_row = self.rows.count
-        n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast)
-        if not n:
-            return 0
-        self.pos = int(sc.end[i + n - 1])
-        cuts = (np.flatnonzero(sc.batch_end[i:i + n - 1]) + 1).tolist()
+        if self.crun is not None:
+            n, end, cuts = self.crun.run(buf, pos, self.layouts)
+            if not n:
+                return 0
+            self.pos = end
+        else:
+            sc = self.scan
+            if sc is None or self.scan_buf is not buf or self.scan_layouts != len(self.layouts) \
+                    or pos > self.scan_hi:
+                # one scan covers the buffer from here on; it is redone after a refill or a new layout
+                sc = self.scan = scan(buf, pos, self.layouts)
+                self.scan_buf = buf
+                self.scan_layouts = len(self.layouts)
+                self.scan_hi = len(buf)
+            i = sc.index_at(pos)
+            n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast) if i >= 0 else 0
+            if not n:
+                return 0
+            self.pos = int(sc.end[i + n - 1])
+            cuts = (np.flatnonzero(sc.batch_end[i:i + n - 1]) + 1).tolist()
         if cuts:
             if not marks or marks[-1] < 1:
                 raise SnapshotRefused("list items without a MARK")
@@ -402,38 +424,7 @@ class _Machine(Input):
     def _append(self, target: Any, items: list, rows_end: int | None = None) -> None:
         if type(target) is not list:
             raise SnapshotRefused("APPENDS on something that is not a list")
-        traces = self.rows.trace_refs
-        hit = traces.get(id(target))
-        if hit is None and _ROW not in items:
-            if len(target) + len(items) > self.limits.max_container:
-                raise SnapshotRefused(f"a list of more than {self.limits.max_container:,} items")
-            target.extend(items)
-            return
-        if hit is None:
-            # the first events of a device trace turned into rows: from now on the list's items
-            # are kept in a TraceRef (the list object stays, empty, where the file put it)
-            ref = TraceRef()
-            ref.first_row = (self.rows.count if rows_end is None else rows_end) - items.count(_ROW)
-            ref.items.extend(target)
-            target.clear()
-            traces[id(target)] = (target, ref)
-        else:
-            ref = hit[1]
-        n = items.count(_ROW)
-        if n == len(items):
-            if ref.items and isinstance(ref.items[-1], int):
-                ref.items[-1] += n
-            else:
-                ref.items.append(n)
-            return
-        for x in items:
-            if x is _ROW:
-                if ref.items and isinstance(ref.items[-1], int):
-                    ref.items[-1] += 1
-                else:
-                    ref.items.append(1)
-            else:
-                ref.items.append(x)
+        self.rows.append_items(target, items, rows_end)
 
     def _text(self, op: int) -> Any:
         line = self._line()
@@ -463,22 +454,23 @@ class _Machine(Input):
 
 
 _TEXT_OPS = {0x49, 0x4C, 0x46, 0x56, 0x53}  # INT, LONG, FLOAT, UNICODE, STRING
-_ROW = object()
+_ROW = ROW
 _MARK = _Mark()
 
 
-def read_pickle(fh: BinaryIO, *, limits: Limits | None = None,
-                progress: Callable[[int], None] | None = None) -> tuple[Any, EventRows]:
+def read_pickle(fh: BinaryIO, *, limits: Limits | None = None, progress: Callable[[int], None] | None = None,
+                c_reader: bool = True) -> tuple[Any, EventRows]:
     """Read a plain-data pickle, turning trace events into rows; returns ``(top object, rows)``.
 
     In the top object, each list of trace events is replaced by a :class:`TraceRef`; pass it to
-    :meth:`EventRows.rows_of` for its row indices.
+    :meth:`EventRows.rows_of` for its row indices. ``c_reader=False`` reads runs of events with numpy
+    even where the C reader was built (:mod:`tbmem.snapshot.pickle_crun`; the same rows).
 
     Raises:
         tbmem.snapshot.safe_pickle.UnsafePickleError: the file names a Python object.
         SnapshotRefused: malformed, truncated, or over a limit.
     """
-    machine = _Machine(fh, limits or Limits(), progress)
+    machine = _Machine(fh, limits or Limits(), progress, c_reader)
     try:
         top = machine.run()
     finally:

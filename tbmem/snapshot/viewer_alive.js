@@ -43,62 +43,71 @@ function pendingAt(dv, a, ev) {
 }
 
 // --- the allocator's state at an event (the twin of tbmem/snapshot/allocator.py) -------------------
-// reserved = allocated by category + pending free + rounding + inactive split + free segments
-var NO_BLOCKS = [];  // shared by every segment without a live block (most, in some traces)
+// reserved = allocated by category + pending free + rounding + inactive split + free segments.
+// Segments and their blocks as typed arrays (a trace may hold hundreds of thousands of segments):
+// per segment i (by address) its first piece first[i], addr, size and the bytes gAlloc, gPend, gRound,
+// gFree; its blocks blocks[bstart[i] .. bstart[i + 1]) (allocation indices, by address) with their
+// rounding bround and pending flag bpend. segOf() makes the object of one segment where one is shown.
+function rawStream(dv, k) { var s = dv.seg.stream[k]; return s >= 0 ? dv.d.streams[s] : 0; }
 function allocatorState(dv, ev) {
-  var S = dv.seg, segs = [], k, j;
-  if (S) {
-    for (k = 0; k < S.n; k++) {  // sorted by address; contiguous mapped ranges of an expandable segment merge
-      if (!(S.start[k] <= ev && (S.end[k] < 0 || S.end[k] > ev))) continue;
-      var stream = S.stream[k] >= 0 ? dv.d.streams[S.stream[k]] : 0, prev = segs[segs.length - 1];
-      if (prev && (S.flags[k] & SEG_EXPANDABLE) && (prev.flags & SEG_EXPANDABLE) && prev.addr + prev.size === S.addr[k] &&
-          prev.stream === stream) { prev.size += S.size[k]; continue; }
-      segs.push({addr: S.addr[k], size: S.size[k], stream: stream, pool: S.pool[k] >= 0 ? dv.d.pools[S.pool[k]] : null,
-                 flags: S.flags[k], stack: S.stack[k], key: (S.pool[k] + 1) * 1048576 + S.stream[k],
-                 allocated: 0, pending: 0, rounding: 0, free: 0, blocks: NO_BLOCKS});
+  var S = dv.seg, n = 0, k, j;
+  var first = new Int32Array(S ? S.n : 0), addr = new Float64Array(S ? S.n : 0), size = new Float64Array(S ? S.n : 0);
+  for (k = 0; S && k < S.n; k++) {  // sorted by address; contiguous mapped ranges of an expandable segment merge
+    if (!(S.start[k] <= ev && (S.end[k] < 0 || S.end[k] > ev))) continue;
+    if (n && (S.flags[k] & SEG_EXPANDABLE) && (S.flags[first[n - 1]] & SEG_EXPANDABLE) &&
+        addr[n - 1] + size[n - 1] === S.addr[k] && rawStream(dv, first[n - 1]) === rawStream(dv, k)) {
+      size[n - 1] += S.size[k];
+      continue;
     }
+    first[n] = k; addr[n] = S.addr[k]; size[n] = S.size[k]; n++;
   }
-  var alive = aliveAt(dv, ev, false), st = {event: ev, segments: segs, byCat: {}, pending: 0, rounding: 0,
-    split: 0, freeSegs: 0, outside: 0, reserved: 0, allocated: 0};
-  // each block in its segment, by address (binary search over the segment starts)
-  var where = alive.map(function (a) {
-    var lo = 0, hi = segs.length - 1, x = dv.addr[a];
-    while (lo <= hi) { var mid = (lo + hi) >> 1; if (x < segs[mid].addr) hi = mid - 1; else lo = mid + 1; }
-    return hi >= 0 && x < segs[hi].addr + segs[hi].size ? hi : -1;
-  });
-  var order = alive.map(function (_a, i) { return i; });
-  order.sort(function (x, y) { return where[x] - where[y] || dv.addr[alive[x]] - dv.addr[alive[y]]; });
-  for (j = 0; j < order.length; j++) {
-    var i = order[j], a = alive[i], s = where[i];
-    if (s < 0) { st.outside += dv.size[a]; continue; }
-    var seg = segs[s], nxt = j + 1 < order.length && where[order[j + 1]] === s ? dv.addr[alive[order[j + 1]]]
-      : seg.addr + seg.size;
-    var r = Math.max(0, Math.min(dv.round[a], nxt - dv.addr[a] - dv.size[a])), pend = pendingAt(dv, a, ev);
-    if (seg.blocks === NO_BLOCKS) seg.blocks = [];
-    seg.blocks.push({a: a, round: r, pending: pend});
-    seg.rounding += r;
-    if (pend) seg.pending += dv.size[a];
+  var alive = aliveAt(dv, ev, false), m = alive.length, ord = Int32Array.from(alive);
+  ord.sort(function (x, y) { return dv.addr[x] - dv.addr[y] || x - y; });  // by address: by segment, in order
+  var st = {event: ev, n: n, first: first, addr: addr, size: size, gAlloc: new Float64Array(n),
+    gPend: new Float64Array(n), gRound: new Float64Array(n), gFree: new Float64Array(n), bstart: new Int32Array(n + 1),
+    blocks: new Int32Array(m), bround: new Float64Array(m), bpend: new Uint8Array(m), nb: 0, byCat: {}, pending: 0,
+    rounding: 0, split: 0, freeSegs: 0, outside: 0, reserved: 0, allocated: 0, releasable: 0};
+  var g = 0, nb = 0, count = new Int32Array(n);
+  for (j = 0; j < m; j++) {
+    var a = ord[j], x = dv.addr[a];
+    while (g < n && addr[g] + size[g] <= x) g++;
+    if (g >= n || x < addr[g]) { st.outside += dv.size[a]; continue; }
+    var end = addr[g] + size[g], nxt = j + 1 < m && dv.addr[ord[j + 1]] < end ? dv.addr[ord[j + 1]] : end;
+    var r = Math.max(0, Math.min(dv.round[a], nxt - x - dv.size[a])), pend = pendingAt(dv, a, ev);
+    st.blocks[nb] = a; st.bround[nb] = r; st.bpend[nb] = pend ? 1 : 0; nb++; count[g]++;
+    st.gRound[g] += r;
+    if (pend) st.gPend[g] += dv.size[a];
     else {
-      seg.allocated += dv.size[a];
+      st.gAlloc[g] += dv.size[a];
       var name = SH.categories[dv.cat[a]];
       st.byCat[name] = (st.byCat[name] || 0) + dv.size[a];
     }
   }
-  for (k = 0; k < segs.length; k++) {
-    var g = segs[k];
-    g.free = g.size - g.allocated - g.pending - g.rounding;
-    if (g.blocks.length) st.split += g.free; else st.freeSegs += g.free;
-    st.reserved += g.size; st.allocated += g.allocated; st.pending += g.pending; st.rounding += g.rounding;
+  st.nb = nb;
+  for (g = 0; g < n; g++) {
+    st.bstart[g + 1] = st.bstart[g] + count[g];
+    var free = st.gFree[g] = size[g] - st.gAlloc[g] - st.gPend[g] - st.gRound[g];
+    if (count[g]) st.split += free; else { st.freeSegs += free; st.releasable++; }
+    st.reserved += size[g]; st.allocated += st.gAlloc[g]; st.pending += st.gPend[g]; st.rounding += st.gRound[g];
   }
   return st;
 }
+// segment i of an allocator state as an object (for the table, the details and the tooltip)
+function segOf(dv, st, i) {
+  var k = st.first[i], S = dv.seg, blocks = [];
+  for (var j = st.bstart[i]; j < st.bstart[i + 1]; j++) blocks.push({a: st.blocks[j], round: st.bround[j], pending: st.bpend[j] === 1});
+  return {i: i, addr: st.addr[i], size: st.size[i], stream: rawStream(dv, k), pool: S.pool[k] >= 0 ? dv.d.pools[S.pool[k]] : null,
+          flags: S.flags[k], stack: S.stack[k], key: segKey(dv, st, i), allocated: st.gAlloc[i], pending: st.gPend[i],
+          rounding: st.gRound[i], free: st.gFree[i], blocks: blocks};
+}
+// the group of segment i: its memory pool, then its stream
+function segKey(dv, st, i) { var k = st.first[i]; return (dv.seg.pool[k] + 1) * 1048576 + dv.seg.stream[k]; }
 function explainParts(st) {
   // [label, bytes, note] in the order of the identity
   var cats = Object.keys(st.byCat).sort(function (x, y) { return st.byCat[y] - st.byCat[x]; });
   return {reserved: st.reserved, cats: cats.map(function (c) { return [c, st.byCat[c]]; }), pending: st.pending,
           internal: st.rounding + st.split, rounding: st.rounding, split: st.split, external: st.freeSegs,
-          releasable: st.segments.reduce(function (n, g) { return n + (g.blocks.length ? 0 : 1); }, 0),
-          segments: st.segments.length, outside: st.outside};
+          releasable: st.releasable, segments: st.n, outside: st.outside};
 }
 // the explain line from Python's document (stats --json "explain") or from allocatorState
 function explainFromDoc(x) {

@@ -16,7 +16,7 @@ function poolName(p) {
 function segKind(g) {
   return (g.flags & SEG_EXPANDABLE ? "expandable" : g.flags & SEG_SMALL ? "small pool" : g.flags & SEG_LARGE ? "large pool" : "segment");
 }
-function isPrivate(g) { return g.pool && (g.pool[0] || g.pool[1]) ? 1 : 0; }
+function isPrivate(dv, st, i) { var p = dv.seg.pool[st.first[i]], q = p >= 0 ? dv.d.pools[p] : null; return q && (q[0] || q[1]) ? 1 : 0; }
 
 function renderAllocator(ev) {
   var t0 = performance.now(), box = $("allocbox");
@@ -29,25 +29,29 @@ function renderAllocator(ev) {
     return 0;
   }
   scanvas.hidden = false;
-  var st = allocatorState(dev, ev);
+  var st = allocatorState(dev, ev), n = st.n, i;
   T.allocState = performance.now() - t0;
   $("alloctitle").textContent = "Allocator state " + (ev >= 0 ? "after " : "") + when(ev) + ": " +
-    plural(st.segments.length, "segment") + ", " + plural(st.segments.reduce(function (n, g) { return n + g.blocks.length; }, 0), "live block");
+    plural(n, "segment") + ", " + plural(st.nb, "live block");
   var ex = $("allocexplain");
   ex.textContent = "";
   ex.appendChild(explainNode(explainParts(st), ""));
-  // segments grouped by pool, then stream; by address within a group
-  // (they come by address: each group's indices in turn keep that order)
-  var groups = {}, keys = [], order = [];
-  st.segments.forEach(function (g, i) {
-    var key = isPrivate(g) * 1e12 + g.key;
-    if (!(key in groups)) { groups[key] = []; keys.push(key); }
-    groups[key].push(i);
-  });
-  keys.sort(function (x, y) { return x - y; }).forEach(function (key) { order = order.concat(groups[key]); });
-  var offs = new Float64Array(order.length + 1);
-  for (var i = 0; i < order.length; i++) offs[i + 1] = offs[i] + st.segments[order[i]].size;
-  A = {ev: ev, st: st, order: order, offs: offs};
+  // segments grouped by pool (the default pool first), then stream; by address within a group
+  var gkey = new Float64Array(n), keys = new Map(), order = new Int32Array(n);
+  for (i = 0; i < n; i++) {
+    gkey[i] = isPrivate(dev, st, i) * 1e12 + segKey(dev, st, i);
+    keys.set(gkey[i], (keys.get(gkey[i]) || 0) + 1);
+  }
+  if (keys.size === 1) {
+    for (i = 0; i < n; i++) order[i] = i;
+  } else {  // a stable bucket sort by group
+    var at = new Map(), pos = 0;
+    Array.from(keys.keys()).sort(function (x, y) { return x - y; }).forEach(function (key) { at.set(key, pos); pos += keys.get(key); });
+    for (i = 0; i < n; i++) { var q = at.get(gkey[i]); order[q] = i; at.set(gkey[i], q + 1); }
+  }
+  var offs = new Float64Array(n + 1);
+  for (i = 0; i < n; i++) offs[i + 1] = offs[i] + st.size[order[i]];
+  A = {ev: ev, st: st, order: order, offs: offs, gkey: gkey};
   T.allocOrder = performance.now() - t0;
   drawSegments();
   T.allocDraw = performance.now() - t0;
@@ -63,7 +67,7 @@ function drawSegments() {
   scanvas.width = Math.max(300, Math.round(rect.width * dpr));
   scanvas.height = Math.max(80, Math.round(rect.height * dpr));
   var W = scanvas.width - 2 * 6 * dpr, rowH = ROW_H * dpr, rows = Math.max(1, Math.floor((scanvas.height - 4 * dpr) / rowH));
-  var total = A.offs[A.order.length] || 1, bpr = total / rows, x0 = 6 * dpr, st = A.st, k, j;
+  var n = A.order.length, total = A.offs[n] || 1, bpr = total / rows, x0 = 6 * dpr, st = A.st, k, j;
   A.bpr = bpr; A.rows = rows; A.rowH = rowH; A.W = W; A.x0 = x0;
   sctx.fillStyle = "#fff"; sctx.fillRect(0, 0, scanvas.width, scanvas.height);
   function span(p, len, style) {
@@ -76,21 +80,20 @@ function drawSegments() {
     }
   }
   span(0, total, "#f3f3f3");  // free bytes of the segments: pale
-  for (k = 0; k < A.order.length; k++) {
-    var g = st.segments[A.order[k]], base = A.offs[k];
-    for (j = 0; j < g.blocks.length; j++) {
-      var b = g.blocks[j], off = base + dev.addr[b.a] - g.addr;
-      span(off, dev.size[b.a], b.pending ? PENDING : colour(SH.categories[dev.cat[b.a]]));
-      if (b.round > 0) span(off + dev.size[b.a], b.round, ROUNDING);
+  for (k = 0; k < n; k++) {
+    var g = A.order[k], base = A.offs[k];
+    for (j = st.bstart[g]; j < st.bstart[g + 1]; j++) {
+      var a = st.blocks[j], off = base + dev.addr[a] - st.addr[g];
+      span(off, dev.size[a], st.bpend[j] ? PENDING : colour(SH.categories[dev.cat[a]]));
+      if (st.bround[j] > 0) span(off + dev.size[a], st.bround[j], ROUNDING);
     }
   }
   // segment boundaries where they are wide enough to see; group boundaries always
   var last = null;
-  for (k = 0; k <= A.order.length; k++) {
-    var p = A.offs[k], r = Math.min(rows - 1, Math.floor(p / bpr)), x = x0 + (p - r * bpr) / bpr * W;
-    var gk = k < A.order.length ? st.segments[A.order[k]].key : null, wide = k < A.order.length &&
-      st.segments[A.order[k]].size / bpr * W >= 3 * dpr, group = gk !== last;
-    if (wide || group || k === A.order.length) {
+  for (k = 0; k <= n; k++) {
+    var gk = k < n ? A.gkey[A.order[k]] : null, wide = k < n && st.size[A.order[k]] / bpr * W >= 3 * dpr, group = gk !== last;
+    if (wide || group || k === n) {
+      var p = A.offs[k], r = Math.min(rows - 1, Math.floor(p / bpr)), x = x0 + (p - r * bpr) / bpr * W;
       sctx.fillStyle = group ? "#000" : "#666";
       sctx.fillRect(Math.round(x), 2 * dpr + r * rowH - (group ? 2 * dpr : 0), group ? 2 * dpr : 1, rowH - 3 * dpr + (group ? 2 * dpr : 0));
     }
@@ -99,23 +102,24 @@ function drawSegments() {
 }
 
 function segLegend(st, order) {
-  var box = $("seglegend"), seen = {}, groups = [];
+  var box = $("seglegend"), seen = {}, groups = [], j;
   box.textContent = "";
   function item(c, text) {
     var s = el("span"), sw = el("span", undefined, "swatch");
     sw.style.background = c; s.appendChild(sw); s.appendChild(document.createTextNode(text)); box.appendChild(s);
   }
-  st.segments.forEach(function (g) { g.blocks.forEach(function (b) { if (!b.pending) seen[SH.categories[dev.cat[b.a]]] = 1; }); });
+  for (j = 0; j < st.nb; j++) if (!st.bpend[j]) seen[SH.categories[dev.cat[st.blocks[j]]]] = 1;
   Object.keys(seen).sort().forEach(function (c) { item(colour(c), c); });
   item(PENDING, "pending free (a stream still used it)");
   item(ROUNDING, "rounding");
   item("#f3f3f3", "free in a segment");
-  order.forEach(function (i) {
-    var g = st.segments[i], key = g.key, last = groups[groups.length - 1];
-    if (last && last.key === key) { last.bytes += g.size; last.n++; } else groups.push({key: key, g: g, bytes: g.size, n: 1});
-  });
+  for (j = 0; j < order.length; j++) {
+    var i = order[j], key = A.gkey[i], last = groups[groups.length - 1];
+    if (last && last.key === key) { last.bytes += st.size[i]; last.n++; } else groups.push({key: key, i: i, bytes: st.size[i], n: 1});
+  }
   box.appendChild(el("span", "| in order: " + groups.map(function (q) {
-    return poolName(q.g.pool) + ", " + streamName(dev, q.g.stream) + ": " + plural(q.n, "segment") + ", " + fmtBytes(q.bytes);
+    var g = segOf(dev, st, q.i);
+    return poolName(g.pool) + ", " + streamName(dev, g.stream) + ": " + plural(q.n, "segment") + ", " + fmtBytes(q.bytes);
   }).join("; ") + " (black lines separate them)", "note"));
 }
 
@@ -123,22 +127,26 @@ function blockSites(g, n) {
   var bs = g.blocks.slice().sort(function (x, y) { return dev.size[y.a] - dev.size[x.a]; });
   return bs.slice(0, n).map(function (b) { return fmtBytes(dev.size[b.a]) + " " + siteText(b.a); });
 }
+// the first 60 of ``list`` in the order ``before`` after adding k (kept sorted; n log 60 for n segments)
+function keep60(list, k, before) {
+  if (list.length === 60 && !before(k, list[59])) return;
+  var lo = 0, hi = list.length;
+  while (lo < hi) { var mid = (lo + hi) >> 1; if (before(k, list[mid])) hi = mid; else lo = mid + 1; }
+  list.splice(lo, 0, k);
+  if (list.length > 60) list.pop();
+}
 function segTable(st) {
-  var tbody = $("segtable").querySelector("tbody"), held = [], spare = [], k;
+  var tbody = $("segtable").querySelector("tbody"), held = [], spare = [], n_held = 0, k, total = st.n;
   tbody.textContent = "";
   // those that cannot be released, most free bytes held first; then the largest releasable ones
-  for (k = 0; k < st.segments.length; k++) {
-    var g0 = st.segments[k];
-    if (g0.blocks.length) { held.push(g0); continue; }
-    if (spare.length < 60 || g0.size > spare[spare.length - 1].size) {
-      spare.push(g0); spare.sort(function (x, y) { return y.size - x.size; });
-      if (spare.length > 60) spare.pop();
-    }
+  function heldFirst(x, y) { return st.gFree[x] > st.gFree[y] || (st.gFree[x] === st.gFree[y] && st.size[x] > st.size[y]); }
+  function larger(x, y) { return st.size[x] > st.size[y]; }
+  for (k = 0; k < total; k++) {
+    if (st.bstart[k + 1] > st.bstart[k]) { n_held++; keep60(held, k, heldFirst); } else keep60(spare, k, larger);
   }
-  held.sort(function (x, y) { return y.free - x.free || y.size - x.size; });
-  var rows = held.concat(spare), total = st.segments.length;
-  rows.slice(0, 60).forEach(function (g) {
-    var tr = document.createElement("tr");
+  var rows = held.concat(spare);
+  rows.slice(0, 60).forEach(function (i) {
+    var g = segOf(dev, st, i), tr = document.createElement("tr");
     [hex(g.addr) + " " + segKind(g), fmtBytes(g.size), streamName(dev, g.stream) + " / " + poolName(g.pool).split(":")[0],
      fmtBytes(g.allocated), fmtBytes(g.pending), fmtBytes(g.rounding), fmtBytes(g.free),
      g.blocks.length ? plural(g.blocks.length, "block") + "; largest: " + blockSites(g, 1)[0] : "nothing: releasable"
@@ -148,7 +156,7 @@ function segTable(st) {
   });
   if (total > 60) {
     var more = document.createElement("tr");
-    more.appendChild(el("td", "... " + (total - Math.min(rows.length, 60)) + " more segments", "note"));
+    more.appendChild(el("td", "... " + (total - Math.min(n_held + spare.length, 60)) + " more segments", "note"));
     tbody.appendChild(more);
   }
 }
@@ -175,14 +183,17 @@ function showSegment(g, into) {
 function segHit(cx, cy) {
   if (!A || !A.bpr) return null;
   var dpr = window.devicePixelRatio || 1, px = cx * scanvas.width / scanvas.clientWidth, py = cy * scanvas.height / scanvas.clientHeight;
-  var r = Math.floor((py - 2 * dpr) / A.rowH);
+  var r = Math.floor((py - 2 * dpr) / A.rowH), st = A.st;
   if (r < 0 || r >= A.rows || px < A.x0 || px > A.x0 + A.W) return null;
   var p = r * A.bpr + (px - A.x0) / A.W * A.bpr, lo = 0, hi = A.order.length - 1;
   while (lo <= hi) { var mid = (lo + hi) >> 1; if (p < A.offs[mid]) hi = mid - 1; else lo = mid + 1; }
   if (hi < 0 || hi >= A.order.length) return null;
-  var g = A.st.segments[A.order[hi]], addr = g.addr + (p - A.offs[hi]), blk = null;
-  g.blocks.forEach(function (b) { if (addr >= dev.addr[b.a] && addr < dev.addr[b.a] + dev.size[b.a] + b.round) blk = b; });
-  return {seg: g, block: blk};
+  var i = A.order[hi], addr = st.addr[i] + (p - A.offs[hi]), blk = null;
+  for (var j = st.bstart[i]; j < st.bstart[i + 1]; j++) {
+    var a = st.blocks[j];
+    if (addr >= dev.addr[a] && addr < dev.addr[a] + dev.size[a] + st.bround[j]) blk = {a: a, round: st.bround[j], pending: st.bpend[j] === 1};
+  }
+  return {seg: segOf(dev, st, i), block: blk};
 }
 function segHover(ev) {
   var r = scanvas.getBoundingClientRect(), h = segHit(ev.clientX - r.left, ev.clientY - r.top);
