@@ -12,10 +12,10 @@ file that needs more ends in a MemoryError there, answered 413, and the server's
 does not move; once a quarter of a pickle is read, a file bound to need far more than its
 limit is given up early. Near the limit, glibc's malloc falls back to one failing system call
 per small object, and a child crawled there for minutes instead of failing: a watchdog thread
-ends the child with the same 413 once its address space is within :data:`_LIMIT_MARGIN` of the
-limit. The child also dies with the server that started it. :class:`Budget` bounds the limits of every conversion running at once;
-:class:`tbmem.plugin.snapshots.SnapshotPages` lets concurrent requests for one file share
-one conversion and caches its page. Nothing here imports torch.
+ends the child with the same 413 once it sits at the limit with most of its time in the
+kernel. The child also dies with the server that started it. :class:`Budget` bounds the limits
+of every conversion running at once; :class:`tbmem.plugin.snapshots.SnapshotPages` lets
+concurrent requests for one file share one conversion and caches its page. Nothing here imports torch.
 
 Example:
     >>> from tbmem.plugin.convert import Budget, memory_limit
@@ -51,8 +51,11 @@ DEFAULT_BUDGET_MB = 4096
 TIMEOUT_S = 300.0
 
 _OFFLINE = "open it with `tbmem snapshot html`, which has no such limit"
-#: Address space left below the limit at which the child gives up (see the module docstring).
+#: Within this much of the limit, a child spending most of its CPU time in the kernel for
+#: _CRAWL_SAMPLES samples of _CRAWL_SAMPLE_S in a row is crawling (see the module docstring).
 _LIMIT_MARGIN = 8 * 2**20
+_CRAWL_SAMPLE_S = 0.5
+_CRAWL_SAMPLES = 4
 
 
 class ConversionFailed(Exception):
@@ -185,19 +188,31 @@ def _die_with_parent() -> None:
 
 
 def _watch_address_space(limit: int, name: str) -> None:
-    """Start a thread that ends the process with the 413 answer once it is about to crawl at the limit."""
+    """Start a thread that ends the process with the 413 answer once it crawls at the limit.
+
+    Sitting near the limit is normal under RLIMIT_AS (glibc's reservations fail and fall back);
+    crawling is that plus the kernel's time taking over: most of the CPU time in failing system
+    calls, :data:`_CRAWL_SAMPLES` samples in a row.
+    """
     try:
         statm = os.open("/proc/self/statm", os.O_RDONLY)
     except OSError:
         return  # no /proc: the limit alone
     page = os.sysconf("SC_PAGE_SIZE")
-    # formatted now: near the limit even a small allocation takes a failing system call
+    # formatted now: while crawling, even a small allocation takes failing system calls
     answer = (json.dumps({"status": 413, "message": _over_limit_message(name, limit)}) + "\n").encode()
 
     def watch() -> None:
+        crawling = 0
+        before = os.times()
         while True:
-            time.sleep(0.05)
-            if int(os.pread(statm, 64, 0).split()[0]) * page >= limit - _LIMIT_MARGIN:
+            time.sleep(_CRAWL_SAMPLE_S)
+            now = os.times()
+            system, total = now.system - before.system, now.system + now.user - before.system - before.user
+            before = now
+            near = int(os.pread(statm, 64, 0).split()[0]) * page >= limit - _LIMIT_MARGIN
+            crawling = crawling + 1 if near and total > 0 and system > 0.5 * total else 0
+            if crawling >= _CRAWL_SAMPLES:
                 os.write(2, answer)
                 os._exit(3)
 
