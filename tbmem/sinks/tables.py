@@ -1,7 +1,8 @@
 """The first markdown table of a text entry (the census table) as columns and rows, for trackers' tables.
 
-Cells keep their text (``\\|`` unescaped, the code marks around a name removed); a cell that is a
-number becomes a float, so a tracker can sort and chart it.
+Cells keep their text (``\\|`` unescaped, the code marks around a name removed); a column whose
+every cell is a number holds floats, so a tracker can sort and chart it (a shape such as ``64``
+in a column of ``64x32`` stays text: one type per column).
 
 Example:
     >>> from tbmem.sinks.tables import markdown_table
@@ -26,13 +27,22 @@ def _cells(line: str) -> list[str]:
     return [p.strip().replace("\\|", "|") for p in parts]
 
 
-def _value(cell: str) -> float | str:
-    if len(cell) >= 2 and cell[0] == cell[-1] == "`":
-        return cell[1:-1]
+def _text(cell: str) -> str:
+    return cell[1:-1] if len(cell) >= 2 and cell[0] == cell[-1] == "`" else cell
+
+
+def _number(cell: str) -> float | None:
     try:
         return float(cell)
     except ValueError:
-        return cell
+        return None
+
+
+def _columns_typed(rows: list[list[str]]) -> list[list[float | str]]:
+    """A column whose every cell is a number holds floats (one type per column, as trackers want)."""
+    width = max((len(r) for r in rows), default=0)
+    numeric = [all(i < len(r) and _number(r[i]) is not None for r in rows) for i in range(width)]
+    return [[_number(c) if numeric[i] else _text(c) for i, c in enumerate(r)] for r in rows]
 
 
 def markdown_table(text: str) -> tuple[list[str], list[list[float | str]]] | None:
@@ -45,6 +55,6 @@ def markdown_table(text: str) -> tuple[list[str], list[list[float | str]]] | Non
             for line in lines[i + 2:]:
                 if not line.lstrip().startswith("|"):
                     break
-                rows.append([_value(c) for c in _cells(line)])
-            return columns, rows
+                rows.append(_cells(line))
+            return columns, _columns_typed(rows)
     return None
