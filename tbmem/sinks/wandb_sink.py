@@ -1,14 +1,16 @@
 """Weights & Biases as a sink: tbmem's readings on the training step, census tables, snapshot artifacts.
 
-``wandb.log(values, step=step)``: W&B's x axis is the training step, as TensorBoard's. Each group
-of tbmem's tags (``Memory/...``, ``System/...``: :data:`tbmem.tags.TAGS`) gets a ``define_metric``
-so it is a section of its own, as in TensorBoard, with the run's summary the group's maximum. A
-census table (a markdown text entry) becomes a ``wandb.Table``; a snapshot's files (its offline
-HTML page, its JSON) and traces become artifacts of type ``tbmem-<kind>``.
+Each value is logged with its training step as its x axis: tbmem writes tags on three axes (the
+step, and for a few tags the epoch or the L-BFGS-B iteration: :func:`tbmem.tags.x_axis`), and W&B's
+own ``_step`` must only grow, which would drop an epoch's value logged after a later step's. So a
+value carries its step as ``tbmem/step`` (``tbmem/epoch``, ``tbmem/iteration``), and
+``define_metric`` makes that the x axis of its tag; each group of tbmem's tags (``Memory/...``,
+``System/...``: :data:`tbmem.tags.TAGS`) is a section of its own, as in TensorBoard, its summary
+the maximum. A census table (a markdown text entry) becomes a ``wandb.Table``; a snapshot's files
+(its offline HTML page, its JSON) and traces become artifacts of type ``tbmem-<kind>``.
 
-A run passed in (``run=wandb.run``) is joined, not finished at close, and its own ``_step`` is left
-to its owner: tbmem's values then carry their step as ``tbmem/step``, the x axis of tbmem's
-metrics there. Everything runs on the sink's thread (:class:`tbmem.sinks.base.BackgroundSink`).
+A run passed in (``run=wandb.run``) is joined, not finished at close; its own ``_step`` is left
+to its owner. Everything runs on the sink's thread (:class:`tbmem.sinks.base.BackgroundSink`).
 Settings come from W&B's environment variables (``WANDB_MODE=offline``, ``WANDB_DIR``,
 ``WANDB_PROJECT``); ``ranks="rank0"`` (the default) logs from rank 0 only, ``"per_rank"`` opens one
 run per rank, grouped by the job.
@@ -31,11 +33,11 @@ from tbmem._extras import require
 from tbmem.ranks.context import detect_rank
 from tbmem.sinks.base import BackgroundSink, Item, SinkFailed
 from tbmem.sinks.tables import markdown_table
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, x_axis
 
 __all__ = ["WandbSink", "STEP_METRIC", "RANK_MODES"]
 
-#: The x axis of tbmem's metrics in a joined run (whose ``_step`` is its owner's).
+#: The x axes of tbmem's metrics (a metric's own step metric: :func:`tbmem.tags.x_axis`).
 STEP_METRIC = "tbmem/step"
 RANK_MODES = ("rank0", "per_rank")
 
@@ -87,11 +89,11 @@ class WandbSink(BackgroundSink):
             kwargs.update(self._init_kwargs)
             self.run = wandb.init(**kwargs)
         run = self.run
-        step_metric = STEP_METRIC if self.joined else None
-        if step_metric is not None:
-            run.define_metric(STEP_METRIC, hidden=True)
+        self._axes: dict[str, str] = {}  # tag -> its step metric, defined on first sight
+        for axis in ("step", "epoch", "iteration"):
+            run.define_metric(f"tbmem/{axis}", hidden=True)
         for group in _groups():  # a section per group, as TensorBoard's; its summary the peak
-            run.define_metric(f"{group}/*", step_metric=step_metric, summary="max")
+            run.define_metric(f"{group}/*", step_metric=STEP_METRIC, summary="max")
 
     def _check_open(self) -> None:
         run = self.run
@@ -120,10 +122,16 @@ class WandbSink(BackgroundSink):
                 run.log_artifact(artifact)
 
     def _log(self, values: dict[str, Any], step: int) -> None:
-        if self.joined:
-            self.run.log({**values, STEP_METRIC: step})
-        else:
-            self.run.log(values, step=step)
+        axes, by_axis = self._axes, {}
+        for tag, value in values.items():
+            axis = axes.get(tag)
+            if axis is None:
+                axis = axes[tag] = f"tbmem/{x_axis(tag)}"
+                if axis != STEP_METRIC:
+                    self.run.define_metric(tag, step_metric=axis, summary="max")
+            by_axis.setdefault(axis, {})[tag] = value
+        for axis, group in by_axis.items():
+            self.run.log({**group, axis: step})
 
     def _finish(self) -> None:
         if not self.joined and self.run is not None:

@@ -60,8 +60,12 @@ def wandb_records(path: str) -> list[Any]:
     return out
 
 
-def wandb_history(path: str, step_key: str = "_step") -> dict[str, dict[int, Any]]:
-    """``{key: {step: value}}`` of every history row of a run file (values decoded from JSON)."""
+STEP_KEYS = ("tbmem/step", "tbmem/epoch", "tbmem/iteration")
+
+
+def wandb_history(path: str) -> dict[str, dict[int, Any]]:
+    """``{key: {step: value}}`` of every history row of a run file (values decoded from JSON), on the
+    row's tbmem step metric (else W&B's ``_step``)."""
     series: dict[str, dict[int, Any]] = defaultdict(dict)
     for record in wandb_records(path):
         if record.WhichOneof("record_type") != "history":
@@ -76,9 +80,12 @@ def wandb_history(path: str, step_key: str = "_step") -> dict[str, dict[int, Any
                 for part in item.nested_key[1:-1]:
                     node = node.setdefault(part, {})
                 node[item.nested_key[-1]] = value
+        keys = [k for k in STEP_KEYS if k in row]
+        assert len(keys) <= 1, row
+        step_key = keys[0] if keys else "_step"
         step = int(row[step_key]) if step_key in row else record.history.step.num
         for key, value in row.items():
-            if not key.startswith("_") and key != step_key:
+            if not key.startswith("_") and key not in STEP_KEYS:
                 assert step not in series[key], f"{key} twice at step {step}"
                 series[key][step] = value
     return dict(series)
