@@ -27,7 +27,11 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
 def wandb_run_files(wandb_dir: str) -> list[str]:
-    """The ``.wandb`` files of the offline runs under ``WANDB_DIR``."""
+    """The ``.wandb`` files of the offline runs under ``WANDB_DIR``, complete: W&B's service is ended
+    first (after ``run.finish()`` it may still be writing the file's last records)."""
+    import wandb
+
+    wandb.teardown()
     return sorted(glob.glob(os.path.join(wandb_dir, "wandb", "offline-run-*", "run-*.wandb")))
 
 
