@@ -183,7 +183,9 @@ class MemoryWriter(StepHooks, RecordPipeline):
         if cfg.sinks:  # a missing extra raises (a configuration error); a sink that fails is switched off
             from tbmem.sinks.fanout import SinkSet
 
-            self._sinks = SinkSet.open(cfg.sinks, run_name=os.path.basename(self.log_dir))
+            # the run's name in the trackers: the run folder's, the job folder's for rank folders
+            folder = os.path.dirname(self.log_dir) if ranks is not None else self.log_dir
+            self._sinks = SinkSet.open(cfg.sinks, run_name=os.path.basename(folder))
         if cfg.spikes is not None:  # sees what write_scalars and add_scalar write (tbmem.spikes)
             from tbmem.spikes import SpikeMonitor
 
