@@ -73,22 +73,24 @@ class BackgroundSink:
         flush_every_s: How often the thread sends what was queued (a batch per interval).
         close_timeout_s: How long :meth:`close` waits for the thread to send the rest and end the run.
         max_pending: Items queued at most; beyond, the oldest are dropped (the tracker cannot keep up).
+        active: False: the sink ignores every call and starts no thread (another rank's, say).
     """
 
     name = "sink"
 
     def __init__(self, *, flush_every_s: float = 1.0, close_timeout_s: float = 30.0,
-                 max_pending: int = 100_000) -> None:
+                 max_pending: int = 100_000, active: bool = True) -> None:
         self.flush_every_s = float(flush_every_s)
         self.close_timeout_s = float(close_timeout_s)
         self._queue: collections.deque[Item] = collections.deque(maxlen=max_pending)
         self._wake = threading.Event()
         self._stop = False
-        self.off = False  #: True once the sink failed (or was closed): calls are ignored
+        self.off = not active  #: True once the sink failed (or was closed): calls are ignored
         self.error: str | None = None  #: the failure that switched the sink off
         self._staging: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"tbmem-sink-{self.name}", daemon=True)
-        self._thread.start()
+        if active:
+            self._thread.start()
 
     # --- the calling thread: append only -------------------------------------------------
     def log(self, values: dict[str, float], step: int) -> None:
@@ -122,6 +124,8 @@ class BackgroundSink:
 
     def close(self) -> None:
         """Send the rest and end the run, waiting at most ``close_timeout_s``; never raises."""
+        if self._thread.ident is None:  # never started: an inactive sink
+            return
         self._stop = True
         self._wake.set()
         self._thread.join(self.close_timeout_s)

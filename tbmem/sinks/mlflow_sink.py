@@ -65,13 +65,11 @@ class MlflowSink(BackgroundSink):
         self.rank = detect_rank()
         self.ranks = ranks
         self.client: Any = None
-        super().__init__(**options)
-        if not self.joined and ranks == "rank0" and not self.rank.is_root:
-            self.off = True
+        # rank 0 only: another rank's sink does nothing (its records reach rank 0's run as aggregates)
+        active = self.joined or ranks == "per_rank" or self.rank.is_root
+        super().__init__(active=active, **options)
 
     def _open(self) -> None:
-        if self.off:
-            return
         from mlflow.tracking import MlflowClient
 
         self.client = client = MlflowClient(tracking_uri=self._tracking_uri)

@@ -73,13 +73,11 @@ class WandbSink(BackgroundSink):
         self._init_kwargs = dict(init_kwargs or {})
         self.rank = detect_rank()
         self.ranks = ranks
-        super().__init__(**options)
-        if not self.joined and ranks == "rank0" and not self.rank.is_root:
-            self.off = True  # another rank's records go to rank 0's run only in per-rank mode
+        # rank 0 only: another rank's sink does nothing (its records reach rank 0's run as aggregates)
+        active = self.joined or ranks == "per_rank" or self.rank.is_root
+        super().__init__(active=active, **options)
 
     def _open(self) -> None:
-        if self.off:
-            return
         wandb, rank = self.wandb, self.rank
         if self.run is None:
             kwargs: dict[str, Any] = {"project": self._project or os.environ.get("WANDB_PROJECT") or "tbmem",

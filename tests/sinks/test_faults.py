@@ -79,6 +79,22 @@ def test_an_unreachable_tracking_server_is_one_line_and_the_rest_goes_on(
     _wandb_complete(offline, tb)
 
 
+def test_an_unreachable_wandb_server_is_one_line_and_mlflow_goes_on(
+        tmp_path: Path, offline: dict, mlflow_client, monkeypatch: pytest.MonkeyPatch,
+        tbmem_log: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "5")
+    _train(tmp_path / "run", ["wandb", "mlflow"])
+    tb = tensorboard_series(str(tmp_path / "run"))
+    assert sorted(tb[RSS]) == list(range(STEPS))
+    (line,) = _failures(tbmem_log, "wandb")
+    assert "127.0.0.1" in line and "connection refused" in line
+    (run,) = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("tbmem-test").experiment_id])
+    assert same_as_float32(mlflow_series(mlflow_client, run.info.run_id)[RSS], tb[RSS])
+
+
 class _TooManyRequests(http.server.BaseHTTPRequestHandler):
     def _refuse(self) -> None:
         self.send_response(429, "Too Many Requests")
