@@ -70,6 +70,7 @@ class RecordPipeline:
     _census_on: bool
     _stop_capture: Any
     _spikes: Any  # tbmem.spikes.SpikeMonitor: sees every write_scalars
+    _sinks: Any  # tbmem.sinks.SinkSet or None: gets every event and text written here
     watched_models: list[torch.nn.Module]
     watched_optimizers: list[torch.optim.Optimizer]
 
@@ -93,6 +94,8 @@ class RecordPipeline:
         if not values:
             return False
         self._saw(step)
+        if self._sinks is not None:  # W&B, MLflow, ...: the same values on the same step (tbmem.sinks)
+            self._sinks.log(values, step)
         if self._layout is not None:  # queued before the event, so written before it
             self._update_layout(values)
         events = self._events
@@ -169,6 +172,8 @@ class RecordPipeline:
     def _write_text(self, tag: str, text: str, step: int) -> bool:
         """``add_text``, written on this thread where :meth:`write_scalars` writes there (the same
         event bytes: a text ``Summary`` in an ``Event``); True when it was."""
+        if self._sinks is not None:
+            self._sinks.log_text(tag, text, step)
         if self._direct is not None:
             from tensorboard.compat.proto.event_pb2 import Event
             from torch.utils.tensorboard.summary import text as text_summary

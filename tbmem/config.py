@@ -58,6 +58,9 @@ class MemoryWriterConfig:
             True for its defaults); None disables them. See docs/forecast.md.
         spikes: Loss-spike detection over the scalars written (:class:`tbmem.spikes.SpikeConfig`, a
             mapping of its fields, or True for its defaults); None disables it. See docs/analysis.md.
+        sinks: Where the records go besides TensorBoard: names (``"wandb"``, ``"mlflow"``, set up
+            by each library's environment variables) or sink objects (:mod:`tbmem.sinks`); each
+            gets every scalar event, census table and snapshot file on the same steps. docs/sinks.md.
         ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
             mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
     """
@@ -79,6 +82,7 @@ class MemoryWriterConfig:
     alerts: Any = field(default=None)
     spikes: Any = field(default=None)
     ranks: Any = field(default=None)
+    sinks: Any = field(default=())
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -109,6 +113,9 @@ class MemoryWriterConfig:
             from tbmem.spikes import SpikeConfig
 
             object.__setattr__(self, "spikes", SpikeConfig.coerce(self.spikes))
+        from tbmem.sinks.fanout import check_sinks
+
+        object.__setattr__(self, "sinks", check_sinks(self.sinks, f"{name}.sinks"))
         if isinstance(self.ranks, Mapping):
             from tbmem.ranks.config import RanksConfig
 

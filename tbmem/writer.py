@@ -129,6 +129,7 @@ class MemoryWriter(StepHooks, RecordPipeline):
         self._snapshots: Any = None
         self._alerts: Any = None
         self._spikes: Any = None
+        self._sinks: Any = None  # tbmem.sinks.SinkSet: W&B, MLflow, ... beside the event file
         self._last_record: tuple[float, int] | None = None
         self._large = LargeThreshold(self.config.large_tensor_mb)
         self._active = self.config.enabled
@@ -179,6 +180,12 @@ class MemoryWriter(StepHooks, RecordPipeline):
 
             self._alerts = AlertMonitor(cfg.alerts, writer=self,
                                         snapshot=self._snapshot_now(cfg.alerts.snapshot, "alert"))
+        if cfg.sinks:  # a missing extra raises (a configuration error); a sink that fails is switched off
+            from tbmem.sinks.fanout import SinkSet
+
+            # the run's name in the trackers: the run folder's, the job folder's for rank folders
+            folder = os.path.dirname(self.log_dir) if ranks is not None else self.log_dir
+            self._sinks = SinkSet.open(cfg.sinks, run_name=os.path.basename(folder))
         if cfg.spikes is not None:  # sees what write_scalars and add_scalar write (tbmem.spikes)
             from tbmem.spikes import SpikeMonitor
 
@@ -236,6 +243,11 @@ class MemoryWriter(StepHooks, RecordPipeline):
     def log_dir(self) -> str:
         """The directory the event files are written to (absolute: resolved when the writer opened)."""
         return self._log_dir
+
+    def log_artifact(self, path: str, kind: str) -> None:
+        """Send a file of the run (a snapshot, a trace) to the sinks (W&B, MLflow); never raises."""
+        if self._sinks is not None and not self.closed:
+            self._sinks.log_artifact(path, kind)
 
     # --- registration -------------------------------------------------------------------
     def watch(self, *objects: torch.nn.Module | torch.optim.Optimizer) -> "MemoryWriter":
@@ -348,6 +360,8 @@ class MemoryWriter(StepHooks, RecordPipeline):
             if self._stop_capture is not None:
                 self._stop_capture()
             self._flush_quietly()
+            if self._sinks is not None:
+                self._sinks.close()
             try:
                 self._writer.close()
             except OSError as exc:

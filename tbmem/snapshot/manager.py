@@ -230,6 +230,11 @@ class SnapshotManager:
                     "pickle)", "gz": "tbmem JSON: `tbmem snapshot stats FILE`"}[p.rsplit(".", 1)[1]]
             lines.append(f"- `{p}` ({os.path.getsize(p) / 2**10:.1f} KiB, {note})")
         w.add_text(FILES_TAG, "\n".join(lines), step)
+        log_artifact = getattr(type(w), "log_artifact", None)  # a MemoryWriter's sinks (tbmem.sinks)
+        if log_artifact is not None:
+            for p in paths:
+                if not p.endswith(".pickle"):  # the offline page and tbmem's JSON; not the trusted pickle
+                    log_artifact(w, p, "snapshot")
 
     # --- failures -----------------------------------------------------------------------
     def on_oom(self, step: int, exc: BaseException, *, stop_recording: bool = True) -> list[str]:

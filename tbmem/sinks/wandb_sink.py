@@ -1,0 +1,150 @@
+"""Weights & Biases as a sink: tbmem's readings on the training step, census tables, snapshot artifacts.
+
+Each value is logged with its training step as its x axis: tbmem writes tags on three axes (the
+step, and for a few tags the epoch or the L-BFGS-B iteration: :func:`tbmem.tags.x_axis`), and W&B's
+own ``_step`` must only grow, which would drop an epoch's value logged after a later step's. So a
+value carries its step as ``tbmem/step`` (``tbmem/epoch``, ``tbmem/iteration``), and
+``define_metric`` makes that the x axis of its tag; each group of tbmem's tags (``Memory/...``,
+``System/...``: :data:`tbmem.tags.TAGS`) is a section of its own, as in TensorBoard, its summary
+the maximum. A census table (a markdown text entry) becomes a ``wandb.Table``; a snapshot's files
+(its offline HTML page, its JSON) and traces become artifacts of type ``tbmem-<kind>``.
+
+A run passed in (``run=wandb.run``) is joined, not finished at close; its own ``_step`` is left
+to its owner. Everything runs on the sink's thread (:class:`tbmem.sinks.base.BackgroundSink`).
+Settings come from W&B's environment variables (``WANDB_MODE=offline``, ``WANDB_DIR``,
+``WANDB_PROJECT``); ``ranks="rank0"`` (the default) logs from rank 0 only, ``"per_rank"`` opens one
+run per rank, grouped by the job.
+
+Example:
+    >>> import os, tempfile
+    >>> from tbmem.sinks.wandb_sink import WandbSink
+    >>> os.environ.update(WANDB_MODE="offline", WANDB_DIR=tempfile.mkdtemp(), WANDB_SILENT="true")
+    >>> sink = WandbSink(name="doc")  # doctest: +SKIP
+    >>> sink.log({"Memory/RAM/process_rss_GB": 1.5}, step=10)  # doctest: +SKIP
+    >>> sink.close()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tbmem._extras import require
+from tbmem.ranks.context import detect_rank
+from tbmem.sinks.base import BackgroundSink, Item, SinkFailed
+from tbmem.sinks.tables import markdown_table
+from tbmem.tags import TAGS, x_axis
+
+__all__ = ["WandbSink", "STEP_METRIC", "RANK_MODES"]
+
+#: The x axes of tbmem's metrics (a metric's own step metric: :func:`tbmem.tags.x_axis`).
+STEP_METRIC = "tbmem/step"
+RANK_MODES = ("rank0", "per_rank")
+
+
+def _groups() -> list[str]:
+    groups = {row.tag.split("/", 1)[0] for row in TAGS.values()}
+    return sorted(groups | {"Ranks", "Alerts", "Spikes"})
+
+
+class WandbSink(BackgroundSink):
+    """Sends tbmem's records to a W&B run.
+
+    Args:
+        run: An existing ``wandb`` run to join; None starts one (``wandb.init``) on the sink's thread.
+        project: The W&B project of a new run (None: ``WANDB_PROJECT``, else ``"tbmem"``).
+        name: The new run's name (per rank: ``<name>-rank<r>``).
+        ranks: ``"rank0"`` (only rank 0 sends) or ``"per_rank"`` (a run per rank, grouped by ``name``).
+        init_kwargs: More keywords for ``wandb.init``.
+        **options: :class:`BackgroundSink`'s (``flush_every_s``, ``close_timeout_s``).
+    """
+
+    name = "wandb"
+
+    def __init__(self, *, run: Any = None, project: str | None = None, name: str | None = None,
+                 ranks: str = "rank0", init_kwargs: dict[str, Any] | None = None, **options: Any) -> None:
+        if ranks not in RANK_MODES:
+            raise ValueError(f"WandbSink.ranks must be one of {RANK_MODES}, got {ranks!r}")
+        self.wandb = require("wandb", extra="wandb")
+        self.run = run
+        self.joined = run is not None
+        self._project = project
+        self._run_name = name
+        self._init_kwargs = dict(init_kwargs or {})
+        self.rank = detect_rank()
+        self.ranks = ranks
+        # rank 0 only: another rank's sink does nothing (its records reach rank 0's run as aggregates)
+        active = self.joined or ranks == "per_rank" or self.rank.is_root
+        super().__init__(active=active, **options)
+
+    def _open(self) -> None:
+        wandb, rank = self.wandb, self.rank
+        if self.run is None:
+            kwargs: dict[str, Any] = {"project": self._project or os.environ.get("WANDB_PROJECT") or "tbmem",
+                                      "name": self._run_name, "reinit": "create_new"}
+            if self.ranks == "per_rank" and rank.distributed:
+                kwargs.update(name=f"{self._run_name or 'tbmem'}-rank{rank.rank}", group=self._run_name)
+            kwargs.update(self._init_kwargs)
+            self.run = wandb.init(**kwargs)
+        run = self.run
+        self._axes: dict[str, str] = {}  # tag -> its step metric, defined on first sight
+        for axis in ("step", "epoch", "iteration"):
+            run.define_metric(f"tbmem/{axis}", hidden=True)
+        for group in _groups():  # a section per group, as TensorBoard's; its summary the peak
+            run.define_metric(f"{group}/*", step_metric=STEP_METRIC, summary="max")
+
+    def _check_open(self) -> None:
+        run = self.run
+        # W&B ignores a call on a finished run with a message of its own: make it a failure of this sink
+        if run is None or getattr(run, "_is_finished", False):
+            raise SinkFailed("the W&B run was finished before tbmem's records were sent")
+
+    def _send(self, items: list[Item]) -> None:
+        self._check_open()
+        wandb, run = self.wandb, self.run
+        for kind, payload, step in items:
+            if kind == "scalars":
+                self._log(payload, step)
+            elif kind == "text":
+                tag, text = payload
+                table = markdown_table(text)
+                if table is not None:
+                    self._log({tag: wandb.Table(columns=table[0], data=table[1])}, step)
+                else:
+                    self._log({tag: wandb.Html(f"<pre>{_escape(text)}</pre>")}, step)
+            else:
+                path, what, original = payload
+                artifact = wandb.Artifact(_artifact_name(original), type=f"tbmem-{what}",
+                                          metadata={"path": original})
+                artifact.add_file(path, name=os.path.basename(original))
+                run.log_artifact(artifact)
+
+    def _log(self, values: dict[str, Any], step: int) -> None:
+        axes, by_axis = self._axes, {}
+        for tag, value in values.items():
+            axis = axes.get(tag)
+            if axis is None:
+                axis = axes[tag] = f"tbmem/{x_axis(tag)}"
+                if axis != STEP_METRIC:
+                    self.run.define_metric(tag, step_metric=axis, summary="max")
+            by_axis.setdefault(axis, {})[tag] = value
+        for axis, group in by_axis.items():
+            self.run.log({**group, axis: step})
+
+    def _finish(self) -> None:
+        if not self.joined and self.run is not None:
+            self.run.finish()
+
+    def _abandon(self) -> None:
+        if not self.joined and self.run is not None and not getattr(self.run, "_is_finished", False):
+            self.run.finish(exit_code=1)
+
+
+def _artifact_name(path: str) -> str:
+    """A W&B artifact name from a file name (letters, digits, ``-_.`` only)."""
+    stem = os.path.basename(path)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
