@@ -202,17 +202,44 @@ static int is_container(PyObject *o) {
            PyFrozenSet_CheckExact(o);
 }
 
+/* ``type(o) in types``, with types None meaning "never". */
+static int type_in(PyObject *types, PyObject *o) {
+    return types == Py_None ? 0 : PySequence_Contains(types, (PyObject *)Py_TYPE(o));
+}
+
+/* ``items(obj, room)``: a list, or NULL with *none set when it gave None (or NULL with an error). */
+static PyObject *call_items(PyObject *items, PyObject *obj, Py_ssize_t room, int *none) {
+    *none = 0;
+    PyObject *result = PyObject_CallFunction(items, "On", obj, room);
+    if (result == Py_None) {
+        Py_DECREF(result);
+        *none = 1;
+        return NULL;
+    }
+    if (result != NULL && !PyList_Check(result)) {
+        Py_DECREF(result);
+        PyErr_SetString(PyExc_TypeError, "items() must return a list or None");
+        return NULL;
+    }
+    return result;
+}
+
 /* At most ``limit`` referents of ``level`` (gc.get_referents's order), without listing all items of
- * a huge container: those containers' items (a dict's values) come last, up to the limit. */
-static PyObject *bounded_referents(PyObject *level, Py_ssize_t limit) {
-    PyObject *refs = PyList_New(0), *big = PyList_New(0);
-    if (refs == NULL || big == NULL) {
+ * a huge container: those containers' items (a dict's values) come after, then the items of the
+ * level's instances of ``atypes`` that ``items`` lists (numpy arrays of objects), up to the limit. */
+static PyObject *bounded_referents(PyObject *level, Py_ssize_t limit, PyObject *atypes, PyObject *items) {
+    PyObject *refs = PyList_New(0), *big = PyList_New(0), *expandable = PyList_New(0);
+    if (refs == NULL || big == NULL || expandable == NULL) {
         goto fail;
     }
     Py_ssize_t n = PyList_GET_SIZE(level);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PyList_GET_ITEM(level, i);
-        if (is_container(o) && PyObject_Length(o) > limit) {
+        int expand = items == Py_None ? 0 : PySequence_Contains(atypes, (PyObject *)Py_TYPE(o));
+        if (expand < 0 || (expand && PyList_Append(expandable, o) < 0)) {
+            goto fail;
+        }
+        if (!expand && is_container(o) && PyObject_Length(o) > limit) {
             if (PyList_Append(big, o) < 0) {
                 goto fail;
             }
@@ -223,6 +250,9 @@ static PyObject *bounded_referents(PyObject *level, Py_ssize_t limit) {
         int skip = 0;
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(big); j++) {
             skip |= PyList_GET_ITEM(big, j) == o;
+        }
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(expandable); j++) {
+            skip |= PyList_GET_ITEM(expandable, j) == o;
         }
         if (skip || !PyObject_IS_GC(o) || Py_TYPE(o)->tp_traverse == NULL) {
             continue;
@@ -237,10 +267,10 @@ static PyObject *bounded_referents(PyObject *level, Py_ssize_t limit) {
         if (room <= 0) {
             continue;
         }
-        PyObject *items = PyDict_CheckExact(container) ? PyObject_CallMethod(container, "values", NULL)
-                                                       : (Py_INCREF(container), container);
-        PyObject *it = items ? PyObject_GetIter(items) : NULL;
-        Py_XDECREF(items);
+        PyObject *values = PyDict_CheckExact(container) ? PyObject_CallMethod(container, "values", NULL)
+                                                        : (Py_INCREF(container), container);
+        PyObject *it = values ? PyObject_GetIter(values) : NULL;
+        Py_XDECREF(values);
         if (it == NULL) {
             goto fail;
         }
@@ -258,21 +288,53 @@ static PyObject *bounded_referents(PyObject *level, Py_ssize_t limit) {
             goto fail;
         }
     }
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(expandable); j++) {
+        Py_ssize_t room = limit - PyList_GET_SIZE(refs);
+        int none;
+        PyObject *listed = call_items(items, PyList_GET_ITEM(expandable, j), room > 0 ? room : 0, &none);
+        if (listed == NULL && !none) {
+            goto fail;
+        }
+        if (listed != NULL) {
+            int failed = PyList_SetSlice(refs, PyList_GET_SIZE(refs), PyList_GET_SIZE(refs), listed) < 0;
+            Py_DECREF(listed);
+            if (failed) {
+                goto fail;
+            }
+        }
+    }
     if (PyList_GET_SIZE(refs) > limit && PyList_SetSlice(refs, limit, PyList_GET_SIZE(refs), NULL) < 0) {
         goto fail;
     }
     Py_DECREF(big);
+    Py_DECREF(expandable);
     return refs;
 fail:
     Py_XDECREF(refs);
     Py_XDECREF(big);
+    Py_XDECREF(expandable);
     return NULL;
 }
 
+/* Whether ``items`` lists anything for ``obj`` (``items(obj, 1) is not None``): -1 on error. */
+static int expands(PyObject *items, PyObject *obj) {
+    if (items == Py_None) {
+        return 0;
+    }
+    int none;
+    PyObject *listed = call_items(items, obj, 1, &none);
+    if (listed == NULL) {
+        return none ? 0 : -1;
+    }
+    Py_DECREF(listed);
+    return 1;
+}
+
 static PyObject *instances_below(PyObject *module, PyObject *args) {
-    PyObject *obj, *atypes, *budget;
+    PyObject *obj, *atypes, *budget, *stop = Py_None, *items = Py_None;
     int depth;
-    if (!PyArg_ParseTuple(args, "OOiO!:instances_below", &obj, &atypes, &depth, &PyList_Type, &budget)) {
+    if (!PyArg_ParseTuple(args, "OOiO!|OO:instances_below", &obj, &atypes, &depth, &PyList_Type, &budget, &stop,
+                          &items)) {
         return NULL;
     }
     if (PyList_GET_SIZE(budget) != 1) {
@@ -287,15 +349,26 @@ static PyObject *instances_below(PyObject *module, PyObject *args) {
         goto fail;
     }
     if (hit) {
-        Py_DECREF(level);
         if (PyList_Append(found, obj) < 0) {
-            Py_DECREF(found);
-            return NULL;
+            goto fail;
         }
-        return found;
-    }
-    if (descends(Py_TYPE(obj)) && PyList_Append(level, obj) < 0) {
-        goto fail;
+        Py_ssize_t left = PyLong_AsSsize_t(PyList_GET_ITEM(budget, 0));
+        if (left == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        int expand = items == Py_None || depth <= 0 || left <= 0 ? 0 : expands(items, obj);
+        if (expand < 0 || (expand && PyList_Append(level, obj) < 0)) {
+            goto fail;
+        }
+        if (!expand) {
+            Py_DECREF(level);
+            return found;
+        }
+    } else {
+        int stopped = type_in(stop, obj);
+        if (stopped < 0 || (descends(Py_TYPE(obj)) && !stopped && PyList_Append(level, obj) < 0)) {
+            goto fail;
+        }
     }
     for (int d = 0; d < depth; d++) {
         Py_ssize_t left = PyLong_AsSsize_t(PyList_GET_ITEM(budget, 0));
@@ -305,7 +378,7 @@ static PyObject *instances_below(PyObject *module, PyObject *args) {
         if (left <= 0 || PyList_GET_SIZE(level) == 0) {
             break;
         }
-        PyObject *refs = bounded_referents(level, left);
+        PyObject *refs = bounded_referents(level, left, atypes, items);
         if (refs == NULL) {
             goto fail;
         }
@@ -314,22 +387,31 @@ static PyObject *instances_below(PyObject *module, PyObject *args) {
             Py_DECREF(refs);
             goto fail;
         }
-        PyObject *next = PyList_New(0);
-        if (next == NULL) {
+        PyObject *next = PyList_New(0), *here = PyList_New(0);
+        if (next == NULL || here == NULL) {
+            Py_XDECREF(next);
+            Py_XDECREF(here);
             Py_DECREF(refs);
             goto fail;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(refs); i++) {
+        int failed = 0;
+        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(refs); i++) {
             PyObject *r = PyList_GET_ITEM(refs, i);
             int wanted = PySequence_Contains(atypes, (PyObject *)Py_TYPE(r));
-            if (wanted < 0 || (wanted && PyList_Append(found, r) < 0) ||
-                (descends(Py_TYPE(r)) && PyList_Append(next, r) < 0)) {
-                Py_DECREF(next);
-                Py_DECREF(refs);
-                goto fail;
-            }
+            int stopped = wanted < 0 ? 0 : type_in(stop, r);
+            failed = wanted < 0 || stopped < 0 || (wanted && (PyList_Append(found, r) < 0 || PyList_Append(here, r) < 0)) ||
+                     (descends(Py_TYPE(r)) && !stopped && PyList_Append(next, r) < 0);
         }
+        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(here); i++) {
+            int expand = expands(items, PyList_GET_ITEM(here, i));
+            failed = expand < 0 || (expand && PyList_Append(next, PyList_GET_ITEM(here, i)) < 0);
+        }
+        Py_DECREF(here);
         Py_DECREF(refs);
+        if (failed) {
+            Py_DECREF(next);
+            goto fail;
+        }
         Py_SETREF(level, next);
     }
     Py_DECREF(level);
@@ -630,6 +712,261 @@ fail:
     return NULL;
 }
 
+/* ---- weak_refs: the incremental scan's index, without adding to the collector's work ----------------
+ *
+ * tbmem/census/heap.py keeps a weak reference to each instance a scan found. A plain weakref.ref is
+ * gc-tracked: each one would lengthen every later collection of the user's program. A weak reference
+ * without a callback refers to nothing the collector follows (its traversal visits only the callback),
+ * so it can never be part of a reference cycle: these are untracked once made. Same referents, same
+ * order, as heap.py's Python twin (list(map(weakref.ref, ...)) of the objects whose type is not skipped).
+ */
+static PyObject *weak_refs(PyObject *module, PyObject *args) {
+    PyObject *objs, *skip;
+    if (!PyArg_ParseTuple(args, "O!O:weak_refs", &PyList_Type, &objs, &skip)) {
+        return NULL;
+    }
+    if (!PyAnySet_Check(skip)) {
+        return PyErr_Format(PyExc_TypeError, "skip must be a set or frozenset, got %.100s", Py_TYPE(skip)->tp_name);
+    }
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < PyList_GET_SIZE(objs); i++) {
+        PyObject *obj = PyList_GET_ITEM(objs, i);
+        Py_INCREF(obj);
+        int skipped = PySet_Contains(skip, (PyObject *)Py_TYPE(obj));
+        PyObject *ref = skipped == 0 ? PyWeakref_NewRef(obj, NULL) : NULL;
+        Py_DECREF(obj);
+        if (skipped < 0 || (skipped == 0 && ref == NULL)) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (ref == NULL) {
+            continue;
+        }
+        if (PyObject_GC_IsTracked(ref) && Py_IS_TYPE(ref, &_PyWeakref_RefType)) {
+            PyObject_GC_UnTrack(ref); /* a plain reference without a callback: nothing for the collector */
+        }
+        int failed = PyList_Append(out, ref) < 0;
+        Py_DECREF(ref);
+        if (failed) {
+            Py_CLEAR(out);
+        }
+    }
+    return out;
+}
+
+/* ---- tensor_facts, storage_facts: a storage's facts, read from torch's C++ objects -----------------
+ *
+ * Measuring a tensor through untyped_storage() makes a Python object for its storage, which torch
+ * keeps as long as the storage (one more gc-tracked object per storage, for good). These read the
+ * same facts where torch keeps them, at the byte offsets tbmem._torch_private.storage_layout() found
+ * and checked on tensors made for the purpose: TensorImpl -> StorageImpl, and the StorageImpl's data
+ * pointer, its context, size, device and resizable flag. One row of four int64 per item:
+ * (StorageImpl address or 0, data address, nbytes, flags), flags = device type | device index << 8 |
+ * resizable << 16 | (context == data) << 17 (a torch allocator made the memory). scan.py's
+ * _facts_py reads the same words with ctypes (the Python twin).
+ */
+typedef struct {
+    Py_ssize_t storage, data, context, nbytes, device, resizable, sizes, inline_sizes;
+} Layout;
+
+#define LAYOUT_FIELDS 8
+
+static int parse_layout(PyObject *layout, Layout *l) {
+    Py_ssize_t *fields[] = {&l->storage, &l->data,      &l->context, &l->nbytes,
+                            &l->device,  &l->resizable, &l->sizes,   &l->inline_sizes};
+    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != LAYOUT_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of eight offsets");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < LAYOUT_FIELDS; i++) {
+        *fields[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, i));
+        if (*fields[i] == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (*fields[i] < 0 || *fields[i] > 4096) {
+            PyErr_SetString(PyExc_ValueError, "layout offsets must lie in 0..4096");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void read_storage(const Layout *l, const char *storage, int64_t *row) {
+    row[0] = (int64_t)(uintptr_t)storage;
+    if (storage == NULL) {
+        row[1] = row[2] = row[3] = 0;
+        return;
+    }
+    void *data = *(void *const *)(storage + l->data), *context = *(void *const *)(storage + l->context);
+    int64_t type = *(const uint8_t *)(storage + l->device), index = *(const uint8_t *)(storage + l->device + 1);
+    int64_t resizable = *(const uint8_t *)(storage + l->resizable) & 1;
+    row[1] = (int64_t)(uintptr_t)data;
+    row[2] = *(const int64_t *)(storage + l->nbytes);
+    row[3] = type | index << 8 | resizable << 16 | (int64_t)(context == data) << 17;
+}
+
+/* descriptor.__get__(t): a data descriptor's own getter, called directly (no bound method made) */
+static PyObject *get(PyObject *descriptor, PyObject *t) {
+    descrgetfunc getter = Py_TYPE(descriptor)->tp_descr_get;
+    if (getter == NULL) {
+        return PyObject_CallOneArg(descriptor, t); /* a plain callable */
+    }
+    return getter(descriptor, t, (PyObject *)Py_TYPE(t));
+}
+
+/* get(getter, t), or NULL with the error cleared when it raised (a nested tensor's shape) and *failed set */
+static PyObject *get_or_clear(PyObject *getter, PyObject *t, int *failed) {
+    PyObject *value = get(getter, t);
+    if (value == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            return NULL;
+        }
+        PyErr_Clear();
+        *failed = 1;
+    }
+    return value;
+}
+
+/* index of ``value`` in ``seen`` (a dict value -> index), adding it (``as_tuple``: as a tuple) to ``listed``
+ * when new; -2 on error */
+static Py_ssize_t intern_value(PyObject *seen, PyObject *listed, PyObject *value, int as_tuple) {
+    PyObject *known = PyDict_GetItemWithError(seen, value);
+    if (known != NULL) {
+        return PyLong_AsSsize_t(known);
+    }
+    if (PyErr_Occurred()) {
+        return -2;
+    }
+    Py_ssize_t index = PyList_GET_SIZE(listed);
+    PyObject *number = PyLong_FromSsize_t(index);
+    PyObject *entry = as_tuple ? PySequence_Tuple(value) : (Py_INCREF(value), value);
+    int failed = number == NULL || entry == NULL || PyDict_SetItem(seen, value, number) < 0 ||
+                 PyList_Append(listed, entry) < 0;
+    Py_XDECREF(number);
+    Py_XDECREF(entry);
+    return failed ? -2 : index;
+}
+
+#define TENSOR_ROW 6
+
+/* Rows of (StorageImpl address or 0, data address, nbytes, flags, dtype index, shape index); flags as
+ * read_storage's, | nested << 18 | requires_grad << 19 | (grad_fn is not None) << 20. ``getters`` are
+ * torch's own (impl_of, is_nested, requires_grad, grad_fn, dtype, shape): no subclass override runs. */
+static PyObject *tensor_facts(PyObject *module, PyObject *args) {
+    PyObject *tensors, *getters, *layout;
+    Layout l;
+    if (!PyArg_ParseTuple(args, "O!O!O:tensor_facts", &PyList_Type, &tensors, &PyTuple_Type, &getters, &layout) ||
+        parse_layout(layout, &l) < 0) {
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(getters) != 6) {
+        return PyErr_Format(PyExc_TypeError, "getters must be (impl_of, is_nested, requires_grad, grad_fn, dtype, shape)");
+    }
+    PyObject *impl_of = PyTuple_GET_ITEM(getters, 0), *nested_of = PyTuple_GET_ITEM(getters, 1),
+             *requires_of = PyTuple_GET_ITEM(getters, 2), *grad_fn_of = PyTuple_GET_ITEM(getters, 3),
+             *dtype_of = PyTuple_GET_ITEM(getters, 4), *shape_of = PyTuple_GET_ITEM(getters, 5);
+    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * TENSOR_ROW * (Py_ssize_t)sizeof(int64_t));
+    PyObject *dtypes = PyList_New(0), *shapes = PyList_New(0), *dtype_seen = PyDict_New(), *shape_seen = PyDict_New();
+    if (out == NULL || dtypes == NULL || shapes == NULL || dtype_seen == NULL || shape_seen == NULL) {
+        goto fail;
+    }
+    int64_t *rows = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= PyList_GET_SIZE(tensors)) {
+            PyErr_SetString(PyExc_RuntimeError, "the list of tensors changed while it was read");
+            goto fail;
+        }
+        PyObject *t = PyList_GET_ITEM(tensors, i);
+        Py_INCREF(t);
+        int64_t *row = rows + TENSOR_ROW * i;
+        int odd = 0;
+        PyObject *address = get(impl_of, t); /* TensorImpl* */
+        void *impl = address ? PyLong_AsVoidPtr(address) : NULL;
+        Py_XDECREF(address);
+        PyObject *nested = PyErr_Occurred() ? NULL : get(nested_of, t);
+        PyObject *requires = nested ? get(requires_of, t) : NULL;
+        PyObject *grad_fn = requires ? get(grad_fn_of, t) : NULL;
+        PyObject *dtype = grad_fn ? get(dtype_of, t) : NULL;
+        /* the sizes where the TensorImpl keeps them (torch.Size is slow to make: 1.4 us a tensor);
+         * through the getter for a tensor whose count of dimensions is not plausible */
+        PyObject *shape = NULL;
+        if (dtype != NULL && impl != NULL) {
+            const char *at = (const char *)impl + l.sizes;
+            int64_t dims = *(const int64_t *)at;
+            const int64_t *sizes = dims <= l.inline_sizes ? (const int64_t *)(at + 8) : *(const int64_t *const *)(at + 8);
+            if (dims >= 0 && dims <= 64 && sizes != NULL) {
+                shape = PyTuple_New((Py_ssize_t)dims);
+                for (int64_t d = 0; shape != NULL && d < dims; d++) {
+                    PyObject *size = PyLong_FromLongLong(sizes[d]);
+                    if (size == NULL) {
+                        Py_CLEAR(shape);
+                    } else {
+                        PyTuple_SET_ITEM(shape, d, size);
+                    }
+                }
+            }
+        }
+        if (dtype != NULL && shape == NULL && !PyErr_Occurred()) {
+            shape = get_or_clear(shape_of, t, &odd);
+        }
+        Py_DECREF(t);
+        if (dtype == NULL || (shape == NULL && !odd)) {
+            Py_XDECREF(nested);
+            Py_XDECREF(requires);
+            Py_XDECREF(grad_fn);
+            Py_XDECREF(dtype);
+            goto fail;
+        }
+        read_storage(&l, impl ? *(const char *const *)((const char *)impl + l.storage) : NULL, row);
+        row[3] |= (int64_t)(nested == Py_True) << 18 | (int64_t)(requires == Py_True) << 19 |
+                  (int64_t)(grad_fn != Py_None) << 20;
+        row[4] = intern_value(dtype_seen, dtypes, dtype, 0);
+        row[5] = shape == NULL ? -1 : intern_value(shape_seen, shapes, shape, 1);
+        Py_DECREF(nested);
+        Py_DECREF(requires);
+        Py_DECREF(grad_fn);
+        Py_DECREF(dtype);
+        Py_XDECREF(shape);
+        if (row[4] == -2 || row[5] == -2) {
+            goto fail;
+        }
+    }
+    Py_DECREF(dtype_seen);
+    Py_DECREF(shape_seen);
+    return Py_BuildValue("(NNN)", out, dtypes, shapes);
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(dtypes);
+    Py_XDECREF(shapes);
+    Py_XDECREF(dtype_seen);
+    Py_XDECREF(shape_seen);
+    return NULL;
+}
+
+static PyObject *storage_facts(PyObject *module, PyObject *args) {
+    PyObject *addresses, *layout;
+    Layout l;
+    if (!PyArg_ParseTuple(args, "O!O:storage_facts", &PyList_Type, &addresses, &layout) || parse_layout(layout, &l) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(addresses);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4 * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL) {
+        return NULL;
+    }
+    int64_t *rows = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        void *storage = PyLong_AsVoidPtr(PyList_GET_ITEM(addresses, i)); /* no Python code runs: the list stays */
+        if (storage == NULL && PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        read_storage(&l, storage, rows + 4 * i);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"select_tracked", select_tracked, METH_O,
      "select_tracked(types) -> list\n\nEvery gc-tracked object whose exact type is one of ``types``, in the\n"
@@ -644,9 +981,20 @@ static PyMethodDef methods[] = {
      "tbmem.census.scan.walk_autograd's loop, eagerly: [(saved tensor, \"NodeType.label\"), ...] of the graphs\n"
      "below the nodes in ``stack``; ``fields_of(node_type)`` gives (attribute, label) pairs."},
     {"instances_below", instances_below, METH_VARARGS,
-     "instances_below(obj, atypes, depth, budget) -> list\n\ntbmem.census.walk._instances_below, eagerly: the\n"
-     "instances of ``atypes`` reachable from ``obj`` through at most ``depth`` hops of gc referents;\n"
-     "``budget[0]`` referents may be examined and is decreased by those that were."},
+     "instances_below(obj, atypes, depth, budget, stop=None, items=None) -> list\n\ntbmem.census.walk._instances_below,\n"
+     "eagerly: the instances of ``atypes`` reachable from ``obj`` through at most ``depth`` hops of gc referents,\n"
+     "not looking inside instances of ``stop``; ``items(instance, room)`` lists a found instance's referents\n"
+     "the collector does not know of; ``budget[0]`` referents may be examined and is decreased by those that were."},
+    {"weak_refs", weak_refs, METH_VARARGS,
+     "weak_refs(objs, skip) -> list\n\nUntracked weak references to the objects of ``objs`` whose type is not in the set ``skip``,\n"
+     "in order (a weak reference without a callback can be in no reference cycle)."},
+    {"tensor_facts", tensor_facts, METH_VARARGS,
+     "tensor_facts(tensors, getters, layout) -> (bytes, dtypes, shapes)\n\nSix int64 per tensor: (StorageImpl address\n"
+     "or 0, data address, nbytes, flags, dtype index, shape index), the storage read at the offsets ``layout``\n"
+     "(tbmem._torch_private.storage_layout()); ``getters``: torch's own descriptors (or callables) of _cdata,\n"
+     "is_nested, requires_grad, grad_fn, dtype, shape. The dtypes and the shapes (tuples) each once, in order of first appearance."},
+    {"storage_facts", storage_facts, METH_VARARGS,
+     "storage_facts(addresses, layout) -> bytes\n\n:func:`tensor_facts`'s rows for StorageImpl addresses."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -654,7 +1002,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gcwalk", "The censu
 
 PyMODINIT_FUNC PyInit__gcwalk(void) {
     PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[sssss]", "select_tracked", "select_listed", "subclasses", "walk_graph", "instances_below") : NULL;
+    PyObject *all = m ? Py_BuildValue("[ssssssss]", "select_tracked", "select_listed", "subclasses", "walk_graph",
+                                       "instances_below", "weak_refs", "tensor_facts", "storage_facts") : NULL;
     if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
         Py_XDECREF(all);
         Py_XDECREF(m);

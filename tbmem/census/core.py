@@ -19,17 +19,21 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
+import operator
 import time
 from itertools import compress
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Literal
 
+import numpy as np
 import torch
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.census import heap, scan, walk
+from tbmem.census import categorize, facts, heap, scan, walk
 from tbmem.census.categorize import Ledger
 from tbmem.census.report import Census
 
@@ -43,6 +47,42 @@ _Param = torch.nn.Parameter
 _grad, _grad_fn, _requires_grad, _is_leaf, _retains_grad, _dtype, _device = (
     scan.tensor_attr[n] for n in ("grad", "grad_fn", "requires_grad", "is_leaf", "retains_grad", "dtype", "device"))
 _is_view = torch.Tensor._is_view
+_IS_TENSOR = functools.partial(operator.is_, torch.Tensor)
+
+
+def _flagged(tensors: list[Any], got: facts.TensorFacts | None, flag: int, test: Callable[[Any], Any]) -> list[Any]:
+    """The tensors whose facts carry ``flag`` (without facts: for which torch's getter ``test`` gives something
+    true; a C function, no Python call per tensor)."""
+    if got is not None:
+        return list(compress(tensors, (got.rows[:, 3] & flag != 0).tolist()))
+    return list(compress(tensors, map(test, tensors)))
+
+
+# A census of this many storages or more made temporaries of several MB (arrays, lists): glibc keeps
+# the heap they grew by (its mmap threshold rises after the first large free), so it is given back.
+_TRIM_AFTER = 20_000
+_trim: Any = False
+
+
+def _give_back_heap() -> None:
+    """``malloc_trim(0)`` where glibc offers it (a fraction of a millisecond): the freed temporaries go back
+    to the system instead of staying in the process's resident memory."""
+    global _trim
+    if _trim is False:
+        try:
+            _trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _trim = None
+    if _trim is not None:
+        _trim(0)
+
+
+def _facts(ledger: Ledger, tensors: list[Any]) -> facts.TensorFacts | None:
+    try:
+        return facts.tensor_facts(tensors)
+    except Exception as exc:  # noqa: BLE001 - then each phase asks each tensor itself
+        ledger._note("facts", "the tensors could not be read together (read one by one)", exc)
+        return None
 
 
 def _label(kind: str, i: int) -> str:
@@ -90,14 +130,19 @@ def take_census(
             warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
             with tp.disable_torch_function_subclass():
                 ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan)
-                records = ledger.records()
+                records = ledger.table()
+                ledger.release()
     finally:
         if gc_was_enabled:
             gc.enable()
     unattributed = _unattributed(ledger, device)
-    return Census.from_records(records, large_tensor_bytes=large_tensor_bytes, top_k=top_k,
-                               duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
-                               notes=ledger.notes, heap_scan=method, blind_spots=ledger.blind_spots)
+    notes, blind_spots, blind_spot_notes = ledger.notes, ledger.blind_spots, ledger.blind_spot_notes
+    del ledger
+    if len(records) >= _TRIM_AFTER:
+        _give_back_heap()
+    return Census.from_table(records, large_tensor_bytes=large_tensor_bytes, top_k=top_k,
+                             duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
+                             notes=notes, heap_scan=method, blind_spots=blind_spots, blind_spot_notes=blind_spot_notes)
 
 
 def _guarded(ledger: Ledger, what: str, fn: Any, *args: Any) -> None:
@@ -146,10 +191,20 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
     stypes, ntypes = found.storage_types, found.node_types
     objs, kinds = found.objects, list(map(type, found.objects))
-    tensors, storages, nodes, holders = (list(compress(objs, map(types.__contains__, kinds)))
-                                         for types in (ttypes, stypes, ntypes, htypes))
+    is_tensor = list(map(ttypes.__contains__, kinds))  # most are tensors: the rest are sorted apart
+    tensors = list(compress(objs, is_tensor))
+    objs = list(compress(objs, map(operator.not_, is_tensor)))
+    kinds = list(map(type, objs))
+    storages, nodes, holders = (list(compress(objs, map(types.__contains__, kinds))) for types in (stypes, ntypes, htypes))
+    del is_tensor
+    plain_kind = list(map(_IS_TENSOR, map(type, tensors)))
+    subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
+    plain = list(compress(tensors, plain_kind))
     del found, kinds, objs
     ledger = Ledger(ttypes)
+    got = _facts(ledger, tensors)  # what every phase asks of every tensor, read once (None: asked one by one)
+    got_plain = None if got is None else got._replace(rows=got.rows[np.asarray(plain_kind, dtype=bool)])
+    del plain_kind
     frozen = heap.frozen_objects()
     if frozen:
         ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
@@ -174,10 +229,10 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
         def found_parameter(t: Any) -> None:
             kind = type(t)
-            if kind in param_types or (kind is not torch.Tensor and _is_flagged_parameter(t)):
+            if kind in param_types or _is_flagged_parameter(t):
                 ledger.claim(t, "parameters", kind.__name__)
 
-        _each(ledger, "parameters", tensors, found_parameter)
+        _each(ledger, "parameters", subclassed, found_parameter)
 
     def gradients() -> None:
         def named_grad(entry: tuple[torch.Tensor, str, str | None]) -> None:
@@ -195,7 +250,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                     grads.append(g)
 
         _each(ledger, "gradients", list(named.values()), named_grad)
-        _each(ledger, "gradients", tensors, leaf_grad)
+        _each(ledger, "gradients", _flagged(tensors, got, facts.REQUIRES_GRAD, _requires_grad), leaf_grad)
 
     def optimizer_state() -> None:
         for k, opt in enumerate(optimizers):
@@ -257,7 +312,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                         ledger.claim(t, "activations", f"{name} (packed)")
 
         _each(ledger, "activations", roots, root)
-        _each(ledger, "activations", tensors, output)
+        _each(ledger, "activations", _flagged(tensors, got, facts.HAS_GRAD_FN, _grad_fn), output)
         _each(ledger, "activations", grads, grad_graph)
         visited: set[int] = set()
         keep: list[Any] = []
@@ -274,11 +329,12 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
     def other() -> None:
         # Subclass instances first: a wrapper (DTensor, a nested tensor) names the memory of its inner tensors.
-        for t in sorted(tensors, key=lambda t: type(t) is torch.Tensor):
+        for t in subclassed:
             if not ledger.seen(t):
                 ledger.claim(t, "other", type(t).__name__)
-        for s in storages:  # storages held without a tensor
-            ledger.claim_storage(s, type(s).__name__)
+        for position, t in ledger.claim_plain(plain, "other", got_plain):  # in bulk; the odd ones one by one
+            ledger.claim(t, "other", type(t).__name__, position=position)
+        ledger.claim_storages(storages)  # storages held without a tensor
 
     def arrays() -> None:
         atypes = heap.array_types()

@@ -62,9 +62,13 @@ def test_subclasses_are_found_and_their_overrides_bypassed(tbmem_log) -> None:
     assert not census.notes
 
 
+class _Odd(torch.Tensor):
+    pass
+
+
 def test_a_failing_tensor_is_reported_once_and_the_rest_is_counted(tbmem_log, monkeypatch) -> None:
     gc.collect()
-    odd = [torch.zeros(13), torch.zeros(17)]
+    odd = [torch.Tensor._make_subclass(_Odd, torch.zeros(n)) for n in (13, 17)]  # measured one by one
     real = core.scan.tensor_storages
 
     def flaky(t):
@@ -79,7 +83,22 @@ def test_a_failing_tensor_is_reported_once_and_the_rest_is_counted(tbmem_log, mo
     assert not _bytes(census, 13 * 4) and not _bytes(census, 17 * 4)
     messages = [r.getMessage() for r in tbmem_log.records if "could not be measured" in r.getMessage()]
     assert len(messages) == 1 and "simulated failure" in messages[0]
-    assert census.notes == ["a Tensor could not be measured"]
+    assert census.notes == ["a _Odd could not be measured"]
+
+
+def test_a_failure_of_the_bulk_measurement_falls_back_to_one_by_one(tbmem_log, monkeypatch) -> None:
+    gc.collect()
+    plain = [torch.zeros(19), torch.zeros(23)]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bulk failure")
+
+    monkeypatch.setattr(core.categorize, "measure_plain", broken)
+    census = take_census()
+    assert len(_bytes(census, 19 * 4)) == 1 and len(_bytes(census, 23 * 4)) == 1
+    messages = [r.getMessage() for r in tbmem_log.records if "simulated bulk failure" in r.getMessage()]
+    assert len(messages) == 1 and "measured one by one" in messages[0]
+    del plain
 
 
 def test_tensors_freed_during_the_scan(monkeypatch) -> None:
