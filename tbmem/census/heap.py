@@ -81,6 +81,10 @@ try:
     from tbmem.census._gcwalk import weak_refs as _weak_refs_c
 except ImportError:
     _weak_refs_c = None
+try:
+    from tbmem.census._gcwalk import select_tracked_from as _select_from
+except ImportError:
+    _select_from = None
 #: Whether full scans walk the heap in C (False: ``gc.get_objects()``, as fast as numpy makes it).
 C_HEAP_PASS = _select_tracked is not None
 
@@ -335,7 +339,26 @@ def forget() -> None:
         _last = None
 
 
+#: Stretches of the oldest generation walked side by side (see ``select_tracked_from`` in _gcwalk.c).
+STRETCHES = 16
+_anchors: list[weakref.ref[Any]] = []  # objects along the oldest generation, picked by the last full walk
+_spacing = 0
+
+
 def _full(types: frozenset[type]) -> Found:
+    global _anchors, _spacing
+    if _select_from is not None:
+        held = [a for a in map(weakref.ref.__call__, _anchors) if a is not None]
+        try:
+            objs, candidates, length = _select_from(tuple(types), held, _spacing)
+        except (NotImplementedError, MemoryError, RuntimeError):
+            pass
+        else:
+            del held
+            step = max(1, len(candidates) // STRETCHES)
+            _anchors = _weak_refs(candidates[step::step][:STRETCHES - 1])
+            _spacing = max(1, length // (4 * STRETCHES))
+            return Found(objs, set(), set(), "objects")
     if _select_tracked is not None:
         try:
             return Found(_select_tracked(tuple(types)), set(), set(), "objects")
