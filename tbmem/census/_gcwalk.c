@@ -1029,7 +1029,7 @@ static PyObject *weak_refs(PyObject *module, PyObject *args) {
  *
  * Measuring a tensor through untyped_storage() makes a Python object for its storage, which torch
  * keeps as long as the storage (one more gc-tracked object per storage, for good). These read the
- * same facts where torch keeps them, at the byte offsets tbmem._torch_private.storage_layout() found
+ * same facts where torch keeps them, at the byte offsets tbmem._torch_private_census.storage_layout() found
  * and checked on tensors made for the purpose: TensorImpl -> StorageImpl, and the StorageImpl's data
  * pointer, its context, size, device and resizable flag. One row of four int64 per item:
  * (StorageImpl address or 0, data address, nbytes, flags), flags = device type | device index << 8 |
@@ -1266,7 +1266,7 @@ static PyMethodDef methods[] = {
     {"tensor_facts", tensor_facts, METH_VARARGS,
      "tensor_facts(tensors, getters, layout) -> (bytes, dtypes, shapes)\n\nSix int64 per tensor: (StorageImpl address\n"
      "or 0, data address, nbytes, flags, dtype index, shape index), the storage read at the offsets ``layout``\n"
-     "(tbmem._torch_private.storage_layout()); ``getters``: torch's own descriptors (or callables) of _cdata,\n"
+     "(tbmem._torch_private_census.storage_layout()); ``getters``: torch's own descriptors (or callables) of _cdata,\n"
      "is_nested, requires_grad, grad_fn, dtype, shape. The dtypes and the shapes (tuples) each once, in order of first appearance."},
     {"storage_facts", storage_facts, METH_VARARGS,
      "storage_facts(addresses, layout) -> bytes\n\n:func:`tensor_facts`'s rows for StorageImpl addresses."},

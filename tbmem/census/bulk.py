@@ -126,7 +126,7 @@ def _counted(data: np.ndarray, nbytes: np.ndarray, code: np.ndarray, named: Sequ
 def unknown_storages(storages: list[Any], named: Sequence[_Key], blocks: Sequence[Block]) -> list[Any] | None:
     """The storage objects (``UntypedStorage``, ``TypedStorage``) whose memory is not counted yet and has
     data: most are the storage of a tensor counted already (torch keeps one for each storage some code
-    asked for). None without torch's layout (see :func:`tbmem._torch_private.storage_layout`)."""
+    asked for). None without torch's layout (see :func:`tbmem._torch_private_census.storage_layout`)."""
     untyped = [s if type(s) is torch.UntypedStorage else scan.untyped_of(s) for s in storages]
     rows = facts.storage_facts(list(map(_storage_impl, untyped)))
     if rows is None:

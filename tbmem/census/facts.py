@@ -3,7 +3,7 @@
 ``t.untyped_storage()`` makes a Python object for the storage, which torch then keeps as long as
 the storage: measuring 100k tensors that way leaves 100k objects behind for good, and makes every
 later collection of the user's program longer. Here a tensor's storage is read where torch keeps it
-(:func:`tbmem._torch_private.storage_layout` finds and checks the offsets), together with what the
+(:func:`tbmem._torch_private_census.storage_layout` finds and checks the offsets), together with what the
 census asks of every tensor: whether it is nested, requires grad, has a ``grad_fn``, its dtype and
 shape (each through torch's own getter, so that no subclass override runs; the shape where the
 TensorImpl keeps it, as making a ``torch.Size`` costs more than all the rest).
@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from tbmem import _torch_private as tp
+from tbmem import _torch_private_census as tpc
 
 try:  # in C, where an extension built from this _gcwalk.c is
     from tbmem.census._gcwalk import storage_facts as _storage_facts_c
@@ -44,7 +44,7 @@ __all__ = ["TensorFacts", "tensor_facts", "storage_facts", "device_of", "RESIZAB
 
 RESIZABLE, ALLOCATED, NESTED, REQUIRES_GRAD, HAS_GRAD_FN = (1 << k for k in range(16, 21))
 #: ``t._cdata`` through torch's own getter: the address of the tensor's C++ TensorImpl.
-impl_of = tp.tensor_impl_getter()
+impl_of = tpc.tensor_impl_getter()
 
 
 def _descriptor(name: str) -> Any:
@@ -70,7 +70,7 @@ class TensorFacts(NamedTuple):
 
 def tensor_facts(tensors: list[Any]) -> TensorFacts | None:
     """The rows of ``tensors``, or None where torch's layout could not be checked (then nothing is read)."""
-    layout = tp.storage_layout()
+    layout = tpc.storage_layout()
     if layout is None:
         return None
     if _tensor_facts_c is not None:
@@ -79,7 +79,7 @@ def tensor_facts(tensors: list[Any]) -> TensorFacts | None:
     return _tensor_facts_py(tensors, layout)
 
 
-def _tensor_facts_py(tensors: list[Any], layout: tp.StorageLayout) -> TensorFacts:
+def _tensor_facts_py(tensors: list[Any], layout: tpc.StorageLayout) -> TensorFacts:
     impl, nested_of, requires_of, grad_fn_of, dtype_of, shape_of = _GETTERS
     rows: list[tuple[int, ...]] = []
     dtypes: list[torch.dtype] = []
@@ -114,7 +114,7 @@ def _tensor_facts_py(tensors: list[Any], layout: tp.StorageLayout) -> TensorFact
 def storage_facts(addresses: list[int]) -> np.ndarray | None:
     """Rows ``(StorageImpl address, data address, nbytes, flags)`` of StorageImpl addresses (a storage
     object's ``_cdata``), or None without torch's layout."""
-    layout = tp.storage_layout()
+    layout = tpc.storage_layout()
     if layout is None:
         return None
     if _storage_facts_c is not None:
@@ -122,7 +122,7 @@ def storage_facts(addresses: list[int]) -> np.ndarray | None:
     return np.asarray([_row(a, layout) for a in addresses], dtype=np.int64).reshape(-1, 4)
 
 
-def _sizes(impl: int, layout: tp.StorageLayout) -> tuple[int, ...] | None:
+def _sizes(impl: int, layout: tpc.StorageLayout) -> tuple[int, ...] | None:
     """The sizes where the TensorImpl keeps them (the twin of ``_gcwalk.c``'s), None where implausible."""
     at = impl + layout.sizes
     dims = _word(at)
@@ -140,7 +140,7 @@ def _byte(address: int) -> int:
     return ctypes.c_uint8.from_address(address).value
 
 
-def _row(storage: int, layout: tp.StorageLayout) -> tuple[int, int, int, int]:
+def _row(storage: int, layout: tpc.StorageLayout) -> tuple[int, int, int, int]:
     """The Python twin of ``_gcwalk.c``'s ``read_storage``."""
     if storage == 0:
         return 0, 0, 0, 0
@@ -158,7 +158,7 @@ def device_of(flags: int) -> str | None:
     code = int(flags) & 0xFFFF
     name = _DEVICES.get(code, "")
     if name == "":
-        kind = tp.device_names().get(code & 0xFF)
+        kind = tpc.device_names().get(code & 0xFF)
         index = (code >> 8) - 256 if code >> 8 > 127 else code >> 8
         name = _DEVICES[code] = None if kind is None else str(
             torch.device(kind, index) if index >= 0 else torch.device(kind))

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from tbmem import _torch_private as tp
+from tbmem import _torch_private_census as tpc
 from tbmem.census import facts
 
 try:  # the graph walk's loop in C (tbmem/census/_gcwalk.c), where it was built
@@ -178,7 +179,7 @@ def _object_storages(t: torch.Tensor) -> list[Storage]:
 def _mkldnn_storages(t: torch.Tensor) -> list[Storage]:
     """An MKL-DNN tensor has no storage; oneDNN holds its memory, keyed here by the tensor's own address
     (under a device name of its own, so that it overlaps nothing)."""
-    nbytes = tp.mkldnn_nbytes(t)
+    nbytes = tpc.mkldnn_nbytes(t)
     if nbytes is None:
         raise NoStorageError("an MKL-DNN tensor whose size torch does not report")
     if nbytes == 0:
