@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 __all__ = ["StorageLayout", "storage_layout", "layout_problem", "tensor_impl_getter", "device_names",
-           "mkldnn_nbytes"]
+           "mkldnn_nbytes", "packed_weights", "script_name", "ddp_bucket_bytes"]
 
 
 class StorageLayout(NamedTuple):
@@ -172,3 +172,42 @@ def mkldnn_nbytes(t: torch.Tensor) -> int | None:
         return int(op(t))
     except (RuntimeError, TypeError):
         return None
+
+
+def packed_weights(module: Any) -> list[tuple[str, torch.Tensor]]:
+    """A quantized module's weights, which it keeps packed in a C++ object Python cannot measure:
+    ``[("weight", w), ("bias", b)]`` through the module's own unpacking (``_weight_bias``, ``_weight``);
+    [] where it has none. The weight is a copy the size of the packed one (give or take its padding);
+    the bias is the tensor the module holds."""
+    kind = type(module)
+    for attr in ("_weight_bias", "_weight"):
+        unpack = getattr(kind, attr, None)
+        if callable(unpack):
+            got = unpack(module)
+            parts = got if isinstance(got, tuple) else (got,)
+            return [(name, t) for name, t in zip(("weight", "bias"), parts) if isinstance(t, torch.Tensor)]
+    return []
+
+
+def script_name(module: Any) -> str:
+    """The name a TorchScript module was scripted from (``"Sequential"``)."""
+    return str(getattr(module, "original_name", type(module).__name__))
+
+
+def ddp_bucket_bytes(module: Any) -> int | None:
+    """Bytes of a DistributedDataParallel module's gradient buckets that no gradient views: all of them
+    with ``gradient_as_bucket_view=False`` (the buckets are copies), or while a gradient is None with
+    ``True`` (before the first backward); None where torch does not report them. The buckets are C++
+    tensors of the reducer; Python sees only their sizes, in DDP's logging data."""
+    data_of = getattr(module, "_get_ddp_logging_data", None)
+    if data_of is None:
+        return None
+    data = data_of()
+    sizes = str(data.get("bucket_sizes", "")).replace(" ", "")
+    if not sizes:
+        return None
+    total = sum(int(part) for part in sizes.split(",") if part)
+    if not data.get("gradient_as_bucket_view"):
+        return total
+    params = [p for p in module.parameters() if p.requires_grad]
+    return total if any(p.grad is None for p in params) else 0

@@ -33,7 +33,7 @@ import torch
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.census import categorize, facts, heap, scan, walk
+from tbmem.census import categorize, facts, heap, held, scan, walk
 from tbmem.census.categorize import Ledger
 from tbmem.census.report import Census
 
@@ -195,7 +195,8 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     tensors = list(compress(objs, is_tensor))
     objs = list(compress(objs, map(operator.not_, is_tensor)))
     kinds = list(map(type, objs))
-    storages, nodes, holders = (list(compress(objs, map(types.__contains__, kinds))) for types in (stypes, ntypes, htypes))
+    storages, nodes, holders, modules = (list(compress(objs, map(types.__contains__, kinds)))
+                                         for types in (stypes, ntypes, htypes, found.module_types))
     del is_tensor
     plain_kind = list(map(_IS_TENSOR, map(type, tensors)))
     subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
@@ -232,6 +233,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             if kind in param_types or _is_flagged_parameter(t):
                 ledger.claim(t, "parameters", kind.__name__)
 
+        held.held_parameters(ledger, modules)  # TorchScript modules' and quantized modules' packed weights
         _each(ledger, "parameters", subclassed, found_parameter)
 
     def gradients() -> None:
@@ -279,6 +281,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 qual = name if i == 0 else f"{label}.{name}"
                 module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
                 ledger.claim(b, "buffers", qual, module)
+        held.held_buffers(ledger, modules)
 
     def activations() -> None:
         starts: list[Any] = []
@@ -349,7 +352,9 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         _autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
 
     phases = [("parameters", parameters), ("gradients", gradients), ("optimizer state", optimizer_state),
-              ("buffers", buffers), ("activations", activations), ("other tensors", other)]
+              ("buffers", buffers), ("activations", activations), ("other tensors", other),
+              ("DDP's gradient buckets", lambda: held.ddp_buckets(ledger, modules + [m for m in models
+                                                                                   if m not in modules]))]
     if numpy_scan != "off":
         phases.append(("numpy arrays", arrays))
     phases.append(("the autocast cache", autocast_cache))

@@ -128,6 +128,7 @@ class Found(NamedTuple):
     method: str  # "objects" (full scan) or "young" (incremental)
     storage_types: frozenset[type] = frozenset()
     node_types: frozenset[type] = frozenset()
+    module_types: frozenset[type] = frozenset()
 
 
 class _Marker:
@@ -266,7 +267,8 @@ def find_instances(holders: bool = True, *, incremental: bool = True) -> Found:
         fresh = _remember(found, promotions, observed, frozen, holders, kinds, classes)
         _last = fresh if _forgotten == forgotten else None
         return found._replace(tensor_types=kinds.tensor_types, holder_types=kinds.holder_types,
-                              storage_types=kinds.storage_types, node_types=kinds.node_types)
+                              storage_types=kinds.storage_types, node_types=kinds.node_types,
+                              module_types=kinds.module_types)
 
 
 def _select(objs: list[Any], types: frozenset[type]) -> list[Any]:
