@@ -170,19 +170,19 @@ def _is_flagged_parameter(t: Any) -> bool:
         return False
 
 
-def _tensors_in(value: Any, ttypes: set[type], depth: int = 3) -> Iterator[tuple[Any, str]]:
-    """``(tensor, suffix)`` for tensors in ``value`` or in its lists, tuples and dicts (LBFGS's history)."""
-    kind = type(value)
-    if kind in ttypes:
-        yield value, ""
-    elif depth and kind in (list, tuple):
-        for i, item in enumerate(value):
-            for t, suffix in _tensors_in(item, ttypes, depth - 1):
-                yield t, f"[{i}]{suffix}"
-    elif depth and kind is dict:
-        for key, item in list(value.items()):
-            for t, suffix in _tensors_in(item, ttypes, depth - 1):
-                yield t, f"[{key!r}]{suffix}"
+def _optimizers_in(opt: Any, path: str = "", depth: int = 2) -> Iterator[tuple[str, Any]]:
+    """``opt`` and the optimizers it wraps (``ZeroRedundancyOptimizer.optim``, a lookahead's ``optimizer``),
+    each with its attribute path; found through instance attributes only (no code of the wrapper runs)."""
+    yield path, opt
+    if depth <= 0:
+        return
+    try:
+        attrs = object.__getattribute__(opt, "__dict__")
+    except AttributeError:
+        return
+    for name, value in list(attrs.items()) if type(attrs) is dict else ():
+        if value is not opt and issubclass(type(value), torch.optim.Optimizer):
+            yield from _optimizers_in(value, f"{path}.{name}", depth - 1)
 
 
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
@@ -255,22 +255,26 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         _each(ledger, "gradients", _flagged(tensors, got, facts.REQUIRES_GRAD, _requires_grad), leaf_grad)
 
     def optimizer_state() -> None:
-        for k, opt in enumerate(optimizers):
-            label = _label("optimizer", k)
+        for k, outer in enumerate(optimizers):
+            for path, opt in _optimizers_in(outer):  # ZeroRedundancyOptimizer keeps its state in .optim
+                label = _label("optimizer", k) + path
 
-            def state_of(item: tuple[Any, Any]) -> None:
-                p, state = item
-                entry = named.get(id(p))
-                _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
-                prefix = f"{label}.state[{pname}]."
-                for key, value in list(state.items()):
-                    if type(value) in ttypes:  # the usual entry (exp_avg, step): what _tensors_in yields first
-                        ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
-                        continue
-                    for t, suffix in _tensors_in(value, ttypes):
-                        ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
+                def state_of(item: tuple[Any, Any]) -> None:
+                    p, state = item
+                    entry = named.get(id(p))
+                    _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
+                    prefix = f"{label}.state[{pname}]."
+                    if type(state) is not dict and not issubclass(type(state), dict):
+                        state = {"": state}
+                    for key, value in list(state.items()):
+                        if type(value) in ttypes:  # the usual entry (exp_avg, step)
+                            ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
+                            continue
+                        # lists (LBFGS's history), dicts, objects (a dataclass of preconditioners): whatever it holds
+                        for t, suffix in walk.named_below(value, ttypes, depth=4):
+                            ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
 
-            _each(ledger, "optimizer state", list(opt.state.items()), state_of)
+                _each(ledger, "optimizer state", list(opt.state.items()), state_of)
 
     def buffers() -> None:
         for i, model in enumerate(models):

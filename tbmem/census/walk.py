@@ -34,7 +34,8 @@ try:  # _instances_below in C (tbmem/census/_gcwalk.c), where it was built
 except ImportError:
     _instances_below_c = None
 
-__all__ = ["tensors_below", "read_locals", "frame_arrays", "holder_arrays", "all_arrays", "own_types", "object_items"]
+__all__ = ["tensors_below", "named_below", "read_locals", "frame_arrays", "holder_arrays", "all_arrays", "own_types",
+           "object_items"]
 
 _NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
 
@@ -115,6 +116,63 @@ def _below(obj: Any, atypes: set[type], depth: int, budget: list[int], stop: fro
     if _instances_below_c is not None:
         return _instances_below_c(obj, atypes, depth, budget, stop, items)
     return _instances_below(obj, atypes, depth, budget, stop, items)
+
+
+def named_below(value: Any, wanted: set[type] | frozenset[type], depth: int = 3, *,
+                budget: list[int] | None = None) -> Iterator[tuple[Any, str]]:
+    """``(instance, path)`` for each instance of ``wanted`` in ``value`` or below it, breadth first: list and
+    tuple items (``[3]``), dict values (``['x']``), an object's attributes (``.L``: its instance dict or
+    slots, read without running its code), at most ``depth`` hops; ``budget[0]`` objects may be looked
+    into. Not inside tbmem's own objects, modules, types, functions, tensors or arrays.
+    """
+    left = budget if budget is not None else [10_000]
+    stop = own_types()
+    level: list[tuple[Any, str]] = [(value, "")]
+    seen = {id(value)}
+    for hop in range(depth + 1):
+        following: list[tuple[Any, str]] = []
+        for obj, path in level:
+            kind = type(obj)
+            if kind in wanted:
+                yield obj, path
+                continue
+            if hop == depth or left[0] <= 0 or kind in stop or not _descends(kind):
+                continue
+            left[0] -= 1
+            for label, item in _labelled_items(obj):
+                if id(item) not in seen and (type(item) in wanted or _descends(type(item))):
+                    seen.add(id(item))
+                    following.append((item, path + label))
+        level = following
+
+
+_SAFE_KEYS = (str, int, float, bool, type(None))
+
+
+def _labelled_items(obj: Any) -> list[tuple[str, Any]]:
+    """What ``obj`` refers to, each with how a user would write it: ``[3]``, ``['x']``, ``.name``."""
+    kind = type(obj)
+    if kind in (list, tuple):
+        return [(f"[{i}]", item) for i, item in enumerate(obj[:1000])]
+    if issubclass(kind, dict):
+        items = list(itertools.islice(dict.items(obj), 1000))
+        return [(f"[{k!r}]" if type(k) in _SAFE_KEYS else f"[<{type(k).__name__}>]", v) for k, v in items]
+    out: list[tuple[str, Any]] = []
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")  # not a __getattr__ of the class
+    except AttributeError:
+        attrs = None
+    if type(attrs) is dict:
+        out += [(f".{k}", v) for k, v in list(attrs.items()) if type(k) is str]
+    for klass in kind.__mro__:
+        for slot in vars(klass).get("__slots__", ()) if type(vars(klass).get("__slots__", ())) in (tuple, list) else ():
+            member = vars(klass).get(slot)
+            if type(member).__name__ == "member_descriptor":
+                try:
+                    out.append((f".{slot}", member.__get__(obj, kind)))
+                except AttributeError:  # an empty slot
+                    continue
+    return out
 
 
 _CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
