@@ -70,6 +70,10 @@ class Ledger:
         #: Named limitations -> the plain sentence that explains them (with their bytes).
         self.blind_spot_notes: dict[str, str] = {}
 
+    def count(self) -> int:
+        """Records so far (each storage counted once)."""
+        return len(self._records) + sum(len(b) for b in self._blocks)
+
     def seen(self, obj: Any) -> bool:
         """Whether this very object was claimed already (cheap skip before measuring)."""
         return id(obj) in self._seen

@@ -170,6 +170,22 @@ def _is_flagged_parameter(t: Any) -> bool:
         return False
 
 
+def _instance_dict(obj: Any) -> dict[str, Any]:
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")  # not the class's __getattr__
+    except AttributeError:
+        return {}
+    return attrs if type(attrs) is dict else {}
+
+
+def _attribute_path(path: str) -> str:
+    """``['mask']`` (a key of the instance dict) -> ``.mask``; deeper paths follow as they are."""
+    if path.startswith("['") and "']" in path:
+        key, rest = path[2:].split("']", 1)
+        return f".{key}{rest}"
+    return path
+
+
 def _optimizers_in(opt: Any, path: str = "", depth: int = 2) -> Iterator[tuple[str, Any]]:
     """``opt`` and the optimizers it wraps (``ZeroRedundancyOptimizer.optim``, a lookahead's ``optimizer``),
     each with its attribute path; found through instance attributes only (no code of the wrapper runs)."""
@@ -211,6 +227,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
     param_types = {t for t in ttypes if issubclass(t, _Param)}
     cpp_nodes = heap.cpp_node_types()
+    py_nodes = ntypes - cpp_nodes  # the nodes of custom autograd.Functions: their ctx
     named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
     grads: list[torch.Tensor] = []
 
@@ -311,12 +328,18 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 starts.append(fn)
 
         def walk_from(from_nodes: list[Any]) -> None:
+            walked = len(keep)
             for saved, name in scan.walk_autograd(from_nodes, visited, keep, errors):
                 if type(saved) in ttypes:
                     ledger.claim(saved, "activations", name)
                 elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
                     for t in walk.tensors_below(saved, ttypes):
                         ledger.claim(t, "activations", f"{name} (packed)")
+            # A custom autograd.Function's ctx is its node: what forward kept there (ctx.mask = h > 0) is
+            # held for backward like what it saved (and after backward, as long as the graph is held).
+            for node in compress(keep[walked:], map(py_nodes.__contains__, map(type, keep[walked:]))):
+                for t, path in walk.named_below(_instance_dict(node), ttypes, depth=2):
+                    ledger.claim(t, "activations", f"{type(node).__name__}.ctx{_attribute_path(path)}")
 
         _each(ledger, "activations", roots, root)
         _each(ledger, "activations", _flagged(tensors, got, facts.HAS_GRAD_FN, _grad_fn), output)
@@ -325,12 +348,16 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         keep: list[Any] = []
         errors: list[BaseException] = []
         walk_from(starts)
-        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++
-        # node can be found again only by a full scan (see heap.forget).
+        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++ node can be
+        # found again only by a full scan (see heap.forget), which is needed where such a graph holds
+        # something this census counted: not for the nodes torch.compile's tracing leaves behind, whose
+        # saved tensors were released (or never held memory), which would make every census a full one.
         orphans = [n for n in nodes if id(n) not in visited]
-        if any(type(n) in cpp_nodes for n in orphans):
+        counted = ledger.count()
+        walk_from([n for n in orphans if type(n) in cpp_nodes])
+        if ledger.count() != counted:
             heap.forget()
-        walk_from(orphans)
+        walk_from([n for n in orphans if type(n) not in cpp_nodes])
         if errors:
             ledger._note("graph", "an autograd node could not be read", errors[0])
 
