@@ -22,7 +22,11 @@ FULL = ("referrers", "objects")  # the two full-scan methods (the second above 1
 
 
 def _ids(found: heap.Found) -> set[int]:
-    return set(map(id, found.objects))
+    """The instances found, less the Python objects of C++ autograd nodes: those cannot be weakly referenced,
+    so an incremental scan finds only the young ones (docs/census.md, "Blind spots"); torch.compile's
+    tracing leaves a few behind for good, holding nothing, which other tests of this process made."""
+    cpp = heap.cpp_node_types()
+    return {id(o) for o in found.objects if type(o) not in cpp}
 
 
 def test_incremental_scan_finds_exactly_what_a_full_scan_finds(no_automatic_gc) -> None:
