@@ -420,6 +420,62 @@ done:
 #endif
 }
 
+/* ---- select_frozen: the objects gc.freeze() moved out of the collector's sight ----------------------
+ *
+ * gc.freeze() (recommended before forking DataLoader workers) moves every tracked object to a permanent
+ * generation that gc.get_objects() does not list: a census through it sees none of their tensors. On
+ * 3.10 and 3.11 that generation is one more list of the interpreter's collector state, walked here as
+ * select_tracked walks the others; later versions raise NotImplementedError (the census then finds the
+ * frozen tensors only through what it was handed, and says so).
+ */
+static PyObject *select_frozen(PyObject *module, PyObject *types) {
+#if PY_VERSION_HEX >= 0x030C0000 || defined(Py_GIL_DISABLED)
+    PyErr_SetString(PyExc_NotImplementedError, "the permanent generation is read on CPython 3.10 and 3.11 only");
+    return NULL;
+#else
+    PyObject *seq = PySequence_Fast(types, "types must be a sequence of types");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Selection *s = PyMem_RawCalloc(1, sizeof(Selection));
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    uintptr_t *addresses = s ? PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(uintptr_t)) : NULL;
+    PyObject *result = NULL;
+    Picks chosen = {0};
+    if (addresses == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *type = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyType_Check(type)) {
+            PyErr_Format(PyExc_TypeError, "types must hold types, got %.100s", Py_TYPE(type)->tp_name);
+            goto done;
+        }
+        addresses[i] = (uintptr_t)type;
+        s->table[slot((uintptr_t)type)] = 1;
+    }
+    qsort(addresses, (size_t)n, sizeof(uintptr_t), compare_addresses);
+    s->wanted = addresses;
+    s->n_wanted = n;
+    PyGC_Head *head = &PyInterpreterState_Get()->gc.permanent_generation.head;
+    for (PyGC_Head *gc = (PyGC_Head *)head->_gc_next; gc != head; gc = (PyGC_Head *)gc->_gc_next) {
+        PyObject *op = (PyObject *)(gc + 1);
+        if (wanted(s, (uintptr_t)Py_TYPE(op)) && !pick(&chosen, op)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    result = picks_to_list(&chosen, 1);
+done:
+    PyMem_RawFree(chosen.items);
+    PyMem_RawFree(addresses);
+    PyMem_RawFree(s);
+    Py_DECREF(seq);
+    return result;
+#endif
+}
+
 /* ---- select_listed: the items of a list whose exact type is in a set ----------------------
  *
  * The incremental scan selects, out of the young generations (a few thousand objects), those of
@@ -1246,6 +1302,9 @@ static PyMethodDef methods[] = {
      "select_tracked_from(types, anchors, spacing) -> (list, list, int)\n\nselect_tracked(types), the oldest generation walked\n"
      "in stretches side by side from the objects ``anchors`` (held by the caller); also objects about every\n"
      "``spacing`` objects of that list that can be weakly referenced (the next anchors), and its length."},
+    {"select_frozen", select_frozen, METH_O,
+     "select_frozen(types) -> list\n\nThe objects gc.freeze() moved to the permanent generation whose exact type is one of\n"
+     "``types``, in that list's order (CPython 3.10 and 3.11; NotImplementedError elsewhere)."},
     {"select_listed", select_listed, METH_VARARGS,
      "select_listed(objs, types, marker) -> (list, bool)\n\nThe items of the list ``objs`` whose exact type is in the set\n"
      "``types``, in order, and whether the object ``marker`` is among ``objs``."},
@@ -1277,7 +1336,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gcwalk", "The censu
 
 PyMODINIT_FUNC PyInit__gcwalk(void) {
     PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[sssssssss]", "select_tracked", "select_tracked_from", "select_listed", "subclasses", "walk_graph",
+    PyObject *all = m ? Py_BuildValue("[ssssssssss]", "select_tracked", "select_tracked_from", "select_frozen", "select_listed", "subclasses", "walk_graph",
                                        "instances_below", "weak_refs", "tensor_facts", "storage_facts") : NULL;
     if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
         Py_XDECREF(all);

@@ -106,7 +106,9 @@ def take_census(
         models: Models whose parameters, gradients and buffers are named.
         optimizers: Optimizers whose state is named after the parameters.
         roots: Tensors (a loss before ``backward``) or autograd nodes whose graphs
-            hold saved activations.
+            hold saved activations, or objects holding tensors (a batch dict, a cache): the
+            tensors below them are found even where the heap pass cannot see them (objects
+            frozen by ``gc.freeze()`` on Python 3.12+) and named after the path (``root['x']``).
         large_tensor_bytes: Storages at or above this size are large tensors.
         top_k: Rows of :meth:`Census.to_markdown`.
         device: CUDA device for ``unattributed_bytes``; None is the current device.
@@ -223,12 +225,16 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     got_plain = None if got is None else got._replace(rows=got.rows[np.asarray(plain_kind, dtype=bool)])
     del plain_kind
     frozen = heap.frozen_objects()
-    if frozen:
-        ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
+    if frozen and not heap.FROZEN_READABLE:
+        ledger._note("frozen", f"{frozen} objects frozen by gc.freeze() are out of the heap pass's sight here (it reads "
+                               "them on CPython 3.10 and 3.11 with the C extension): their tensors count where the "
+                               "models, optimizers and roots handed to the census reach them, and the others are "
+                               "not counted", warn=False)
     param_types = {t for t in ttypes if issubclass(t, _Param)}
     cpp_nodes = heap.cpp_node_types()
     py_nodes = ntypes - cpp_nodes  # the nodes of custom autograd.Functions: their ctx
     named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
+    root_tensors: list[tuple[Any, str]] = []  # tensors handed over as roots, or below them, without a graph
     grads: list[torch.Tensor] = []
 
     def parameters() -> None:
@@ -313,8 +319,18 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 if fn is not None:
                     ledger.claim(r, "activations", "root")
                     starts.append(fn)
+                else:
+                    root_tensors.append((r, "root"))
             elif hasattr(type(r), "next_functions"):
                 starts.append(r)
+            else:  # an object holding tensors (a batch dict, a cache): found even where the heap pass cannot see
+                for t, path in walk.named_below(r, ttypes, depth=3):
+                    fn = _grad_fn(t)
+                    if fn is not None:
+                        ledger.claim(t, "activations", f"root{path}")
+                        starts.append(fn)
+                    else:
+                        root_tensors.append((t, f"root{path}"))
 
         def output(t: Any) -> None:
             fn = _grad_fn(t)
@@ -362,6 +378,8 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             ledger._note("graph", "an autograd node could not be read", errors[0])
 
     def other() -> None:
+        for t, name in root_tensors:  # handed over by the caller: named after what holds them
+            ledger.claim(t, "other", name)
         # Subclass instances first: a wrapper (DTensor, a nested tensor) names the memory of its inner tensors.
         for t in subclassed:
             if not ledger.seen(t):

@@ -85,11 +85,19 @@ try:
     from tbmem.census._gcwalk import select_tracked_from as _select_from
 except ImportError:
     _select_from = None
+try:  # the permanent generation (gc.freeze()), where the extension can read it (CPython 3.10, 3.11)
+    from tbmem.census._gcwalk import select_frozen as _select_frozen
+
+    _select_frozen(())
+except (ImportError, NotImplementedError):
+    _select_frozen = None
+#: Whether full scans also see the objects frozen by ``gc.freeze()`` (else no scan does).
+FROZEN_READABLE = _select_frozen is not None
 #: Whether full scans walk the heap in C (False: ``gc.get_objects()``, as fast as numpy makes it).
 C_HEAP_PASS = _select_tracked is not None
 
 __all__ = [  # the type listings are re-exported from tbmem.census.kinds
-    "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "MAX_INDEXED", "tensor_types", "storage_types", "node_types", "array_types",
+    "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "MAX_INDEXED", "FROZEN_READABLE", "tensor_types", "storage_types", "node_types", "array_types",
     "holder_types", "cpp_node_types", "find_instances", "frozen_objects", "forget", "start_capture", "stop_capture",
 ]
 
@@ -348,6 +356,13 @@ _spacing = 0
 
 
 def _full(types: frozenset[type]) -> Found:
+    found = _tracked(types)
+    if FROZEN_READABLE and gc.get_freeze_count():
+        found.objects.extend(_select_frozen(tuple(types)))
+    return found
+
+
+def _tracked(types: frozenset[type]) -> Found:
     global _anchors, _spacing
     if _select_from is not None:
         held = [a for a in map(weakref.ref.__call__, _anchors) if a is not None]
