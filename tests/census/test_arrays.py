@@ -74,15 +74,17 @@ def test_the_all_search_leaves_out_tbmem_s_own_arrays() -> None:
     and a census's own columns as the user's arrays."""
     from tbmem.census import heap, layout, walk
 
-    kept = take_census(numpy_scan="all")  # a census result held by the user: its columns are tbmem's
-    big = [torch.zeros(1) for _ in range(25_000)]  # storages enough for the census to keep columns
-    held = take_census(numpy_scan="off")
-    del big
-    own = [layout._SHIFT, layout._MASK, *layout._lookup(frozenset(heap.tensor_types())),
-           *[getattr(b, column) for b in held.records.blocks for column in ("nbytes", "shape")]]
-    assert held.records.blocks and all(isinstance(a, np.ndarray) for a in own)
+    kept = take_census(numpy_scan="all")  # after a census: its lookup tables are cached
+    tables = [layout._SHIFT, layout._MASK, *layout._lookup(frozenset(heap.tensor_types()))]
     found = {id(a) for a, _ in walk.all_arrays(heap.array_types())}
-    assert not [a for a in own if id(a) in found]
+    assert [a.nbytes for a in tables if id(a) in found] == []
+    big = [torch.zeros(1) for _ in range(25_000)]  # storages enough for the census to keep columns
+    held = take_census(numpy_scan="off")  # a census result the user holds: its columns are tbmem's too
+    del big
+    columns = [getattr(b, column) for b in held.records.blocks for column in ("nbytes", "shape")]
+    assert columns and all(isinstance(a, np.ndarray) for a in columns)
+    found = {id(a) for a, _ in walk.all_arrays(heap.array_types())}
+    assert not [a for a in columns if id(a) in found]
     user = np.zeros(3_333)
     census = take_census(numpy_scan="all")
     assert [r.bytes for r in census.records if r.bytes == user.nbytes] == [user.nbytes]
