@@ -228,8 +228,10 @@ class Ledger:
         rows: list[tuple[int, Any, Any]] = [(self._records[k].bytes, t, k) for k, t in self._namers.items()
                                             if k in self._records]
         for b, (block, tensors) in enumerate(zip(self._blocks, self._block_tensors)):
-            top = np.argsort(-block.nbytes, kind="stable")[:n]
-            rows += [(int(block.nbytes[i]), tensors[i], (b, int(i))) for i in top]
+            if not tensors:
+                continue
+            top = np.argpartition(-block.nbytes, n)[:n] if len(block) > n else np.arange(len(block))
+            rows += [(int(block.nbytes[i]), tensors[i], (b, int(i))) for i in top.tolist()]
         rows.sort(key=lambda row: -row[0])
         return rows[:n]
 

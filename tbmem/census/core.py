@@ -33,7 +33,7 @@ import torch
 
 from tbmem import _torch_private as tp
 from tbmem._log import report_once
-from tbmem.census import categorize, facts, heap, held, scan, walk
+from tbmem.census import categorize, facts, heap, held, names, scan, walk
 from tbmem.census.categorize import Ledger
 from tbmem.census.report import Census
 
@@ -48,6 +48,7 @@ _grad, _grad_fn, _requires_grad, _is_leaf, _retains_grad, _dtype, _device = (
     scan.tensor_attr[n] for n in ("grad", "grad_fn", "requires_grad", "is_leaf", "retains_grad", "dtype", "device"))
 _is_view = torch.Tensor._is_view
 _IS_TENSOR = functools.partial(operator.is_, torch.Tensor)
+_NAMED_AT_LEAST = 20  # the largest unnamed tensors named after what holds them (at least the table's rows)
 
 
 def _flagged(tensors: list[Any], got: facts.TensorFacts | None, flag: int, test: Callable[[Any], Any]) -> list[Any]:
@@ -131,7 +132,7 @@ def take_census(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
             with tp.disable_torch_function_subclass():
-                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan)
+                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan, top_k)
                 records = ledger.table()
                 ledger.release()
     finally:
@@ -204,7 +205,7 @@ def _optimizers_in(opt: Any, path: str = "", depth: int = 2) -> Iterator[tuple[s
 
 
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
-         numpy_scan: NumpyScan, full_scan: bool) -> tuple[Ledger, str]:
+         numpy_scan: NumpyScan, full_scan: bool, top_k: int = 10) -> tuple[Ledger, str]:
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
     ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
     stypes, ntypes = found.storage_types, found.node_types
@@ -397,6 +398,13 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         for arr, name in sources:
             ledger.claim_array(arr, name)
 
+    def holder_names() -> None:  # the largest tensors named only by their type: named after what holds them
+        rows = ledger.unnamed(max(top_k, _NAMED_AT_LEAST))
+        found = names.holder_names([t for _, t, _ in rows]) if rows else {}
+        for _, t, handle in rows:
+            if id(t) in found:
+                ledger.rename(handle, found[id(t)])
+
     def autocast_cache() -> None:
         _autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
 
@@ -406,6 +414,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                                                                                    if m not in modules]))]
     if numpy_scan != "off":
         phases.append(("numpy arrays", arrays))
+    phases.append(("what holds unnamed tensors", holder_names))
     phases.append(("the autocast cache", autocast_cache))
     for what, fn in phases:
         _guarded(ledger, what, fn)

@@ -134,10 +134,13 @@ class Block:
         self.__dict__["_positions"] = value
 
     def sums(self, column: str) -> dict[str, int]:
-        """Bytes per value of ``column`` (``"dtype"``, ``"device"``)."""
+        """Bytes per value of ``column`` (``"dtype"``, ``"device"``; kept once :meth:`Records.freeze` summed them)."""
+        known = self.__dict__.get("_sums", {}).get(column)
+        if known is not None:
+            return known
         labels: list[str] = getattr(self, column + "s")
-        totals = np.bincount(getattr(self, column), weights=self.nbytes, minlength=len(labels))
-        return {labels[i]: int(total) for i, total in enumerate(totals) if total}
+        index = getattr(self, column)
+        return {label: total for i, label in enumerate(labels) if (total := int(self.nbytes[index == i].sum()))}
 
 
 @dataclass(eq=False)
@@ -208,8 +211,10 @@ class Records(Sequence[TensorRecord]):
         blocks = []
         for b in self.blocks:
             nbytes, name, shape, dtype, device = (next(packed) for _ in range(5))
-            blocks.append(Block(b.start, b.category, None, nbytes, name, b.names, shape, b.shapes, dtype, b.dtypes,
-                                device, b.devices, b.module))
+            block = Block(b.start, b.category, None, nbytes, name, b.names, shape, b.shapes, dtype, b.dtypes,
+                          device, b.devices, b.module)
+            block.__dict__["_sums"] = {column: b.sums(column) for column in ("dtype", "device")}  # summed now, not
+            blocks.append(block)  # after the census gave its temporaries back to the system
         self.blocks = blocks
         return self
 

@@ -63,7 +63,7 @@ def test_a_wrapper_subclass_leaves_no_placeholder_storage_behind(tbmem_log) -> N
     assert _storage_objects() == before
     assert first.notes == [] and second.notes == []
     assert not [r for r in tbmem_log.records if "could not be measured" in r.getMessage()]
-    assert [r.bytes for r in second.records if r.name == "_Wrapper"] == [wrapped.elem.numel() * 4]
+    assert [r.bytes for r in second.records if r.name == "wrapped"] == [wrapped.elem.numel() * 4]
 
 
 _TEN_CENSUSES = textwrap.dedent("""

@@ -1,0 +1,142 @@
+"""Naming an otherwise anonymous tensor after what holds it: ``trainer.val_batch['x']``, ``cache[3]``.
+
+A tensor no model, optimizer or graph names is counted under ``other`` with its type's name
+(``Tensor``), which says nothing about where it lives. The census names the largest of them after a
+path that reaches it from a running frame's local variable (or a script's global): attributes
+(``.val_batch``, an object's instance dict or slots), dict keys (``['x']``) and list or tuple items
+(``[3]``), a submodule as ``.encoder``. The shortest path wins; among equally short ones, the outermost
+frame's (a script's ``trainer`` rather than a method's ``self``); ``self`` is written as its class.
+
+Paths are read without running user code (instance dicts, dict and list items, as
+:func:`tbmem.census.walk.named_below` reads them), in a breadth-first search bounded by a budget of
+objects looked into. A path found is remembered (with weak references to its root and its tensor) and
+followed again at the next census before any search, so a training loop whose large tensors stay
+where they are pays a few dictionary lookups per census.
+
+Example:
+    >>> import torch
+    >>> from tbmem.census import take_census
+    >>> cache = {"val": [torch.zeros(1000), torch.zeros(4000)]}
+    >>> census = take_census()
+    >>> [r.name for r in census.records if r.bytes == 16000]
+    ["cache['val'][1]"]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import weakref
+from typing import Any, NamedTuple
+
+from tbmem.census import walk
+
+__all__ = ["holder_names", "BUDGET", "DEPTH"]
+
+#: Objects looked into per census (about 1 us each) and hops below a local variable.
+BUDGET, DEPTH = 20_000, 4
+_SKIPPED_KEYS = frozenset({"_parameters", "_buffers", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                           "_state_dict_hooks", "_load_state_dict_pre_hooks", "_non_persistent_buffers_set"})
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tbmem/
+_SUBMODULE = re.compile(r"\._modules\['([^']+)'\]")  # model._modules['encoder'] reads model.encoder
+
+
+class _Remembered(NamedTuple):
+    tensor: weakref.ref[Any]
+    root: weakref.ref[Any]
+    steps: tuple[str, ...]  # labels, as _labelled_items gives them
+    name: str
+
+
+_remembered: dict[int, _Remembered] = {}
+
+
+def holder_names(targets: list[Any], *, budget: int = BUDGET, depth: int = DEPTH) -> dict[int, str]:
+    """``id(tensor) -> name`` for the ``targets`` a path from a running frame reaches (the others are left out)."""
+    wanted = {id(t): t for t in targets}
+    out: dict[int, str] = {}
+    for key in list(wanted):
+        known = _remembered.get(key)
+        if known is not None and known.tensor() is wanted[key] and _follow(known) is wanted[key]:
+            out[key] = known.name
+            del wanted[key]
+    if wanted:
+        for key, (name, root, steps) in _search(wanted, budget, depth).items():
+            out[key] = name
+            _remember(key, wanted[key], root, steps, name)
+    for key in [k for k in _remembered if k not in out]:
+        del _remembered[key]
+    return out
+
+
+def _remember(key: int, tensor: Any, root: Any, steps: tuple[str, ...], name: str) -> None:
+    try:
+        _remembered[key] = _Remembered(weakref.ref(tensor), weakref.ref(root), steps, name)
+    except TypeError:  # a root that cannot be weakly referenced (a list): searched again next time
+        _remembered.pop(key, None)
+
+
+def _follow(known: _Remembered) -> Any:
+    obj = known.root()
+    for step in known.steps:
+        if obj is None:
+            return None
+        obj = dict(walk._labelled_items(obj)).get(step)
+    return obj
+
+
+def _roots() -> list[tuple[str, Any]]:
+    """``(variable, value)`` of every running frame's locals, outermost frame first, tbmem's own left out."""
+    out: list[tuple[str, Any]] = []
+    release_mine = not walk._tracing()
+    me = threading.get_ident()
+    for thread, frame in list(sys._current_frames().items()):
+        stack = []
+        while frame is not None:
+            if not frame.f_code.co_filename.startswith(_OWN_DIR):  # tbmem's own frames hold nothing of the user's
+                stack.append(frame)
+            frame = frame.f_back
+        for f in reversed(stack):
+            out += walk.read_locals(f, release=release_mine and thread == me)
+        del stack
+    return out
+
+
+def _search(wanted: dict[int, Any], budget: int, depth: int) -> dict[int, tuple[str, Any, tuple[str, ...]]]:
+    """Breadth first from every local variable: ``id(target) -> (name, root, steps)``."""
+    stop = walk.own_types()
+    found: dict[int, tuple[str, Any, tuple[str, ...]]] = {}
+    level: list[tuple[Any, str, Any, tuple[str, ...]]] = []  # (object, name, root, steps)
+    seen: dict[int, Any] = {}  # id -> object, held so that no id is reused meanwhile
+    for var, value in _roots():
+        if id(value) not in seen:
+            seen[id(value)] = value
+            label = type(value).__name__ if var in ("self", "cls") else var
+            level.append((value, label, value, ()))
+    left = budget
+    try:
+        for hop in range(depth + 1):
+            following = []
+            for obj, name, root, steps in level:
+                if id(obj) in wanted and id(obj) not in found:
+                    found[id(obj)] = (_SUBMODULE.sub(r".\1", name), root, steps)
+                    if len(found) == len(wanted):
+                        return found
+                    continue
+                kind = type(obj)
+                if hop == depth or left <= 0 or kind in stop or not walk._descends(kind):
+                    continue
+                left -= 1
+                for label, item in walk._labelled_items(obj):
+                    if id(item) in seen or label[1:] in _SKIPPED_KEYS:
+                        continue
+                    seen[id(item)] = item
+                    if id(item) in wanted or walk._descends(type(item)):
+                        following.append((item, name + label, root, steps + (label,)))
+            level = following
+        return found
+    finally:
+        seen.clear()
+        level = following = []  # type: ignore[assignment]
