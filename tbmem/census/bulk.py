@@ -39,14 +39,18 @@ _storage_impl = vars(torch._C.StorageBase)["_cdata"].__get__  # the StorageImpl 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
     """The distinct small non-negative ints among ``values``, sorted (``np.unique`` imports numpy.ma)."""
-    return np.flatnonzero(np.bincount(values)) if len(values) else np.zeros(0, dtype=np.int64)
+    if len(values) < 4096:
+        return np.asarray(sorted(set(values.tolist())), dtype=np.int64)
+    return np.flatnonzero(np.bincount(values))
 
 
 def _among(values: np.ndarray, wanted: list[int]) -> np.ndarray:
     """``values`` (device codes, below 2**16) that are in ``wanted``, as a mask."""
-    table = np.zeros(1 << 16, dtype=bool)
-    table[wanted] = True
-    return table[values]
+    if not wanted:
+        return np.zeros(len(values), dtype=bool)
+    if len(wanted) == 1:
+        return values == wanted[0]
+    return np.isin(values, wanted)
 
 
 def _first_of_each(data: np.ndarray, nbytes: np.ndarray, code: np.ndarray) -> np.ndarray:

@@ -27,12 +27,14 @@ from tbmem.census.facts import TensorFacts
 from tbmem.census.spans import foreign_orphans, overlapping, resolve_overlaps
 from tbmem.census.table import Block, Records, TensorRecord, make_record
 
-__all__ = ["Ledger", "FOREIGN_OWNER"]
+__all__ = ["Ledger", "FOREIGN_OWNER", "BULK_AT_LEAST"]
 
 #: Blind spot: bytes of tensors over memory torch did not allocate whose owner no scan found.
 FOREIGN_OWNER = "foreign_memory_owner_not_found"
 
 _Key = tuple[str, int, int]  # (device, address, nbytes)
+#: Plain tensors in a phase from which on they are measured as columns (:mod:`tbmem.census.bulk`).
+BULK_AT_LEAST = 2048
 
 
 class Ledger:
@@ -63,12 +65,28 @@ class Ledger:
         self._numpy_keys: set[_Key] = set()
         self._foreign: set[_Key] = set()
         self._namers: dict[_Key, Any] = {}  # tensors that named an "other" record after their type
+        self._ids = np.zeros(0, dtype=np.int64)  # sorted ids of the tensors whose facts were read at the start,
+        self._rows_by_id = np.zeros(0, dtype=np.int64)  # and their rows (numpy: no int object per tensor)
+        self._facts: TensorFacts | None = None
         self._final: Records | None = None
         self.notes: list[str] = []
         #: Named limitations -> bytes they concern (see :attr:`tbmem.census.Census.blind_spots`).
         self.blind_spots: dict[str, int] = {}
         #: Named limitations -> the plain sentence that explains them (with their bytes).
         self.blind_spot_notes: dict[str, str] = {}
+
+    def use_facts(self, tensors: list[Any], got: TensorFacts) -> None:
+        """Measure these tensors from their facts, read already (row ``i``: ``tensors[i]``), when claimed."""
+        ids = np.fromiter(map(id, tensors), dtype=np.int64, count=len(tensors))
+        self._rows_by_id = np.argsort(ids)
+        self._ids, self._facts = ids[self._rows_by_id], got
+
+    def _storages(self, t: Any) -> list[scan.Storage]:
+        at = int(np.searchsorted(self._ids, id(t))) if self._facts is not None else 0
+        if self._facts is None or at >= len(self._ids) or int(self._ids[at]) != id(t):
+            return scan.tensor_storages(t)
+        row = self._facts.rows[self._rows_by_id[at]].tolist()
+        return scan.storages_from_facts(t, row, self._facts.dtypes, self._facts.shapes)
 
     def count(self) -> int:
         """Records so far (each storage counted once)."""
@@ -136,7 +154,7 @@ class Ledger:
         self._keep.append(t)
         self._final = None
         try:
-            storages = scan.tensor_storages(t)
+            storages = self._storages(t)
         except scan.NoStorageError as exc:
             self._note(f"nostorage:{type(t).__name__}", f"{type(t).__name__} tensors without storage", exc)
             return
@@ -165,6 +183,9 @@ class Ledger:
         self._final = None
         try:
             got = facts.tensor_facts(fresh) if got is None else got._replace(rows=got.rows[fresh_mask])
+            if got is not None and len(fresh) < BULK_AT_LEAST:  # columns pay off for thousands, not a hundred
+                self._claim_rows(fresh, got, start, category)
+                return []
             measured = None if got is None else measure_plain(fresh, got, list(self._records), self._blocks, start,
                                                               category)
         except Exception as exc:  # noqa: BLE001 - one by one then: slower, the same result
@@ -177,6 +198,22 @@ class Ledger:
             self._blocks.append(block)
             self._block_tensors.append(namers)
         return rest
+
+    def _claim_rows(self, tensors: list[Any], got: TensorFacts, start: int, category: str) -> None:
+        """:meth:`claim` for each tensor, measured from its row of facts (read already)."""
+        for i, (t, row) in enumerate(zip(tensors, got.rows.tolist())):
+            self._seen.add(id(t))
+            self._keep.append(t)
+            name = type(t).__name__
+            try:
+                storages = scan.storages_from_facts(t, row, got.dtypes, got.shapes)
+            except scan.NoStorageError as exc:
+                self._note(f"nostorage:{name}", f"{name} tensors without storage", exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - count the rest
+                self._note(f"tensor:{name}", f"a {name} could not be measured", exc)
+                continue
+            self._add(storages, category, name, None, namer=t if category == "other" else None, position=start + i)
 
     def claim_storages(self, storages: list[Any]) -> None:
         """:meth:`claim_storage` for each, named after its type; those of tensors counted already are skipped
@@ -249,6 +286,8 @@ class Ledger:
 
     def release(self) -> None:
         """Let go of the objects held while the census ran (the records stay)."""
+        self._ids = self._rows_by_id = np.zeros(0, dtype=np.int64)
+        self._facts = None
         self._keep.clear()
         self._namers.clear()
         self._block_tensors = [[] for _ in self._blocks]

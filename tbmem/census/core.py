@@ -48,7 +48,6 @@ _grad, _grad_fn, _requires_grad, _is_leaf, _retains_grad, _dtype, _device = (
     scan.tensor_attr[n] for n in ("grad", "grad_fn", "requires_grad", "is_leaf", "retains_grad", "dtype", "device"))
 _is_view = torch.Tensor._is_view
 _IS_TENSOR = functools.partial(operator.is_, torch.Tensor)
-_NAMED_AT_LEAST = 20  # the largest unnamed tensors named after what holds them (at least the table's rows)
 
 
 def _flagged(tensors: list[Any], got: facts.TensorFacts | None, flag: int, test: Callable[[Any], Any]) -> list[Any]:
@@ -222,7 +221,10 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     plain = list(compress(tensors, plain_kind))
     del found, kinds, objs
     ledger = Ledger(ttypes)
+    walk.own_types(refresh=True)
     got = _facts(ledger, tensors)  # what every phase asks of every tensor, read once (None: asked one by one)
+    if got is not None:
+        ledger.use_facts(tensors, got)
     got_plain = None if got is None else got._replace(rows=got.rows[np.asarray(plain_kind, dtype=bool)])
     del plain_kind
     frozen = heap.frozen_objects()
@@ -399,7 +401,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             ledger.claim_array(arr, name)
 
     def holder_names() -> None:  # the largest tensors named only by their type: named after what holds them
-        rows = ledger.unnamed(max(top_k, _NAMED_AT_LEAST))
+        rows = ledger.unnamed(top_k)
         found = names.holder_names([t for _, t, _ in rows]) if rows else {}
         for _, t, handle in rows:
             if id(t) in found:

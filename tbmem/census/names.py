@@ -35,8 +35,8 @@ from tbmem.census import walk
 
 __all__ = ["holder_names", "BUDGET", "DEPTH"]
 
-#: Objects looked into per census (about 1 us each) and hops below a local variable.
-BUDGET, DEPTH = 20_000, 4
+#: Objects looked into per search (about 2 us each) and hops below a local variable.
+BUDGET, DEPTH = 2_000, 4
 _SKIPPED_KEYS = frozenset({"_parameters", "_buffers", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                            "_state_dict_hooks", "_load_state_dict_pre_hooks", "_non_persistent_buffers_set"})
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tbmem/
@@ -45,45 +45,80 @@ _SUBMODULE = re.compile(r"\._modules\['([^']+)'\]")  # model._modules['encoder']
 
 class _Remembered(NamedTuple):
     tensor: weakref.ref[Any]
-    root: weakref.ref[Any]
-    steps: tuple[str, ...]  # labels, as _labelled_items gives them
+    root: weakref.ref[Any] | None  # None: searched for, not found (not searched again while it lives)
+    steps: tuple[tuple[str, Any], ...]  # ("attr", name), ("item", key) or ("slot", member) from the root
     name: str
+    parent: str = ""  # the name of what holds it (``trainer.val_set._cache``): looked into first next time
 
 
 _remembered: dict[int, _Remembered] = {}
 
 
 def holder_names(targets: list[Any], *, budget: int = BUDGET, depth: int = DEPTH) -> dict[int, str]:
-    """``id(tensor) -> name`` for the ``targets`` a path from a running frame reaches (the others are left out)."""
+    """``id(tensor) -> name`` for the ``targets`` a path from a running frame reaches (the others are left out).
+
+    A target named (or searched for in vain) at the last census is not searched for again while its
+    path still leads to it (while it lives): the search runs for new targets only.
+    """
     wanted = {id(t): t for t in targets}
     out: dict[int, str] = {}
+    parents: dict[tuple[int, tuple[tuple[str, Any], ...]], tuple[Any, str]] = {}
     for key in list(wanted):
         known = _remembered.get(key)
-        if known is not None and known.tensor() is wanted[key] and _follow(known) is wanted[key]:
-            out[key] = known.name
-            del wanted[key]
-    if wanted:
-        for key, (name, root, steps) in _search(wanted, budget, depth).items():
+        if known is not None and known.root is not None and known.steps:
+            parents.setdefault((id(known.root), known.steps[:-1]), (known, known.parent))
+        if known is not None and known.tensor() is wanted[key]:
+            if known.root is None:
+                del wanted[key]  # not found last time: not searched again
+            elif _follow(known) is wanted[key]:
+                out[key] = known.name
+                del wanted[key]
+    for known in list(_remembered.values()):  # what held a tensor last time: an LRU cache, a list of batches
+        if known.root is not None and known.steps:
+            parents.setdefault((id(known.root), known.steps[:-1]), (known, known.parent))
+    found = _look_into(parents.values(), wanted) if wanted else {}
+    searched = _search({k: t for k, t in wanted.items() if k not in found}, budget, depth) if len(found) < len(
+        wanted) else {}
+    searched.update(found)
+    for key, tensor in wanted.items():
+        name, root, steps, parent = searched.get(key, ("", None, (), ""))
+        if name:
             out[key] = name
-            _remember(key, wanted[key], root, steps, name)
-    for key in [k for k in _remembered if k not in out]:
+        _remember(key, tensor, root, steps, name, parent)
+    for key in [k for k in _remembered if k not in {id(t) for t in targets}]:
         del _remembered[key]
     return out
 
 
-def _remember(key: int, tensor: Any, root: Any, steps: tuple[str, ...], name: str) -> None:
+def _look_into(parents: Any, wanted: dict[int, Any]) -> dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]]:
+    """Targets among the items of what held a named tensor at the last census."""
+    found: dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]] = {}
+    for known, parent_name in parents:
+        root = known.root()
+        holder = _follow(known._replace(steps=known.steps[:-1])) if root is not None else None
+        if holder is None:
+            continue
+        for label, item, step in walk.labelled_steps(holder):
+            if id(item) in wanted and id(item) not in found:
+                found[id(item)] = (_SUBMODULE.sub(r".\1", parent_name + label), root, known.steps[:-1] + (step,),
+                                   parent_name)
+    return found
+
+
+def _remember(key: int, tensor: Any, root: Any, steps: tuple[tuple[str, Any], ...], name: str, parent: str) -> None:
     try:
-        _remembered[key] = _Remembered(weakref.ref(tensor), weakref.ref(root), steps, name)
+        _remembered[key] = _Remembered(weakref.ref(tensor), None if root is None else weakref.ref(root), steps, name,
+                                       parent)
     except TypeError:  # a root that cannot be weakly referenced (a list): searched again next time
         _remembered.pop(key, None)
 
 
 def _follow(known: _Remembered) -> Any:
-    obj = known.root()
-    for step in known.steps:
+    obj = known.root() if known.root is not None else None
+    for kind, key in known.steps:
         if obj is None:
             return None
-        obj = dict(walk._labelled_items(obj)).get(step)
+        obj = walk.step(obj, kind, key)
     return obj
 
 
@@ -104,37 +139,41 @@ def _roots() -> list[tuple[str, Any]]:
     return out
 
 
-def _search(wanted: dict[int, Any], budget: int, depth: int) -> dict[int, tuple[str, Any, tuple[str, ...]]]:
-    """Breadth first from every local variable: ``id(target) -> (name, root, steps)``."""
+def _search(wanted: dict[int, Any], budget: int,
+            depth: int) -> dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]]:
+    """Breadth first from every local variable: ``id(target) -> (name, root, steps, parent's name)``."""
     stop = walk.own_types()
-    found: dict[int, tuple[str, Any, tuple[str, ...]]] = {}
-    level: list[tuple[Any, str, Any, tuple[str, ...]]] = []  # (object, name, root, steps)
+    found: dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]] = {}
+    # (object, name, root, steps, parent's name)
+    level: list[tuple[Any, str, Any, tuple[tuple[str, Any], ...], str]] = []
     seen: dict[int, Any] = {}  # id -> object, held so that no id is reused meanwhile
     for var, value in _roots():
         if id(value) not in seen:
             seen[id(value)] = value
             label = type(value).__name__ if var in ("self", "cls") else var
-            level.append((value, label, value, ()))
+            level.append((value, label, value, (), ""))
     left = budget
     try:
         for hop in range(depth + 1):
             following = []
-            for obj, name, root, steps in level:
+            for obj, name, root, steps, parent in level:  # this hop's targets first: a shorter path is never missed
                 if id(obj) in wanted and id(obj) not in found:
-                    found[id(obj)] = (_SUBMODULE.sub(r".\1", name), root, steps)
-                    if len(found) == len(wanted):
-                        return found
+                    found[id(obj)] = (_SUBMODULE.sub(r".\1", name), root, steps, parent)
+            if len(found) == len(wanted):
+                return found
+            for obj, name, root, steps, parent in level:
+                if id(obj) in wanted:
                     continue
                 kind = type(obj)
                 if hop == depth or left <= 0 or kind in stop or not walk._descends(kind):
                     continue
                 left -= 1
-                for label, item in walk._labelled_items(obj):
+                for label, item, step in walk.labelled_steps(obj):
                     if id(item) in seen or label[1:] in _SKIPPED_KEYS:
                         continue
                     seen[id(item)] = item
                     if id(item) in wanted or walk._descends(type(item)):
-                        following.append((item, name + label, root, steps + (label,)))
+                        following.append((item, name + label, root, steps + (step,), name))
             level = following
         return found
     finally:

@@ -128,7 +128,13 @@ def storages_from_facts(t: torch.Tensor, row: list[int], dtypes: list[torch.dtyp
     """:func:`tensor_storages` from ``t``'s row of :func:`tbmem.census.facts.tensor_facts` (read without
     making a storage object)."""
     storage, data, nbytes, flags, dtype_index, shape_index = row
-    if storage == 0:  # no storage at all (an opaque tensor): a wrapper's inner tensors, if any
+    if storage == 0:  # no storage at all: sparse and MKL-DNN tensors, a wrapper's inner tensors, if any
+        kind = _layout(t)
+        parts = _SPARSE_PARTS.get(kind)
+        if parts is not None:
+            return [s for part in parts for s in tensor_storages(getattr(t, part)())]
+        if kind is _MKLDNN:
+            return _mkldnn_storages(t)
         return _inner_storages(t, RuntimeError("no storage"))
     dev = facts.device_of(flags)
     if dev is None or nbytes < 0:  # a device type torch.device does not name; a symbolic size

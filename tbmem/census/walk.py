@@ -34,7 +34,7 @@ try:  # _instances_below in C (tbmem/census/_gcwalk.c), where it was built
 except ImportError:
     _instances_below_c = None
 
-__all__ = ["tensors_below", "named_below", "read_locals", "frame_arrays", "holder_arrays", "all_arrays", "own_types",
+__all__ = ["tensors_below", "named_below", "labelled_steps", "step", "read_locals", "frame_arrays", "holder_arrays", "all_arrays", "own_types",
            "object_items"]
 
 _NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
@@ -51,18 +51,20 @@ _OWN_MODULES = ("tbmem.", "tbmem")
 _own: tuple[int, frozenset[type]] = (-1, frozenset())
 
 
-def own_types() -> frozenset[type]:
+def own_types(*, refresh: bool = False) -> frozenset[type]:
     """The classes tbmem defines: what their instances hold (a census's columns, the writer's buffers)
-    is tbmem's own, never the user's, so the walks do not look inside them."""
+    is tbmem's own, never the user's, so the walks do not look inside them. Listed again with
+    ``refresh`` (once per census) when the number of imported modules changed."""
     global _own
-    modules = [m for name, m in list(sys.modules.items()) if name.startswith(_OWN_MODULES) and m is not None]
-    if _own[0] != len(modules):
+    if _own[0] < 0 or (refresh and _own[0] != len(sys.modules)):
+        count = len(sys.modules)
+        modules = [m for name, m in list(sys.modules.items()) if name.startswith(_OWN_MODULES) and m is not None]
         found = set()
         for module in modules:
             for value in list(vars(module).values()):
                 if type(value) is type and str(getattr(value, "__module__", "")).startswith(_OWN_MODULES):
                     found.add(value)
-        _own = (len(modules), frozenset(found))
+        _own = (count, frozenset(found))
     return _own[1]
 
 
@@ -151,28 +153,54 @@ _SAFE_KEYS = (str, int, float, bool, type(None))
 
 def _labelled_items(obj: Any) -> list[tuple[str, Any]]:
     """What ``obj`` refers to, each with how a user would write it: ``[3]``, ``['x']``, ``.name``."""
+    return [(label, item) for label, item, _ in labelled_steps(obj)]
+
+
+def labelled_steps(obj: Any) -> list[tuple[str, Any, tuple[str, Any]]]:
+    """:func:`_labelled_items`, each with the step that leads there again (:func:`step`)."""
     kind = type(obj)
     if kind in (list, tuple):
-        return [(f"[{i}]", item) for i, item in enumerate(obj[:1000])]
+        return [(f"[{i}]", item, ("item", i)) for i, item in enumerate(obj[:1000])]
     if issubclass(kind, dict):
         items = list(itertools.islice(dict.items(obj), 1000))
-        return [(f"[{k!r}]" if type(k) in _SAFE_KEYS else f"[<{type(k).__name__}>]", v) for k, v in items]
-    out: list[tuple[str, Any]] = []
-    try:
-        attrs = object.__getattribute__(obj, "__dict__")  # not a __getattr__ of the class
-    except AttributeError:
-        attrs = None
-    if type(attrs) is dict:
-        out += [(f".{k}", v) for k, v in list(attrs.items()) if type(k) is str]
+        return [(f"[{k!r}]" if type(k) in _SAFE_KEYS else f"[<{type(k).__name__}>]", v, ("item", k)) for k, v in items]
+    out: list[tuple[str, Any, tuple[str, Any]]] = []
+    attrs = _attributes(obj)
+    if attrs is not None:
+        out += [(f".{k}", v, ("attr", k)) for k, v in list(attrs.items()) if type(k) is str]
     for klass in kind.__mro__:
-        for slot in vars(klass).get("__slots__", ()) if type(vars(klass).get("__slots__", ())) in (tuple, list) else ():
+        slots = vars(klass).get("__slots__", ())
+        for slot in slots if type(slots) in (tuple, list) else ():
             member = vars(klass).get(slot)
             if type(member).__name__ == "member_descriptor":
                 try:
-                    out.append((f".{slot}", member.__get__(obj, kind)))
+                    out.append((f".{slot}", member.__get__(obj, kind), ("slot", member)))
                 except AttributeError:  # an empty slot
                     continue
     return out
+
+
+def _attributes(obj: Any) -> dict[str, Any] | None:
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")  # not a __getattr__ of the class
+    except AttributeError:
+        return None
+    return attrs if type(attrs) is dict else None
+
+
+def step(obj: Any, kind: str, key: Any) -> Any:
+    """Follow one step of :func:`labelled_steps` again from ``obj``; None where it no longer leads anywhere."""
+    try:
+        if kind == "attr":
+            attrs = _attributes(obj)
+            return None if attrs is None else attrs.get(key)
+        if kind == "slot":
+            return key.__get__(obj, type(obj))
+        if type(obj) in (list, tuple):
+            return obj[key] if type(key) is int and 0 <= key < len(obj) else None
+        return dict.get(obj, key) if issubclass(type(obj), dict) else None
+    except (AttributeError, TypeError):
+        return None
 
 
 _CONTAINERS = frozenset({list, tuple, dict, set, frozenset})

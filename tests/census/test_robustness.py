@@ -69,14 +69,15 @@ class _Odd(torch.Tensor):
 def test_a_failing_tensor_is_reported_once_and_the_rest_is_counted(tbmem_log, monkeypatch) -> None:
     gc.collect()
     odd = [torch.Tensor._make_subclass(_Odd, torch.zeros(n)) for n in (13, 17)]  # measured one by one
-    real = core.scan.tensor_storages
+    real, real_rows = core.scan.tensor_storages, core.scan.storages_from_facts
 
-    def flaky(t):
+    def flaky(t, *row):
         if any(t is o for o in odd):
             raise ValueError("simulated failure")
-        return real(t)
+        return real_rows(t, *row) if row else real(t)
 
     monkeypatch.setattr(core.scan, "tensor_storages", flaky)
+    monkeypatch.setattr(core.scan, "storages_from_facts", flaky)  # measured from the facts read at the start
     model = torch.nn.Linear(4, 4)
     census = take_census(models=[model])
     assert census.by_category["parameters"] == (16 + 4) * 4
@@ -88,7 +89,7 @@ def test_a_failing_tensor_is_reported_once_and_the_rest_is_counted(tbmem_log, mo
 
 def test_a_failure_of_the_bulk_measurement_falls_back_to_one_by_one(tbmem_log, monkeypatch) -> None:
     gc.collect()
-    plain = [torch.zeros(19), torch.zeros(23)]
+    plain = [torch.zeros(19), torch.zeros(23)] + [torch.zeros(1) for _ in range(core.categorize.BULK_AT_LEAST)]
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulated bulk failure")
