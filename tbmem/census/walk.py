@@ -310,8 +310,8 @@ def holder_arrays(holders: Iterable[Any], atypes: set[type]) -> Iterator[tuple[n
     """Arrays wrapped by known holder objects (PhiML tensors: instance dict -> native array)."""
     left = [1 << 62]
     own = own_types()
-    for holder in holders:
-        for arr in _below(holder, atypes, 2, left, own, object_items):
+    for holder in holders:  # a PhiML tensor holds its native array itself (no array of objects between)
+        for arr in _below(holder, atypes, 2, left, own):
             yield arr, f"numpy in {type(holder).__name__}"
 
 
