@@ -76,6 +76,8 @@ def storage_layout() -> StorageLayout | None:
     """
     global _layout, layout_problem
     if _layout is False:
+        if _mode_active():  # a dispatch mode (FakeTensorMode while tracing) would make the samples: not now
+            return None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -85,10 +87,18 @@ def storage_layout() -> StorageLayout | None:
     return _layout  # type: ignore[return-value]
 
 
+def _mode_active() -> bool:
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+    except ImportError:
+        return False
+    return _get_current_dispatch_mode() is not None
+
+
 def _probe_layout() -> StorageLayout:
     import numpy as np
 
-    owned = [torch.empty(n, dtype=torch.uint8) for n in (24, 40, 72, 136, 520)]
+    owned = [torch.empty(n, dtype=torch.uint8, device="cpu") for n in (24, 40, 72, 136, 520)]
     borrowed = [torch.from_numpy(np.empty(n, dtype=np.uint8)) for n in (56, 104, 200)]  # not resizable
     meta = torch.empty(12, dtype=torch.uint8, device="meta")
     samples = owned + borrowed
@@ -124,7 +134,8 @@ def _probe_sizes(impl_of: Callable[[Any], int]) -> tuple[int, int]:
     """Where a TensorImpl keeps its sizes: a dimension count, then the sizes inline up to some number of
     dimensions (5 in torch 2.x), else a pointer to them; checked on shapes of 0 to 7 dimensions."""
     shapes = [(), (7,), (3, 5), (2, 3, 4), (2, 3, 4, 5), (2, 3, 4, 5, 6), (2, 3, 4, 5, 6, 7), (3, 2, 2, 2, 2, 2, 2)]
-    samples = [torch.empty(shape, dtype=torch.uint8) for shape in shapes] + [torch.empty(4, 6).t()]
+    samples = [torch.empty(shape, dtype=torch.uint8, device="cpu") for shape in shapes]
+    samples.append(torch.empty(4, 6, device="cpu").t())
     shapes.append((6, 4))
 
     def inline_at(t: torch.Tensor, w: int, shape: tuple[int, ...]) -> bool:
