@@ -19,29 +19,26 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
 import operator
 import time
 from itertools import compress
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Literal
 
 import numpy as np
 import torch
 
 from tbmem import _torch_private as tp
-from tbmem._log import report_once
-from tbmem.census import categorize, facts, heap, held, names, scan, walk
+from tbmem.census import facts, heap, held, names, scan, table, walk
 from tbmem.census.categorize import Ledger
+from tbmem.census.held import AUTOCAST_CACHE
 from tbmem.census.report import Census
 
 __all__ = ["take_census", "AUTOCAST_CACHE"]
 
 NumpyScan = Literal["reachable", "all", "off"]
-#: Blind spot: upper bound of CPU autocast's weight-cast cache while a census runs inside its region.
-AUTOCAST_CACHE = "cpu_autocast_cache_max"
 _Param = torch.nn.Parameter
 # torch's own accessors: a subclass's property of the same name (user code) cannot intercept them.
 _grad, _grad_fn, _requires_grad, _is_leaf, _retains_grad, _dtype, _device = (
@@ -56,25 +53,6 @@ def _flagged(tensors: list[Any], got: facts.TensorFacts | None, flag: int, test:
     if got is not None:
         return list(compress(tensors, (got.rows[:, 3] & flag != 0).tolist()))
     return list(compress(tensors, map(test, tensors)))
-
-
-# A census of this many storages or more made temporaries of several MB (arrays, lists): glibc keeps
-# the heap they grew by (its mmap threshold rises after the first large free), so it is given back.
-_TRIM_AFTER = 20_000
-_trim: Any = False
-
-
-def _give_back_heap() -> None:
-    """``malloc_trim(0)`` where glibc offers it (a fraction of a millisecond): the freed temporaries go back
-    to the system instead of staying in the process's resident memory."""
-    global _trim
-    if _trim is False:
-        try:
-            _trim = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):
-            _trim = None
-    if _trim is not None:
-        _trim(0)
 
 
 def _facts(ledger: Ledger, tensors: list[Any]) -> facts.TensorFacts | None:
@@ -137,11 +115,11 @@ def take_census(
     finally:
         if gc_was_enabled:
             gc.enable()
-    unattributed = _unattributed(ledger, device)
+    unattributed = held.unattributed(ledger, device)
     notes, blind_spots, blind_spot_notes = ledger.notes, ledger.blind_spots, ledger.blind_spot_notes
     del ledger
-    if len(records) >= _TRIM_AFTER:
-        _give_back_heap()
+    if len(records) >= table.TRIM_AFTER:
+        table.give_back_heap()
     return Census.from_table(records, large_tensor_bytes=large_tensor_bytes, top_k=top_k,
                              duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
                              notes=notes, heap_scan=method, blind_spots=blind_spots, blind_spot_notes=blind_spot_notes)
@@ -170,37 +148,6 @@ def _is_flagged_parameter(t: Any) -> bool:
         return object.__getattribute__(t, "_is_param") is True  # no __getattr__/__class__ of the subclass
     except AttributeError:
         return False
-
-
-def _instance_dict(obj: Any) -> dict[str, Any]:
-    try:
-        attrs = object.__getattribute__(obj, "__dict__")  # not the class's __getattr__
-    except AttributeError:
-        return {}
-    return attrs if type(attrs) is dict else {}
-
-
-def _attribute_path(path: str) -> str:
-    """``['mask']`` (a key of the instance dict) -> ``.mask``; deeper paths follow as they are."""
-    if path.startswith("['") and "']" in path:
-        key, rest = path[2:].split("']", 1)
-        return f".{key}{rest}"
-    return path
-
-
-def _optimizers_in(opt: Any, path: str = "", depth: int = 2) -> Iterator[tuple[str, Any]]:
-    """``opt`` and the optimizers it wraps (``ZeroRedundancyOptimizer.optim``, a lookahead's ``optimizer``),
-    each with its attribute path; found through instance attributes only (no code of the wrapper runs)."""
-    yield path, opt
-    if depth <= 0:
-        return
-    try:
-        attrs = object.__getattribute__(opt, "__dict__")
-    except AttributeError:
-        return
-    for name, value in list(attrs.items()) if type(attrs) is dict else ():
-        if value is not opt and issubclass(type(value), torch.optim.Optimizer):
-            yield from _optimizers_in(value, f"{path}.{name}", depth - 1)
 
 
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
@@ -282,7 +229,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
     def optimizer_state() -> None:
         for k, outer in enumerate(optimizers):
-            for path, opt in _optimizers_in(outer):  # ZeroRedundancyOptimizer keeps its state in .optim
+            for path, opt in walk.optimizers_in(outer):  # ZeroRedundancyOptimizer keeps its state in .optim
                 label = _label("optimizer", k) + path
 
                 def state_of(item: tuple[Any, Any]) -> None:
@@ -357,8 +304,8 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             # A custom autograd.Function's ctx is its node: what forward kept there (ctx.mask = h > 0) is
             # held for backward like what it saved (and after backward, as long as the graph is held).
             for node in compress(keep[walked:], map(py_nodes.__contains__, map(type, keep[walked:]))):
-                for t, path in walk.named_below(_instance_dict(node), ttypes, depth=2):
-                    ledger.claim(t, "activations", f"{type(node).__name__}.ctx{_attribute_path(path)}")
+                for t, path in walk.named_below(walk.instance_dict(node), ttypes, depth=2):
+                    ledger.claim(t, "activations", f"{type(node).__name__}.ctx{walk.attribute_path(path)}")
 
         _each(ledger, "activations", roots, root)
         _each(ledger, "activations", _flagged(tensors, got, facts.HAS_GRAD_FN, _grad_fn), output)
@@ -408,7 +355,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 ledger.rename(handle, found[id(t)])
 
     def autocast_cache() -> None:
-        _autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
+        held.autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
 
     phases = [("parameters", parameters), ("gradients", gradients), ("optimizer state", optimizer_state),
               ("buffers", buffers), ("activations", activations), ("other tensors", other),
@@ -423,45 +370,6 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     return ledger, "full" if method != "young" else "incremental"
 
 
-def _autocast_blind_spot(ledger: Ledger, tensors: list[Any]) -> None:
-    """Inside a CPU autocast region, bound what its weight-cast cache (C++ only) may hold."""
-    dtype = tp.autocast_cache_dtype("cpu")
-    if dtype is None:
-        return
-    seen: set[int] = set()
-    bound = 0
-
-    def cacheable(t: Any) -> None:
-        nonlocal bound
-        # autocast caches a cast of a float32 leaf that requires grad and is not a view
-        if (id(t) not in seen and _dtype(t) is torch.float32 and _device(t).type == "cpu" and _requires_grad(t)
-                and _is_leaf(t) and not _is_view(t)):
-            seen.add(id(t))
-            bound += t.numel() * dtype.itemsize
-
-    _each(ledger, "the autocast cache", tensors, cacheable)
-    if bound:
-        ledger.blind_spots[AUTOCAST_CACHE] = bound
-        ledger._note("autocast", f"inside a CPU autocast region: its cache of {str(dtype).removeprefix('torch.')} "
-                                 f"weight copies is invisible to any scan ({AUTOCAST_CACHE}: at most "
-                                 f"{bound / 2**20:.2f} MB; casts also saved for backward are counted as "
-                                 "activations)", warn=False)
-
-
 def _chain(*its: Iterable[Any]) -> Iterable[Any]:
     for it in its:
         yield from it
-
-
-def _unattributed(ledger: Ledger, device: int | None) -> int | None:
-    if not tp.cuda_ready():
-        return None
-    try:
-        index = tp.cuda_current_device() if device is None else device
-        stats = tp.cuda_memory_stats(index) if index is not None else None
-    except RuntimeError as exc:
-        report_once("census:unattributed", "tbmem census: could not read the CUDA allocator", exc=exc)
-        return None
-    if not stats:
-        return None
-    return int(stats.get("allocated_bytes.all.current", 0)) - ledger.bytes_on(f"cuda:{index}")

@@ -27,12 +27,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from tbmem import _torch_private_census as tpc
+import torch
 
-__all__ = ["held_parameters", "held_buffers", "ddp_buckets", "DDP_BUCKETS"]
+from tbmem import _torch_private as tp
+from tbmem import _torch_private_census as tpc
+from tbmem._log import report_once
+from tbmem.census import scan
+
+_dtype, _device, _requires_grad, _is_leaf = (scan.tensor_attr[n] for n in ("dtype", "device", "requires_grad",
+                                                                            "is_leaf"))
+_is_view = torch.Tensor._is_view
+
+__all__ = ["held_parameters", "held_buffers", "ddp_buckets", "autocast_blind_spot", "unattributed", "DDP_BUCKETS",
+           "AUTOCAST_CACHE"]
 
 #: Blind spot: bytes of DistributedDataParallel's gradient buckets that no gradient views.
 DDP_BUCKETS = "ddp_gradient_buckets"
+#: Blind spot: upper bound of CPU autocast's weight-cast cache while a census runs inside its region.
+AUTOCAST_CACHE = "cpu_autocast_cache_max"
 
 
 def _script_roots(modules: list[Any], script_types: set[type]) -> list[Any]:
@@ -83,3 +95,41 @@ def ddp_buckets(ledger: Any, modules: list[Any]) -> None:
             f"{total / 2**20:.2f} MB in DistributedDataParallel's gradient buckets, which its C++ reducer holds "
             "and Python cannot reach (with gradient_as_bucket_view=True the gradients are views of them and "
             "count once they exist)"))
+
+
+def autocast_blind_spot(ledger: Any, tensors: list[Any]) -> None:
+    """Inside a CPU autocast region, bound what its weight-cast cache (C++ only) may hold."""
+    dtype = tp.autocast_cache_dtype("cpu")
+    if dtype is None:
+        return
+    seen: set[int] = set()
+    bound = 0
+    for t in tensors:
+        try:  # autocast caches a cast of a float32 leaf that requires grad and is not a view
+            if (id(t) not in seen and _dtype(t) is torch.float32 and _device(t).type == "cpu" and _requires_grad(t)
+                    and _is_leaf(t) and not _is_view(t)):
+                seen.add(id(t))
+                bound += t.numel() * dtype.itemsize
+        except Exception as exc:  # noqa: BLE001 - a hostile subclass must not cost the others
+            kind = type(t).__name__
+            ledger._note(f"the autocast cache:{kind}", f"a {kind} could not be inspected for the autocast cache", exc)
+    if bound:
+        name = str(dtype).removeprefix("torch.")
+        ledger.blind_spot(AUTOCAST_CACHE, bound, (
+            f"at most {bound / 2**20:.2f} MB of {name} weight copies that CPU autocast keeps until its region "
+            "ends, which torch does not let Python see (copies also saved for backward are counted as activations)"))
+
+
+def unattributed(ledger: Any, device: int | None) -> int | None:
+    """CUDA memory allocated on ``device`` that the census did not count (None without CUDA)."""
+    if not tp.cuda_ready():
+        return None
+    try:
+        index = tp.cuda_current_device() if device is None else device
+        stats = tp.cuda_memory_stats(index) if index is not None else None
+    except RuntimeError as exc:
+        report_once("census:unattributed", "tbmem census: could not read the CUDA allocator", exc=exc)
+        return None
+    if not stats:
+        return None
+    return int(stats.get("allocated_bytes.all.current", 0)) - ledger.bytes_on(f"cuda:{index}")

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+import torch
 
 from tbmem.census.layout import select_types
 
@@ -34,10 +35,11 @@ try:  # _instances_below in C (tbmem/census/_gcwalk.c), where it was built
 except ImportError:
     _instances_below_c = None
 
-__all__ = ["tensors_below", "named_below", "labelled_steps", "step", "read_locals", "frame_arrays", "holder_arrays", "all_arrays", "own_types",
+__all__ = ["tensors_below", "named_below", "labelled_steps", "step", "instance_dict", "attribute_path", "optimizers_in", "read_locals", "frame_arrays", "holder_arrays", "all_arrays", "own_types",
            "object_items"]
 
 _NO_DESCEND = (type, type(sys), type(len), type(lambda: 0))
+_OPTIMIZER = torch.optim.Optimizer
 
 
 def tensors_below(obj: Any, ttypes: set[type] | frozenset[type], *, depth: int = 3,
@@ -186,6 +188,30 @@ def _attributes(obj: Any) -> dict[str, Any] | None:
     except AttributeError:
         return None
     return attrs if type(attrs) is dict else None
+
+
+def instance_dict(obj: Any) -> dict[str, Any]:
+    """``obj``'s instance dict, read without running its class's code ({} where it has none)."""
+    return _attributes(obj) or {}
+
+
+def attribute_path(path: str) -> str:
+    """``['mask']`` (a key of an instance dict, as :func:`named_below` writes it) -> ``.mask``."""
+    if path.startswith("['") and "']" in path:
+        key, rest = path[2:].split("']", 1)
+        return f".{key}{rest}"
+    return path
+
+
+def optimizers_in(opt: Any, path: str = "", depth: int = 2) -> Iterator[tuple[str, Any]]:
+    """``opt`` and the optimizers it wraps (``ZeroRedundancyOptimizer.optim``, a lookahead's ``optimizer``),
+    each with its attribute path; found through instance attributes only (no code of the wrapper runs)."""
+    yield path, opt
+    if depth <= 0:
+        return
+    for name, value in list(instance_dict(opt).items()):
+        if value is not opt and issubclass(type(value), _OPTIMIZER):
+            yield from optimizers_in(value, f"{path}.{name}", depth - 1)
 
 
 def step(obj: Any, kind: str, key: Any) -> Any:

@@ -9,7 +9,7 @@ import weakref
 import pytest
 import torch
 
-from tbmem.census import core, take_census
+from tbmem.census import categorize, core, take_census
 
 
 class Raising:
@@ -89,12 +89,12 @@ def test_a_failing_tensor_is_reported_once_and_the_rest_is_counted(tbmem_log, mo
 
 def test_a_failure_of_the_bulk_measurement_falls_back_to_one_by_one(tbmem_log, monkeypatch) -> None:
     gc.collect()
-    plain = [torch.zeros(19), torch.zeros(23)] + [torch.zeros(1) for _ in range(core.categorize.BULK_AT_LEAST)]
+    plain = [torch.zeros(19), torch.zeros(23)] + [torch.zeros(1) for _ in range(categorize.BULK_AT_LEAST)]
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulated bulk failure")
 
-    monkeypatch.setattr(core.categorize, "measure_plain", broken)
+    monkeypatch.setattr(categorize, "measure_plain", broken)
     census = take_census()
     assert len(_bytes(census, 19 * 4)) == 1 and len(_bytes(census, 23 * 4)) == 1
     messages = [r.getMessage() for r in tbmem_log.records if "simulated bulk failure" in r.getMessage()]
