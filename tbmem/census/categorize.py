@@ -336,10 +336,12 @@ class Ledger:
         owners = [k for k in self._records if k not in self._foreign]
         count, nbytes = foreign_orphans(sorted(self._foreign), owners, self._blocks)
         if count:
+            many = count > 1
             self.blind_spot(FOREIGN_OWNER, nbytes, (
-                f"{nbytes / 2**20:.2f} MB in {count} tensor{'s' if count > 1 else ''} over memory torch did not "
-                "allocate (torch.from_numpy, frombuffer, DLPack) are counted, but what owns that memory (an array, a "
-                "buffer) was not found, so any part of it outside the tensors is not counted"))
+                f"{nbytes / 2**20:.2f} MB in {count} tensor{'s' if many else ''} over memory torch did not allocate "
+                f"(torch.from_numpy, frombuffer, DLPack) {'are' if many else 'is'} counted, but what owns that memory "
+                f"(an array, a buffer) was not found: any part of it outside the tensor{'s' if many else ''} is not "
+                "counted"))
 
     def bytes_on(self, device: str) -> int:
         """Census bytes on one device (for the unattributed reading)."""
