@@ -26,7 +26,13 @@ __all__ = ["StorageLayout", "storage_layout", "layout_problem", "tensor_impl_get
 
 
 class StorageLayout(NamedTuple):
-    """Byte offsets of what the census reads in torch's C++ objects, found and checked by :func:`storage_layout`."""
+    """Byte offsets of what the census reads in torch's C++ objects, found and checked by :func:`storage_layout`.
+
+    Example:
+        >>> layout = storage_layout()
+        >>> layout is None or (layout.inline_sizes >= 1 and layout.nbytes != layout.data)
+        True
+    """
 
     storage: int  # TensorImpl -> its StorageImpl pointer
     data: int  # StorageImpl -> the data pointer

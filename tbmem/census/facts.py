@@ -61,7 +61,14 @@ _COLUMNS = 6
 
 
 class TensorFacts(NamedTuple):
-    """What :func:`tensor_facts` read: ``rows[i]`` is tensor ``i``'s row (see the module docstring)."""
+    """What :func:`tensor_facts` read: ``rows[i]`` is tensor ``i``'s row (see the module docstring).
+
+    Example:
+        >>> import torch
+        >>> got = tensor_facts([torch.zeros(2, 3)])
+        >>> got.shapes[got.rows[0, 5]], bool(got.rows[0, 3] & RESIZABLE)
+        ((2, 3), True)
+    """
 
     rows: np.ndarray  # (n, 6) int64
     dtypes: list[torch.dtype]

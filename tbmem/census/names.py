@@ -52,6 +52,7 @@ class _Remembered(NamedTuple):
 
 
 _remembered: dict[int, _Remembered] = {}
+_lock = threading.Lock()
 
 
 def holder_names(targets: list[Any], *, budget: int = BUDGET, depth: int = DEPTH) -> dict[int, str]:
@@ -60,6 +61,11 @@ def holder_names(targets: list[Any], *, budget: int = BUDGET, depth: int = DEPTH
     A target named (or searched for in vain) at the last census is not searched for again while its
     path still leads to it (while it lives): the search runs for new targets only.
     """
+    with _lock:  # censuses of several threads share what is remembered
+        return _names(targets, budget, depth)
+
+
+def _names(targets: list[Any], budget: int, depth: int) -> dict[int, str]:
     wanted = {id(t): t for t in targets}
     out: dict[int, str] = {}
     parents: dict[tuple[int, tuple[tuple[str, Any], ...]], tuple[Any, str]] = {}

@@ -110,6 +110,14 @@ class Block:
 
     ``start`` is the claim position of row 0 (rows follow in claim order): among records of equal
     size, the one claimed first comes first, as in a stable sort of record objects.
+
+    Example:
+        >>> import numpy as np
+        >>> zeros = np.zeros(2, dtype=np.int32)
+        >>> block = Block(0, "other", None, np.array([64, 4]), zeros, ["Tensor"], np.array([0, 1]), [(16,), (1,)],
+        ...               zeros, ["float32"], zeros, ["cpu"])
+        >>> block.record(1).shape, block.sums("device")
+        ((1,), {'cpu': 68})
     """
 
     start: int
@@ -164,7 +172,13 @@ class Block:
 
 @dataclass(eq=False)
 class Records(Sequence[TensorRecord]):
-    """``Census.records``: every record, largest first (equal sizes in claim order), made when read."""
+    """``Census.records``: every record, largest first (equal sizes in claim order), made when read.
+
+    Example:
+        >>> records = Records([TensorRecord("w", "parameters", (2,), "float32", "cpu", 8)], [0], [])
+        >>> len(records), records[0].name, records == [records[0]]
+        (1, 'w', True)
+    """
 
     named: list[TensorRecord]
     positions: list[int]
