@@ -170,6 +170,7 @@ static PyObject *select_tracked(PyObject *module, PyObject *types) {
 #define MAX_STRETCHES 32
 #define MARK_BITS 12
 
+#if PY_VERSION_HEX < 0x030C0000
 typedef struct {
     PyObject **items;
     Py_ssize_t n, capacity;
@@ -189,7 +190,6 @@ static int pick(Picks *p, PyObject *op) {
     return 1;
 }
 
-#if PY_VERSION_HEX < 0x030C0000
 typedef struct {
     PyGC_Head *at, *start;
     int done, next; /* ended at the oldest head (next == -1) or at anchor ``next`` */
@@ -270,6 +270,7 @@ static int walk_stretches(Selection *s, PyGC_Head *head, PyGC_Head *const *other
 }
 #endif
 
+#if PY_VERSION_HEX < 0x030C0000
 static PyObject *picks_to_list(Picks *parts, int n_parts) {
     /* References first: creating the list can start a collection (see select_tracked). */
     Py_ssize_t total = 0;
@@ -292,6 +293,7 @@ static PyObject *picks_to_list(Picks *parts, int n_parts) {
     }
     return result;
 }
+#endif
 
 static PyObject *select_tracked_from(PyObject *module, PyObject *args) {
     PyObject *types, *anchor_objects;
