@@ -42,6 +42,8 @@ class StorageLayout(NamedTuple):
     resizable: int  # StorageImpl -> the resizable flag (one byte)
     sizes: int  # TensorImpl -> number of dimensions (int64), then the sizes, inline up to ``inline_sizes`` dims,
     inline_sizes: int  # else a pointer to them
+    autograd: int  # TensorImpl -> its autograd metadata (null: no grad required, no grad_fn)
+    dense: int  # the vtable address of a plain dense TensorImpl (another one: nested, sparse, a wrapper's)
 
 
 _LAYOUT_WORDS = 10  # a StorageImpl is at least 88 bytes in every torch 2.x; nothing is read past this
@@ -133,7 +135,23 @@ def _probe_layout() -> StorageLayout:
     if not all(stores[k].resizable() for k in range(len(owned))) or any(s.resizable() for s in stores[len(owned):]):
         raise LookupError("the samples' resizable flags are not as expected")
     sizes, inline = _probe_sizes(impl_of)
-    return StorageLayout(storage, 8 * data, 8 * context, 8 * nbytes, device, resizable, sizes, inline)
+    autograd, dense = _probe_autograd(impl_of, storage)
+    return StorageLayout(storage, 8 * data, 8 * context, 8 * nbytes, device, resizable, sizes, inline, autograd, dense)
+
+
+def _probe_autograd(impl_of: Callable[[Any], int], storage: int) -> tuple[int, int]:
+    """Where a TensorImpl points to its autograd metadata (null on a fresh tensor, set on one requiring grad
+    and on a graph's output), and the vtable shared by plain dense TensorImpls (not by a nested one's)."""
+    fresh = [torch.empty(n, device="cpu") for n in (3, 5, 8)]
+    leaf = torch.ones(4, device="cpu", requires_grad=True)
+    tracked = [leaf, leaf * 2, torch.zeros(6, device="cpu", requires_grad=True)]
+    word = _only([w for w in range(1, 8) if 8 * w != storage and all(_word(impl_of(t) + 8 * w) == 0 for t in fresh)
+                  and all(_word(impl_of(t) + 8 * w) != 0 for t in tracked)])
+    vtables = {_word(impl_of(t)) for t in fresh + tracked}
+    nested = torch.nested.nested_tensor([torch.ones(2, device="cpu"), torch.ones(3, device="cpu")])
+    if len(vtables) != 1 or _word(impl_of(nested)) in vtables:
+        raise LookupError("plain tensors do not share one vtable, or a nested one has it too")
+    return 8 * word, vtables.pop()
 
 
 def _probe_sizes(impl_of: Callable[[Any], int]) -> tuple[int, int]:

@@ -1095,19 +1095,20 @@ static PyObject *weak_refs(PyObject *module, PyObject *args) {
  * _facts_py reads the same words with ctypes (the Python twin).
  */
 typedef struct {
-    Py_ssize_t storage, data, context, nbytes, device, resizable, sizes, inline_sizes;
+    Py_ssize_t storage, data, context, nbytes, device, resizable, sizes, inline_sizes, autograd;
+    void *dense; /* the vtable of a plain dense TensorImpl */
 } Layout;
 
-#define LAYOUT_FIELDS 8
+#define LAYOUT_OFFSETS 9
 
 static int parse_layout(PyObject *layout, Layout *l) {
-    Py_ssize_t *fields[] = {&l->storage, &l->data,      &l->context, &l->nbytes,
-                            &l->device,  &l->resizable, &l->sizes,   &l->inline_sizes};
-    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != LAYOUT_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of eight offsets");
+    Py_ssize_t *fields[] = {&l->storage, &l->data,  &l->context,      &l->nbytes,  &l->device,
+                            &l->resizable, &l->sizes, &l->inline_sizes, &l->autograd};
+    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != LAYOUT_OFFSETS + 1) {
+        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of nine offsets and a vtable address");
         return -1;
     }
-    for (Py_ssize_t i = 0; i < LAYOUT_FIELDS; i++) {
+    for (Py_ssize_t i = 0; i < LAYOUT_OFFSETS; i++) {
         *fields[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, i));
         if (*fields[i] == -1 && PyErr_Occurred()) {
             return -1;
@@ -1117,7 +1118,8 @@ static int parse_layout(PyObject *layout, Layout *l) {
             return -1;
         }
     }
-    return 0;
+    l->dense = PyLong_AsVoidPtr(PyTuple_GET_ITEM(layout, LAYOUT_OFFSETS));
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static void read_storage(const Layout *l, const char *storage, int64_t *row) {
@@ -1176,11 +1178,14 @@ static Py_ssize_t intern_value(PyObject *seen, PyObject *listed, PyObject *value
     return failed ? -2 : index;
 }
 
-#define TENSOR_ROW 6
+#define TENSOR_ROW 7
 
-/* Rows of (StorageImpl address or 0, data address, nbytes, flags, dtype index, shape index); flags as
- * read_storage's, | nested << 18 | requires_grad << 19 | (grad_fn is not None) << 20. ``getters`` are
- * torch's own (impl_of, is_nested, requires_grad, grad_fn, dtype, shape): no subclass override runs. */
+/* Rows of (StorageImpl address or 0, data address, nbytes, flags, dtype index, shape index, id): flags as
+ * read_storage's, | nested << 18 | requires_grad << 19 | (grad_fn is not None) << 20 | (type is exactly
+ * ``plain``) << 21. ``getters`` are torch's own (impl_of, is_nested, requires_grad, grad_fn, dtype, shape)
+ * and the plain tensor type: no subclass override runs. A plain dense TensorImpl (its vtable is
+ * layout.dense) is not nested; one without autograd metadata neither requires grad nor has a grad_fn:
+ * those getters are not called for it. */
 static PyObject *tensor_facts(PyObject *module, PyObject *args) {
     PyObject *tensors, *getters, *layout;
     Layout l;
@@ -1188,12 +1193,14 @@ static PyObject *tensor_facts(PyObject *module, PyObject *args) {
         parse_layout(layout, &l) < 0) {
         return NULL;
     }
-    if (PyTuple_GET_SIZE(getters) != 6) {
-        return PyErr_Format(PyExc_TypeError, "getters must be (impl_of, is_nested, requires_grad, grad_fn, dtype, shape)");
+    if (PyTuple_GET_SIZE(getters) != 7) {
+        return PyErr_Format(PyExc_TypeError,
+                            "getters must be (impl_of, is_nested, requires_grad, grad_fn, dtype, shape, plain type)");
     }
     PyObject *impl_of = PyTuple_GET_ITEM(getters, 0), *nested_of = PyTuple_GET_ITEM(getters, 1),
              *requires_of = PyTuple_GET_ITEM(getters, 2), *grad_fn_of = PyTuple_GET_ITEM(getters, 3),
-             *dtype_of = PyTuple_GET_ITEM(getters, 4), *shape_of = PyTuple_GET_ITEM(getters, 5);
+             *dtype_of = PyTuple_GET_ITEM(getters, 4), *shape_of = PyTuple_GET_ITEM(getters, 5),
+             *plain = PyTuple_GET_ITEM(getters, 6);
     Py_ssize_t n = PyList_GET_SIZE(tensors);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * TENSOR_ROW * (Py_ssize_t)sizeof(int64_t));
     PyObject *dtypes = PyList_New(0), *shapes = PyList_New(0), *dtype_seen = PyDict_New(), *shape_seen = PyDict_New();
@@ -1211,17 +1218,19 @@ static PyObject *tensor_facts(PyObject *module, PyObject *args) {
         int64_t *row = rows + TENSOR_ROW * i;
         int odd = 0;
         PyObject *address = get(impl_of, t); /* TensorImpl* */
-        void *impl = address ? PyLong_AsVoidPtr(address) : NULL;
+        const char *impl = address ? (const char *)PyLong_AsVoidPtr(address) : NULL;
         Py_XDECREF(address);
-        PyObject *nested = PyErr_Occurred() ? NULL : get(nested_of, t);
-        PyObject *requires = nested ? get(requires_of, t) : NULL;
-        PyObject *grad_fn = requires ? get(grad_fn_of, t) : NULL;
+        int dense = impl != NULL && *(void *const *)impl == l.dense;
+        int bare = dense && *(void *const *)(impl + l.autograd) == NULL;
+        PyObject *nested = PyErr_Occurred() ? NULL : dense ? (Py_INCREF(Py_False), Py_False) : get(nested_of, t);
+        PyObject *requires = nested == NULL ? NULL : bare ? (Py_INCREF(Py_False), Py_False) : get(requires_of, t);
+        PyObject *grad_fn = requires == NULL ? NULL : bare ? (Py_INCREF(Py_None), Py_None) : get(grad_fn_of, t);
         PyObject *dtype = grad_fn ? get(dtype_of, t) : NULL;
         /* the sizes where the TensorImpl keeps them (torch.Size is slow to make: 1.4 us a tensor);
          * through the getter for a tensor whose count of dimensions is not plausible */
         PyObject *shape = NULL;
         if (dtype != NULL && impl != NULL) {
-            const char *at = (const char *)impl + l.sizes;
+            const char *at = impl + l.sizes;
             int64_t dims = *(const int64_t *)at;
             const int64_t *sizes = dims <= l.inline_sizes ? (const int64_t *)(at + 8) : *(const int64_t *const *)(at + 8);
             if (dims >= 0 && dims <= 64 && sizes != NULL) {
@@ -1239,6 +1248,8 @@ static PyObject *tensor_facts(PyObject *module, PyObject *args) {
         if (dtype != NULL && shape == NULL && !PyErr_Occurred()) {
             shape = get_or_clear(shape_of, t, &odd);
         }
+        int exact = (PyObject *)Py_TYPE(t) == plain;
+        row[6] = (int64_t)(uintptr_t)t;
         Py_DECREF(t);
         if (dtype == NULL || (shape == NULL && !odd)) {
             Py_XDECREF(nested);
@@ -1247,9 +1258,9 @@ static PyObject *tensor_facts(PyObject *module, PyObject *args) {
             Py_XDECREF(dtype);
             goto fail;
         }
-        read_storage(&l, impl ? *(const char *const *)((const char *)impl + l.storage) : NULL, row);
+        read_storage(&l, impl ? *(const char *const *)(impl + l.storage) : NULL, row);
         row[3] |= (int64_t)(nested == Py_True) << 18 | (int64_t)(requires == Py_True) << 19 |
-                  (int64_t)(grad_fn != Py_None) << 20;
+                  (int64_t)(grad_fn != Py_None) << 20 | (int64_t)exact << 21;
         row[4] = intern_value(dtype_seen, dtypes, dtype, 0);
         row[5] = shape == NULL ? -1 : intern_value(shape_seen, shapes, shape, 1);
         Py_DECREF(nested);
@@ -1325,10 +1336,11 @@ static PyMethodDef methods[] = {
      "weak_refs(objs, skip) -> list\n\nUntracked weak references to the objects of ``objs`` whose type is not in the set ``skip``,\n"
      "in order (a weak reference without a callback can be in no reference cycle)."},
     {"tensor_facts", tensor_facts, METH_VARARGS,
-     "tensor_facts(tensors, getters, layout) -> (bytes, dtypes, shapes)\n\nSix int64 per tensor: (StorageImpl address\n"
-     "or 0, data address, nbytes, flags, dtype index, shape index), the storage read at the offsets ``layout``\n"
+     "tensor_facts(tensors, getters, layout) -> (bytes, dtypes, shapes)\n\nSeven int64 per tensor: (StorageImpl address\n"
+     "or 0, data address, nbytes, flags, dtype index, shape index, id), the storage read at the offsets ``layout``\n"
      "(tbmem._torch_private_census.storage_layout()); ``getters``: torch's own descriptors (or callables) of _cdata,\n"
-     "is_nested, requires_grad, grad_fn, dtype, shape. The dtypes and the shapes (tuples) each once, in order of first appearance."},
+     "is_nested, requires_grad, grad_fn, dtype, shape, and the plain tensor type. The dtypes and the shapes (tuples)\n"
+     "each once, in order of first appearance."},
     {"storage_facts", storage_facts, METH_VARARGS,
      "storage_facts(addresses, layout) -> bytes\n\n:func:`tensor_facts`'s rows for StorageImpl addresses."},
     {NULL, NULL, 0, NULL},

@@ -77,7 +77,7 @@ class Ledger:
 
     def use_facts(self, tensors: list[Any], got: TensorFacts) -> None:
         """Measure these tensors from their facts, read already (row ``i``: ``tensors[i]``), when claimed."""
-        ids = np.fromiter(map(id, tensors), dtype=np.int64, count=len(tensors))
+        ids = got.rows[:, 6]  # id(tensors[i])
         self._rows_by_id = np.argsort(ids)
         self._ids, self._facts = ids[self._rows_by_id], got
 
@@ -173,8 +173,11 @@ class Ledger:
         already (row ``i``: ``tensors[i]``). Returns ``(position, tensor)`` of those that need
         :meth:`claim` one by one, at that place in claim order.
         """
-        fresh_mask = np.fromiter(map(operator.not_, map(self._seen.__contains__, map(id, tensors))), dtype=bool,
-                                 count=len(tensors))
+        if got is not None:  # the ids are in the facts: no int object per tensor
+            fresh_mask = ~np.isin(got.rows[:, 6], np.fromiter(self._seen, dtype=np.int64, count=len(self._seen)))
+        else:
+            fresh_mask = np.fromiter(map(operator.not_, map(self._seen.__contains__, map(id, tensors))), dtype=bool,
+                                     count=len(tensors))
         fresh = list(compress(tensors, fresh_mask.tolist()))
         start = self._claims
         self._claims += len(fresh)

@@ -163,16 +163,19 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     storages, nodes, holders, modules = (list(compress(objs, map(types.__contains__, kinds)))
                                          for types in (stypes, ntypes, htypes, found.module_types))
     del is_tensor
-    plain_kind = list(map(_IS_TENSOR, map(type, tensors)))
-    subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
-    plain = list(compress(tensors, plain_kind))
     del found, kinds, objs
     ledger = Ledger(ttypes)
     walk.own_types(refresh=True)
     got = _facts(ledger, tensors)  # what every phase asks of every tensor, read once (None: asked one by one)
     if got is not None:
         ledger.use_facts(tensors, got)
-    got_plain = None if got is None else got._replace(rows=got.rows[np.asarray(plain_kind, dtype=bool)])
+        plain_kind = got.rows[:, 3] & facts.PLAIN != 0
+        got_plain = got._replace(rows=got.rows[plain_kind])
+        plain_kind = plain_kind.tolist()
+    else:
+        plain_kind, got_plain = list(map(_IS_TENSOR, map(type, tensors))), None
+    subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
+    plain = list(compress(tensors, plain_kind))
     del plain_kind
     frozen = heap.frozen_objects()
     if frozen and not heap.FROZEN_READABLE:

@@ -8,11 +8,13 @@ census asks of every tensor: whether it is nested, requires grad, has a ``grad_f
 shape (each through torch's own getter, so that no subclass override runs; the shape where the
 TensorImpl keeps it, as making a ``torch.Size`` costs more than all the rest).
 
-One row of six int64 per tensor: the StorageImpl address (0: the tensor has no storage), the data
+One row of seven int64 per tensor: the StorageImpl address (0: the tensor has no storage), the data
 address, the storage's size in bytes (negative while symbolic), flags, the index of its dtype in
-:attr:`TensorFacts.dtypes` and of its shape in :attr:`TensorFacts.shapes` (-1 where ``shape`` raises).
-Flags: the device type | its index << 8 | resizable << 16 | made by a torch allocator << 17 | nested
-<< 18 | requires grad << 19 | has a grad_fn << 20. In C (``tbmem/census/_gcwalk.c``) where it was
+:attr:`TensorFacts.dtypes` and of its shape in :attr:`TensorFacts.shapes` (-1 where ``shape`` raises),
+and the tensor's ``id``. Flags: the device type | its index << 8 | resizable << 16 | made by a torch
+allocator << 17 | nested << 18 | requires grad << 19 | has a grad_fn << 20 | exactly ``torch.Tensor`` << 21.
+A plain dense tensor without autograd metadata is read without asking torch whether it is nested,
+requires grad or has a grad_fn (it cannot). In C (``tbmem/census/_gcwalk.c``) where it was
 built; :func:`_tensor_facts_py` is the Python twin (the same rows, lists and order).
 
 Example:
@@ -40,9 +42,10 @@ except ImportError:
     _storage_facts_c = _tensor_facts_c = None
 
 __all__ = ["TensorFacts", "tensor_facts", "storage_facts", "device_of", "RESIZABLE", "ALLOCATED", "NESTED",
-           "REQUIRES_GRAD", "HAS_GRAD_FN", "impl_of"]
+           "REQUIRES_GRAD", "HAS_GRAD_FN", "PLAIN", "impl_of"]
 
-RESIZABLE, ALLOCATED, NESTED, REQUIRES_GRAD, HAS_GRAD_FN = (1 << k for k in range(16, 21))
+RESIZABLE, ALLOCATED, NESTED, REQUIRES_GRAD, HAS_GRAD_FN, PLAIN = (1 << k for k in range(16, 22))
+_MASK = (1 << 64) - 1  # addresses read as signed words, compared unsigned
 #: ``t._cdata`` through torch's own getter: the address of the tensor's C++ TensorImpl.
 impl_of = tpc.tensor_impl_getter()
 
@@ -55,9 +58,9 @@ def _descriptor(name: str) -> Any:
 
 
 # torch's own descriptors: the C walk calls their getters directly; the Python twin through __get__
-_DESCRIPTORS = tuple(map(_descriptor, ("_cdata", "is_nested", "requires_grad", "grad_fn", "dtype", "shape")))
-_GETTERS = tuple(d.__get__ for d in _DESCRIPTORS)
-_COLUMNS = 6
+_DESCRIPTORS = (*map(_descriptor, ("_cdata", "is_nested", "requires_grad", "grad_fn", "dtype", "shape")), torch.Tensor)
+_GETTERS = tuple(d.__get__ for d in _DESCRIPTORS[:-1])
+_COLUMNS = 7
 
 
 class TensorFacts(NamedTuple):
@@ -95,7 +98,11 @@ def _tensor_facts_py(tensors: list[Any], layout: tpc.StorageLayout) -> TensorFac
     shape_index: dict[Any, int] = {}
     for t in tensors:
         address = impl(t)
-        nested, requires, grad_fn, dtype = nested_of(t), requires_of(t), grad_fn_of(t), dtype_of(t)
+        dense = bool(address) and _word(address) & _MASK == layout.dense
+        bare = dense and _word(address + layout.autograd) == 0
+        nested = False if dense else nested_of(t)
+        requires, grad_fn = (False, None) if bare else (requires_of(t), grad_fn_of(t))
+        dtype = dtype_of(t)
         shape = _sizes(address, layout) if address else None
         if shape is None:
             try:
@@ -103,7 +110,8 @@ def _tensor_facts_py(tensors: list[Any], layout: tpc.StorageLayout) -> TensorFac
             except Exception:  # noqa: BLE001 - a nested tensor has no single shape
                 shape = None
         storage, data, nbytes, flags = _row(_word(address + layout.storage) if address else 0, layout)
-        flags |= (nested is True) << 18 | (requires is True) << 19 | (grad_fn is not None) << 20
+        flags |= ((nested is True) << 18 | (requires is True) << 19 | (grad_fn is not None) << 20
+                  | (type(t) is torch.Tensor) << 21)
         d = dtype_index.get(dtype)
         if d is None:
             d = dtype_index[dtype] = len(dtypes)
@@ -114,7 +122,7 @@ def _tensor_facts_py(tensors: list[Any], layout: tpc.StorageLayout) -> TensorFac
             if s == -1:
                 s = shape_index[shape] = len(shapes)
                 shapes.append(tuple(shape))
-        rows.append((storage, data, nbytes, flags, d, s))
+        rows.append((storage, data, nbytes, flags, d, s, id(t)))
     return TensorFacts(np.asarray(rows, dtype=np.int64).reshape(-1, _COLUMNS), dtypes, shapes)
 
 

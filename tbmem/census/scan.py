@@ -127,7 +127,7 @@ def storages_from_facts(t: torch.Tensor, row: list[int], dtypes: list[torch.dtyp
                         shapes: list[tuple[int, ...]]) -> list[Storage]:
     """:func:`tensor_storages` from ``t``'s row of :func:`tbmem.census.facts.tensor_facts` (read without
     making a storage object)."""
-    storage, data, nbytes, flags, dtype_index, shape_index = row
+    storage, data, nbytes, flags, dtype_index, shape_index = row[:6]
     if storage == 0:  # no storage at all: sparse and MKL-DNN tensors, a wrapper's inner tensors, if any
         kind = _layout(t)
         parts = _SPARSE_PARTS.get(kind)

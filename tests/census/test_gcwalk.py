@@ -403,16 +403,19 @@ def test_tensor_facts_in_c_are_what_python_reads() -> None:
     tensors = _odd_tensors()
     raw, dtypes, shapes = module.tensor_facts(tensors, facts._DESCRIPTORS, tuple(layout))
     python = facts._tensor_facts_py(tensors, layout)
-    assert np.frombuffer(raw, dtype=np.int64).reshape(-1, 6).tolist() == python.rows.tolist()
+    assert np.frombuffer(raw, dtype=np.int64).reshape(-1, 7).tolist() == python.rows.tolist()
     assert dtypes == python.dtypes and shapes == python.shapes
     rows = python.rows
     assert rows[0, 2] == 12 and rows[1, 1] == rows[2, 1] == rows[3, 1]  # a view: its base's storage
     assert shapes[rows[2, 5]] == (6, 4) and shapes[rows[4, 5]] == () and shapes[rows[5, 5]] == (2, 3, 4, 5, 6, 7, 8)
     assert rows[6, 3] & facts.REQUIRES_GRAD and rows[7, 3] & facts.HAS_GRAD_FN and rows[10, 3] & facts.NESTED
     assert not rows[9, 3] & (facts.RESIZABLE | facts.ALLOCATED)  # from_numpy: memory torch did not allocate
+    assert rows[:, 6].tolist() == [id(t) for t in tensors]
+    assert [bool(r & facts.PLAIN) for r in rows[:, 3]] == [type(t) is torch.Tensor for t in tensors]
     addresses = [t.untyped_storage()._cdata for t in tensors[:3]]
     in_c = np.frombuffer(module.storage_facts(addresses, tuple(layout)), dtype=np.int64).reshape(-1, 4)
-    assert in_c.tolist() == [list(facts._row(a, layout)) for a in addresses] == rows[:3, :4].tolist()
+    assert in_c.tolist() == [list(facts._row(a, layout)) for a in addresses]
+    assert in_c[:, :3].tolist() == rows[:3, :3].tolist() and (in_c[:, 3] == rows[:3, 3] & 0x3FFFF).all()
 
 
 def test_instances_below_with_stop_types_and_object_arrays_finds_what_python_finds() -> None:
