@@ -35,6 +35,7 @@ FOREIGN_OWNER = "foreign_memory_owner_not_found"
 _Key = tuple[str, int, int]  # (device, address, nbytes)
 #: Plain tensors in a phase from which on they are measured as columns (:mod:`tbmem.census.bulk`).
 BULK_AT_LEAST = 2048
+_DICT_AT_MOST = 20_000  # tensors whose rows are found through a dict; more, through sorted ids
 
 
 class Ledger:
@@ -68,6 +69,7 @@ class Ledger:
         self._ids = np.zeros(0, dtype=np.int64)  # sorted ids of the tensors whose facts were read at the start,
         self._rows_by_id = np.zeros(0, dtype=np.int64)  # and their rows (numpy: no int object per tensor)
         self._facts: TensorFacts | None = None
+        self._row_of: dict[int, int] | None = None
         self._final: Records | None = None
         self.notes: list[str] = []
         #: Named limitations -> bytes they concern (see :attr:`tbmem.census.Census.blind_spots`).
@@ -78,15 +80,25 @@ class Ledger:
     def use_facts(self, tensors: list[Any], got: TensorFacts) -> None:
         """Measure these tensors from their facts, read already (row ``i``: ``tensors[i]``), when claimed."""
         ids = got.rows[:, 6]  # id(tensors[i])
-        self._rows_by_id = np.argsort(ids)
-        self._ids, self._facts = ids[self._rows_by_id], got
+        if len(ids) <= _DICT_AT_MOST:  # a dict of a few thousand ints: faster to look up, and small
+            self._row_of = dict(zip(ids.tolist(), range(len(ids))))
+        else:  # sorted ids: no int object per tensor
+            self._rows_by_id = np.argsort(ids)
+            self._ids = ids[self._rows_by_id]
+        self._facts = got
 
     def _storages(self, t: Any) -> list[scan.Storage]:
-        at = int(np.searchsorted(self._ids, id(t))) if self._facts is not None else 0
-        if self._facts is None or at >= len(self._ids) or int(self._ids[at]) != id(t):
+        facts_read = self._facts
+        if facts_read is None:
             return scan.tensor_storages(t)
-        row = self._facts.rows[self._rows_by_id[at]].tolist()
-        return scan.storages_from_facts(t, row, self._facts.dtypes, self._facts.shapes)
+        if self._row_of is not None:
+            i = self._row_of.get(id(t))
+        else:
+            at = int(np.searchsorted(self._ids, id(t)))
+            i = int(self._rows_by_id[at]) if at < len(self._ids) and int(self._ids[at]) == id(t) else None
+        if i is None:
+            return scan.tensor_storages(t)
+        return scan.storages_from_facts(t, facts_read.rows[i].tolist(), facts_read.dtypes, facts_read.shapes)
 
     def count(self) -> int:
         """Records so far (each storage counted once)."""
@@ -290,7 +302,7 @@ class Ledger:
     def release(self) -> None:
         """Let go of the objects held while the census ran (the records stay)."""
         self._ids = self._rows_by_id = np.zeros(0, dtype=np.int64)
-        self._facts = None
+        self._facts, self._row_of = None, None
         self._keep.clear()
         self._namers.clear()
         self._block_tensors = [[] for _ in self._blocks]

@@ -163,6 +163,7 @@ class Kinds:
     metaclasses: frozenset[type]
     watch: frozenset[type]
     module_types: frozenset[type] = frozenset()
+    module_roots: frozenset[type] = frozenset()  # those of _MODULE_HOLDERS imported when listed
 
 
 def list_kinds(holders: bool) -> Kinds:
@@ -170,9 +171,10 @@ def list_kinds(holders: bool) -> Kinds:
     metas = metaclasses()
     ttypes, stypes, ntypes = frozenset(tensor_types()), frozenset(storage_types()), frozenset(node_types())
     htypes = frozenset(holder_types()) if holders else frozenset()
+    roots = frozenset(_defined(_MODULE_HOLDERS))
     mtypes = frozenset(module_types())
     types = frozenset().union(ttypes, stypes, ntypes, htypes, mtypes)
-    return Kinds(holders, ttypes, stypes, ntypes, htypes, types, metas, types | metas, mtypes)
+    return Kinds(holders, ttypes, stypes, ntypes, htypes, types, metas, types | metas, mtypes, roots)
 
 
 def split_classes(picked: list[Any], kinds: Kinds) -> tuple[list[Any], list[type]]:
@@ -210,4 +212,4 @@ def outdated(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Ki
     """Whether ``kinds`` must be listed again: a new class may be a type looked for, or PhiML's
     holder class or a module class whose memory C++ holds appeared (imported since: roots of their own)."""
     return (new_kinds(classes, known, kinds) or (kinds.holders and frozenset(holder_types()) != kinds.holder_types)
-            or frozenset(module_types()) != kinds.module_types)
+            or frozenset(_defined(_MODULE_HOLDERS)) != kinds.module_roots)

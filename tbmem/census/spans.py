@@ -49,6 +49,8 @@ def _spans(keys: Sequence[_Key], blocks: Sequence[Block]) -> tuple[np.ndarray, n
 def overlapping(named: Sequence[tuple[_Key, TensorRecord]], blocks: Sequence[Block]) -> tuple[set[_Key], list[np.ndarray]]:
     """The named keys and the block rows (a mask per block) that overlap another block without being it."""
     keys = [k for k, _ in named]
+    if not blocks and len(keys) < _NUMPY_AT_LEAST:  # a census's usual hundred blocks: faster without numpy
+        return _overlapping_few(keys), []
     dev, lo, hi, starts = _spans(keys, blocks)
     involved = np.zeros(len(lo), dtype=bool)
     if len(lo) > 1:
@@ -67,6 +69,27 @@ def overlapping(named: Sequence[tuple[_Key, TensorRecord]], blocks: Sequence[Blo
     named_involved = {keys[i] for i in np.flatnonzero(involved[:len(keys)])}
     rows = [involved[s:s + len(b)] for s, b in zip(starts, blocks)]
     return named_involved, rows
+
+
+_NUMPY_AT_LEAST = 1000
+
+
+def _overlapping_few(keys: list[_Key]) -> set[_Key]:
+    """:func:`overlapping` for a few named keys, in Python."""
+    involved: set[_Key] = set()
+    by_device: dict[str, list[tuple[int, int, _Key]]] = {}
+    for key in keys:
+        by_device.setdefault(key[0], []).append((key[1], key[1] + key[2], key))
+    for spans in by_device.values():
+        spans.sort()
+        reach, reacher = -1, None
+        for lo, hi, key in spans:
+            if lo < reach:
+                involved.add(key)
+                involved.add(reacher)
+            if hi > reach:
+                reach, reacher = hi, key
+    return involved
 
 
 def resolve_overlaps(items: list[tuple[int, _Key, TensorRecord]]) -> list[tuple[int, _Key, TensorRecord]]:
