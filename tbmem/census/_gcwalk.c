@@ -17,6 +17,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 
 #if PY_VERSION_HEX < 0x030C0000
 #undef _PyGC_FINALIZED /* cpython/objimpl.h and internal/pycore_gc.h both define it */
@@ -193,7 +194,7 @@ static int pick(Picks *p, PyObject *op) {
 typedef struct {
     PyGC_Head *at, *start;
     int done, next; /* ended at the oldest head (next == -1) or at anchor ``next`` */
-    Py_ssize_t walked;
+    Py_ssize_t walked, until; /* objects walked; when the next candidate anchor is due */
     Picks chosen, candidates;
 } Stretch;
 
@@ -215,43 +216,48 @@ static int walk_stretches(Selection *s, PyGC_Head *head, PyGC_Head *const *other
     for (int i = 0; i < n_anchors; i++) {
         stretches[i + 1].at = stretches[i + 1].start = anchors[i];
     }
-    int active = n;
+    int live[MAX_STRETCHES], active = n; /* the stretches not done, in turn */
+    for (int c = 0; c < n; c++) {
+        live[c] = c;
+        stretches[c].until = spacing > 0 ? 0 : PY_SSIZE_T_MAX;
+    }
     while (active) {
-        for (int c = 0; c < n; c++) {
-            Stretch *st = &stretches[c];
-            if (st->done) {
-                continue;
-            }
+        for (int k = 0; k < active; k++) {
+            Stretch *st = &stretches[live[k]];
             PyGC_Head *g = st->at;
-            if (g == head) {
-                st->done = 1, st->next = -1, active--;
-                continue;
-            }
-            if (marks[mark(g)] && g != st->start) {
+            int end = g == head, next = -1;
+            if (!end && marks[mark(g)] && g != st->start) {
                 for (int i = 0; i < n_others; i++) {
                     if (g == others[i]) {
                         return 0; /* an anchor is in another list now (gc.freeze(), untracked and tracked again) */
                     }
                 }
-                int hit = -1;
-                for (int i = 0; hit < 0 && i < n_anchors; i++) {
-                    hit = g == anchors[i] ? i : -1;
+                for (int i = 0; next < 0 && i < n_anchors; i++) {
+                    next = g == anchors[i] ? i : -1;
                 }
-                if (hit >= 0) {
-                    st->done = 1, st->next = hit, active--;
-                    continue;
-                }
+                end = next >= 0;
+            }
+            if (end) {
+                st->done = 1, st->next = next;
+                live[k--] = live[--active];
+                continue;
             }
             PyObject *op = (PyObject *)(g + 1);
             if (wanted(s, (uintptr_t)Py_TYPE(op)) && !pick(&st->chosen, op)) {
                 return -1;
             }
-            if (spacing > 0 && st->walked % spacing == 0 && Py_TYPE(op)->tp_weaklistoffset > 0 &&
-                !pick(&st->candidates, op)) {
-                return -1;
+            if (st->walked == st->until) {
+                if (Py_TYPE(op)->tp_weaklistoffset > 0 && !pick(&st->candidates, op)) {
+                    return -1;
+                }
+                st->until += spacing;
             }
             st->walked++;
             st->at = (PyGC_Head *)g->_gc_next;
+            /* its next object is read when this stretch's turn comes again: ask for it now, so that the
+             * loads of all stretches are under way together */
+            __builtin_prefetch(st->at);
+            __builtin_prefetch((const char *)st->at + sizeof(PyGC_Head) + offsetof(PyObject, ob_type));
         }
     }
     /* chain the stretches from the head; each anchor's must come exactly once */

@@ -350,7 +350,7 @@ def forget() -> None:
 
 
 #: Stretches of the oldest generation walked side by side (see ``select_tracked_from`` in _gcwalk.c).
-STRETCHES = 16
+STRETCHES = 32
 _anchors: list[weakref.ref[Any]] = []  # objects along the oldest generation, picked by the last full walk
 _spacing = 0
 
