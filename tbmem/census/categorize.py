@@ -34,7 +34,7 @@ FOREIGN_OWNER = "foreign_memory_owner_not_found"
 
 _Key = tuple[str, int, int]  # (device, address, nbytes)
 #: Plain tensors in a phase from which on they are measured as columns (:mod:`tbmem.census.bulk`).
-BULK_AT_LEAST = 2048
+BULK_AT_LEAST = 64
 _DICT_AT_MOST = 20_000  # tensors whose rows are found through a dict; more, through sorted ids
 
 
@@ -198,7 +198,7 @@ class Ledger:
         self._final = None
         try:
             got = facts.tensor_facts(fresh) if got is None else got._replace(rows=got.rows[fresh_mask])
-            if got is not None and len(fresh) < BULK_AT_LEAST:  # columns pay off for thousands, not a hundred
+            if got is not None and len(fresh) < BULK_AT_LEAST:  # numpy's calls cost more than a few rows
                 self._claim_rows(fresh, got, start, category)
                 return []
             measured = None if got is None else measure_plain(fresh, got, list(self._records), self._blocks, start,

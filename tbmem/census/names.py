@@ -43,9 +43,17 @@ _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep 
 _SUBMODULE = re.compile(r"\._modules\['([^']+)'\]")  # model._modules['encoder'] reads model.encoder
 
 
+class _Local(NamedTuple):
+    """A running frame's local variable as the root of a path (a list or dict cannot be weakly referenced):
+    found again among the frames of the next census by its code object and name."""
+
+    code: Any
+    var: str
+
+
 class _Remembered(NamedTuple):
     tensor: weakref.ref[Any]
-    root: weakref.ref[Any] | None  # None: searched for, not found (not searched again while it lives)
+    root: weakref.ref[Any] | _Local | None  # None: searched for, not found (not searched again while it lives)
     steps: tuple[tuple[str, Any], ...]  # ("attr", name), ("item", key) or ("slot", member) from the root
     name: str
     parent: str = ""  # the name of what holds it (``trainer.val_set._cache``): looked into first next time
@@ -53,6 +61,7 @@ class _Remembered(NamedTuple):
 
 _remembered: dict[int, _Remembered] = {}
 _lock = threading.Lock()
+_Found = tuple[str, Any, tuple[tuple[str, Any], ...], str]  # name, root (a weakref or _Local), steps, parent's name
 
 
 def holder_names(targets: list[Any], *, budget: int = BUDGET, depth: int = DEPTH) -> dict[int, str]:
@@ -66,71 +75,75 @@ def holder_names(targets: list[Any], *, budget: int = BUDGET, depth: int = DEPTH
 
 
 def _names(targets: list[Any], budget: int, depth: int) -> dict[int, str]:
+    roots = _roots()
+    frames = {(code, var): value for var, value, code in roots}
     wanted = {id(t): t for t in targets}
     out: dict[int, str] = {}
-    parents: dict[tuple[int, tuple[tuple[str, Any], ...]], tuple[Any, str]] = {}
     for key in list(wanted):
         known = _remembered.get(key)
-        if known is not None and known.root is not None and known.steps:
-            parents.setdefault((id(known.root), known.steps[:-1]), (known, known.parent))
         if known is not None and known.tensor() is wanted[key]:
             if known.root is None:
                 del wanted[key]  # not found last time: not searched again
-            elif _follow(known) is wanted[key]:
+            elif _follow(known.root, known.steps, frames) is wanted[key]:
                 out[key] = known.name
                 del wanted[key]
-    for known in list(_remembered.values()):  # what held a tensor last time: an LRU cache, a list of batches
-        if known.root is not None and known.steps:
-            parents.setdefault((id(known.root), known.steps[:-1]), (known, known.parent))
-    found = _look_into(parents.values(), wanted) if wanted else {}
-    searched = _search({k: t for k, t in wanted.items() if k not in found}, budget, depth) if len(found) < len(
-        wanted) else {}
+    parents = {(_root_key(k.root), k.steps[:-1]): k for k in _remembered.values() if k.root is not None and k.steps}
+    found = _look_into(list(parents.values()), wanted, frames) if wanted else {}  # an LRU cache's new entries
+    missing = {k: t for k, t in wanted.items() if k not in found}
+    searched = _search(missing, roots, budget, depth) if missing else {}
     searched.update(found)
     for key, tensor in wanted.items():
         name, root, steps, parent = searched.get(key, ("", None, (), ""))
         if name:
             out[key] = name
-        _remember(key, tensor, root, steps, name, parent)
+        try:
+            _remembered[key] = _Remembered(weakref.ref(tensor), root, steps, name, parent)
+        except TypeError:
+            _remembered.pop(key, None)
     for key in [k for k in _remembered if k not in {id(t) for t in targets}]:
         del _remembered[key]
     return out
 
 
-def _look_into(parents: Any, wanted: dict[int, Any]) -> dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]]:
+def _look_into(parents: list[_Remembered], wanted: dict[int, Any], frames: dict[Any, Any]) -> dict[int, _Found]:
     """Targets among the items of what held a named tensor at the last census."""
-    found: dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]] = {}
-    for known, parent_name in parents:
-        root = known.root()
-        holder = _follow(known._replace(steps=known.steps[:-1])) if root is not None else None
+    found: dict[int, _Found] = {}
+    for known in parents:
+        holder = _follow(known.root, known.steps[:-1], frames)
         if holder is None:
             continue
         for label, item, step in walk.labelled_steps(holder):
             if id(item) in wanted and id(item) not in found:
-                found[id(item)] = (_SUBMODULE.sub(r".\1", parent_name + label), root, known.steps[:-1] + (step,),
-                                   parent_name)
+                found[id(item)] = (_SUBMODULE.sub(r".\1", known.parent + label), known.root,
+                                   known.steps[:-1] + (step,), known.parent)
     return found
 
 
-def _remember(key: int, tensor: Any, root: Any, steps: tuple[tuple[str, Any], ...], name: str, parent: str) -> None:
+def _root_key(root: Any) -> Any:
+    """What identifies a remembered root (a dead weak reference cannot be hashed)."""
+    return tuple(root) if type(root) is _Local else id(root)
+
+
+def _root_of(value: Any, code: Any, var: str) -> weakref.ref[Any] | _Local:
+    """How a path's root is found again: a weak reference to it, or the local variable that held it."""
     try:
-        _remembered[key] = _Remembered(weakref.ref(tensor), None if root is None else weakref.ref(root), steps, name,
-                                       parent)
-    except TypeError:  # a root that cannot be weakly referenced (a list): searched again next time
-        _remembered.pop(key, None)
+        return weakref.ref(value)
+    except TypeError:
+        return _Local(code, var)
 
 
-def _follow(known: _Remembered) -> Any:
-    obj = known.root() if known.root is not None else None
-    for kind, key in known.steps:
+def _follow(root: Any, steps: tuple[tuple[str, Any], ...], frames: dict[Any, Any]) -> Any:
+    obj = frames.get(tuple(root)) if type(root) is _Local else root()
+    for kind, key in steps:
         if obj is None:
             return None
         obj = walk.step(obj, kind, key)
     return obj
 
 
-def _roots() -> list[tuple[str, Any]]:
-    """``(variable, value)`` of every running frame's locals, outermost frame first, tbmem's own left out."""
-    out: list[tuple[str, Any]] = []
+def _roots() -> list[tuple[str, Any, Any]]:
+    """``(variable, value, code)`` of every running frame's locals, outermost frame first, tbmem's own left out."""
+    out: list[tuple[str, Any, Any]] = []
     release_mine = not walk._tracing()
     me = threading.get_ident()
     for thread, frame in list(sys._current_frames().items()):
@@ -140,31 +153,31 @@ def _roots() -> list[tuple[str, Any]]:
                 stack.append(frame)
             frame = frame.f_back
         for f in reversed(stack):
-            out += walk.read_locals(f, release=release_mine and thread == me)
+            code = f.f_code
+            out += [(var, value, code) for var, value in walk.read_locals(f, release=release_mine and thread == me)]
         del stack
     return out
 
 
-def _search(wanted: dict[int, Any], budget: int,
-            depth: int) -> dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]]:
+def _search(wanted: dict[int, Any], roots: list[tuple[str, Any, Any]], budget: int, depth: int) -> dict[int, _Found]:
     """Breadth first from every local variable: ``id(target) -> (name, root, steps, parent's name)``."""
     stop = walk.own_types()
-    found: dict[int, tuple[str, Any, tuple[tuple[str, Any], ...], str]] = {}
+    found: dict[int, _Found] = {}
     # (object, name, root, steps, parent's name)
     level: list[tuple[Any, str, Any, tuple[tuple[str, Any], ...], str]] = []
     seen: dict[int, Any] = {}  # id -> object, held so that no id is reused meanwhile
-    for var, value in _roots():
+    for var, value, code in roots:
         if id(value) not in seen:
             seen[id(value)] = value
             label = type(value).__name__ if var in ("self", "cls") else var
-            level.append((value, label, value, (), ""))
+            level.append((value, label, (value, code, var), (), ""))
     left = budget
     try:
         for hop in range(depth + 1):
             following = []
             for obj, name, root, steps, parent in level:  # this hop's targets first: a shorter path is never missed
                 if id(obj) in wanted and id(obj) not in found:
-                    found[id(obj)] = (_SUBMODULE.sub(r".\1", name), root, steps, parent)
+                    found[id(obj)] = (_SUBMODULE.sub(r".\1", name), _root_of(*root), steps, parent)
             if len(found) == len(wanted):
                 return found
             for obj, name, root, steps, parent in level:
