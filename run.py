@@ -6,7 +6,8 @@ Examples:
     python run.py --config-name=burgers_experiment trainer_params.enable_memory_monitoring=true
     torchrun --standalone --nproc_per_node=2 run.py --config-name=burgers_quick_test trainer=synthetic_with_memory
 
-A misspelt or invalid key stops the run before any work with a message naming it
+A misspelt or invalid key, config group choice (``trainer=synthetic_with_memroy``) or
+``--config-name`` stops the run before any work with a message naming the closest valid one
 (exit status 2): a key on the command line is checked against the schema before Hydra
 starts (every documented key can be set without Hydra's ``+``), the composed config
 before torch is imported, and a start that fails leaves no run folder behind. Outputs
@@ -104,11 +105,13 @@ def _save_traceback(log_dir: Path | None) -> Path | None:
 
 if __name__ == "__main__":
     from trainers.config import ConfigError
-    from trainers.overrides import check_overrides, config_groups
+    from trainers.overrides import check_overrides, config_groups, config_names
 
     try:
-        # before Hydra: a misspelt key gets the closest valid name, not Hydra's advice to append it
-        sys.argv[1:] = check_overrides(sys.argv[1:], groups=config_groups(Path(__file__).with_name("conf")))
+        # before Hydra: a misspelt key, group choice or config name gets the closest valid name, not
+        # Hydra's advice to append it or its own error
+        conf = Path(__file__).with_name("conf")
+        sys.argv[1:] = check_overrides(sys.argv[1:], groups=config_groups(conf), configs=config_names(conf))
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)

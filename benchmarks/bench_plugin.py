@@ -59,7 +59,7 @@ def write_run(logdir: Path, steps: int, censuses: int) -> Path:
     import math
 
     from tbmem.census.report import Census, TensorRecord
-    from tbmem.plugin.census_log import append_census
+    from tbmem.logdir.census_log import append_census
     from tbmem.snapshot.schema import SnapshotBuilder, encode_json_gz
     from tbmem.writer import MemoryWriter
 

@@ -78,7 +78,8 @@ def monitored(epoch: int) -> bool:
 _LIMITS = {"defaults": 1.005, "census_50": 1.01}  # issue 18: +0.5% and +1%
 
 
-def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int, epochs: int):
+def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int, epochs: int, device: str = "cpu"):
+    import torch
     from hydra import compose, initialize_config_dir
 
     from trainers.config import validate
@@ -90,10 +91,13 @@ def _trainer(overrides: list[str], tmp: Path, run: str, batch_size: int, epochs:
         cfg = validate(compose(config_name="burgers_quick_test", overrides=[
             f"data.cache_dir={tmp / 'cache'}", "data.progress=false", "trainer_params.progress=false",
             f"trainer_params.epochs={epochs}", f"trainer_params.batch_size={batch_size}", *overrides]))
+    dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.zeros(1, device=dev)  # the program initialises CUDA before the writer opens, as run.py's does
     mon = TrainerMonitoring.create(tmp / run, enabled=cfg.trainer_params.enable_memory_monitoring,
                                    verbose_batches=cfg.trainer_params.memory_monitor_batches,
-                                   tbmem_config=cfg.tbmem)
-    return SyntheticTrainer(cfg, monitoring=mon), mon
+                                   tbmem_config=cfg.tbmem, device=dev)
+    return SyntheticTrainer(cfg, monitoring=mon, device=dev), mon
 
 
 class _NoBar:
@@ -166,8 +170,8 @@ def _shift_layout(seed: str) -> list[Any]:
             [object() for _ in range(rng.randrange(1, 5000))]]
 
 
-def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads: int, turn_steps: int, go: Any,
-            done: Any, results: Any) -> None:
+def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads: int, turn_steps: int,
+            device: str, go: Any, done: Any, results: Any) -> None:
     """One variant's process: build its trainer, then run ``turn_steps`` steps per turn.
 
     A slice runs from being given the turn to the start of the batch that ends it (through the
@@ -191,10 +195,10 @@ def _worker(name: str, tmp: str, run: str, batch_size: int, epochs: int, threads
         padding = _shift_layout(run)  # noqa: F841 - kept alive for the whole run
         scans, durations = _count_censuses()
         full = _time_full_collections()
-        trainer, mon = _trainer(VARIANTS[name], Path(tmp), run, batch_size, epochs)
+        trainer, mon = _trainer(VARIANTS[name], Path(tmp), run, batch_size, epochs, device)
         # What the trainer calls in an "off" epoch: the hooks of monitoring that is off, as the
         # "off" variant's own (the same writer, for the losses it writes either way).
-        off = TrainerMonitoring(mon.writer, enabled=False, verbose_batches=0, device=None)
+        off = TrainerMonitoring(mon.writer, enabled=False, verbose_batches=0, device=mon.device)
         steps = len(trainer._loader(trainer.train_set, shuffle=False))
         if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
             # Every variant's training thread on the same core (one runs at a time): the cores of a
@@ -300,7 +304,8 @@ def _session(ctx: Any, names: list[str], directory: str, session: int, args: arg
     go = {name: ctx.Semaphore(0) for name in names}
     done, results = ctx.Semaphore(0), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(name, directory, f"session{session}/{name}", args.batch_size, epochs,
-                                               args.threads, args.turn_steps, go[name], done, results), daemon=True)
+                                               args.threads, args.turn_steps, args.device, go[name], done, results),
+                           daemon=True)
              for name in names]
     for p in procs:
         p.start()
@@ -331,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=4,
                         help="batch 4 gives 72 steps of about 16 ms per epoch: small steps make the "
                              "per-step overhead a large share of a step")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the model trains (cuda: device 0; every variant's process has its own context)")
     args = parser.parse_args(argv)
     if args.prepare:  # child process: generate the simulation cache, then exit
         _trainer(VARIANTS["off"], Path(args.prepare), "prepare", args.batch_size, 1)[1].close()
@@ -385,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name} {_ratio([session])[name]:.4f}" for name in names[1:])
                 + f" (the halves of 'off': {_halves([session])['off']:.4f})", flush=True)
     ratios = _ratio(sessions)
-    print(f"SyntheticTrainer, burgers_quick_test, batch {args.batch_size}: {args.sessions} sessions of "
+    print(f"SyntheticTrainer on {args.device}, burgers_quick_test, batch {args.batch_size}: {args.sessions} sessions of "
           f"{args.epochs} epochs ({args.epochs * steps} steps) per variant after one warm-up epoch, half of them "
           f"monitored (off, on, on, off); one process per variant, turns of {args.turn_steps} steps; "
           f"{args.threads} thread(s)")

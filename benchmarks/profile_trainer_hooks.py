@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=4, help="epochs of 72 steps; the first is not counted")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--variant", default="defaults", choices=sorted(VARIANTS))
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
     import torch
 
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         here = Path(__file__).resolve().parent / "bench_trainer_overhead.py"
         subprocess.run([sys.executable, str(here), "--prepare", d, "--batch-size", str(args.batch_size)],
                        check=True, stdout=subprocess.DEVNULL)
-        trainer, mon = _trainer(VARIANTS[args.variant], Path(d), "run", args.batch_size, args.epochs)
+        trainer, mon = _trainer(VARIANTS[args.variant], Path(d), "run", args.batch_size, args.epochs,
+                                args.device)
         steps = len(trainer._loader(trainer.train_set, shuffle=False))
         writer = mon.writer
         every = writer.config.every
@@ -95,14 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                 inside[0] = False
 
         mon.before_zero_grad = before_zero_grad
+        mon.on_batch_end = _timed(times, "on_batch_end (all monitors)", mon.on_batch_end)
         writer._read = _timed(times, "  due: probes _read", writer._read)
         writer._write_record = _timed(times, "  due: the record written", writer._write_record)
         writer.flush = _timed(times, lambda: "  due: flush" if inside[0] else "flush, elsewhere", writer.flush)
         perf = mon.epoch_perf
         if perf is not None:
             perf.on_batch_end = _timed(
-                times, lambda i, loss=None: ("on_batch_end, writes" if perf.global_step % perf.log_every == 0
-                                             else "on_batch_end"), perf.on_batch_end)
+                times, lambda i, loss=None: ("  perf monitor, writes" if perf.global_step % perf.log_every == 0
+                                             else "  perf monitor"), perf.on_batch_end)
         # only the timed epochs count: drop what the warm-up epoch added, per name, at its end
         marks: dict[str, int] = {}
 
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{wall / (args.epochs * steps) * 1e3:.2f} ms per step; load average {os.getloadavg()[0]:.2f}")
     print(f"{'hook':<34}{'calls':>7}{'median us':>11}{'us per step':>13}")
     total = 0.0
-    for name, values in sorted(times.items(), key=lambda kv: kv[0].replace("  due", "log_memory, due ")):
+    for name, values in sorted(times.items(), key=lambda kv: kv[0].replace("  due", "log_memory, due ")
+                                                    .replace("  perf", "on_batch_end (all monitors) ")):
         values = values[marks.get(name, 0):]
         if not values or name == "flush, elsewhere":
             continue
@@ -141,7 +145,30 @@ def main(argv: list[str] | None = None) -> int:
     rows = sum(len(v[marks.get(k, 0):]) for k, v in times.items() if not k.startswith(("  ", "("))) / timed_steps
     print(f"{'all hooks, less the timing':<34}{'':>7}{'':>11}{total * 1e6 - rows * empty:>13.1f}"
           f"  ({rows:.0f} timed calls per step x {empty:.1f} us)")
+    if args.device == "cuda":
+        _cuda_reads()
     return 0
+
+
+def _cuda_reads() -> None:
+    """What the CUDA reads a monitored step makes cost by themselves, in a loop (cheaper than in a step)."""
+    import timeit
+
+    import torch
+
+    from tbmem import _torch_private as tp
+
+    dev = torch.cuda.current_device()
+    for name, fn in (("torch.cuda.memory_stats (flattened in Python)", lambda: torch.cuda.memory_stats(dev)),
+                     ("tp.cuda_memory_stats (FlatStats) + 3 keys", lambda: [
+                         s := tp.cuda_memory_stats(dev), s["allocated_bytes.all.current"],
+                         s["reserved_bytes.all.current"], s["allocated_bytes.all.peak"]]),
+                     ("torch.cuda.memory_allocated", lambda: torch.cuda.memory_allocated(dev)),
+                     ("torch.cuda.synchronize (nothing queued)", lambda: torch.cuda.synchronize(dev)),
+                     ("tp.synchronize_if_pending", lambda: tp.synchronize_if_pending(dev)),
+                     ("torch.cuda.mem_get_info", lambda: torch.cuda.mem_get_info(dev))):
+        n = 2000
+        print(f"{name:<48}{min(timeit.repeat(fn, number=n, repeat=3)) / n * 1e6:>8.1f} us")
 
 
 if __name__ == "__main__":

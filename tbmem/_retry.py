@@ -41,12 +41,17 @@ class Backoff:
             (0: never; the caller keeps retrying every ``cap_s`` at most).
         clock: Monotonic seconds; None reads :func:`time.monotonic` (through ``_now``,
             which tests replace).
+        at_once: Failures in a row retried at the next attempt, without a wait (1: a single
+            transient error costs one attempt, not every attempt of the next ``base_s``).
     """
 
     def __init__(self, *, base_s: float = 1.0, cap_s: float = 60.0, max_failures: int = 0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, at_once: int = 0) -> None:
         if base_s < 0 or cap_s < base_s:
             raise ValueError(f"Backoff needs 0 <= base_s <= cap_s, got base_s={base_s}, cap_s={cap_s}")
+        if at_once < 0:
+            raise ValueError(f"Backoff needs at_once >= 0, got {at_once}")
+        self.at_once = at_once
         self.base_s = base_s
         self.cap_s = cap_s
         self.max_failures = max_failures
@@ -70,9 +75,9 @@ class Backoff:
     @property
     def wait_s(self) -> float:
         """The wait scheduled after the latest failure (0 before any)."""
-        if self.failures == 0:
+        if self.failures <= self.at_once:
             return 0.0
-        return min(self.cap_s, self.base_s * 2 ** (self.failures - 1))
+        return min(self.cap_s, self.base_s * 2 ** (self.failures - 1 - self.at_once))
 
     def failed(self) -> int:
         """Count a failure, schedule the next attempt; return the failures in a row."""

@@ -8,6 +8,10 @@ restored and the signal re-delivered, so the default behaviour (the process ends
 killed by SIGTERM) proceeds, or the user's own handler runs. The writers are finished
 on a helper thread with a time limit: the signal may interrupt the main thread
 while it holds one of TensorBoard's locks, and waiting for it there would hang.
+Whatever another signal handler raises meanwhile (DataLoader's SIGCHLD handler raises
+when its workers die of the same SIGTERM) does not stop this: the writers still get
+their time, partly written snapshot files are removed, and the signal is re-delivered.
+A forked child does none of this for its parent's writers (:mod:`tbmem._process`).
 
 **Ctrl-C** inside code that must not be interrupted at an arbitrary point (SciPy's
 L-BFGS-B worker waits forever on a barrier when the main thread raises):
@@ -27,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -34,7 +39,7 @@ from typing import Any, Callable, Iterator
 from tbmem._log import logger, report_once
 
 __all__ = ["register", "unregister", "finish_all", "finish_writer", "deferred_interrupt", "InterruptFlag",
-           "FINISH_TIMEOUT_S"]
+           "FINISH_TIMEOUT_S", "after_fork_in_child"]
 
 #: Longest time the writers get to finish on a signal before the process goes on without them.
 FINISH_TIMEOUT_S = 10.0
@@ -101,18 +106,29 @@ def finish_all(reason: str, *, timeout: float = FINISH_TIMEOUT_S) -> bool:
     if not writers:
         return True
 
-    def work() -> None:
-        for w in writers:
-            try:
-                w._finish(reason)
-            except Exception as exc:  # noqa: BLE001 - the others still get their turn
-                logger.warning("tbmem: could not finish the writer for %s on %s (%s: %s)",
-                               getattr(w, "log_dir", "?"), reason, type(exc).__name__, exc)
+    done = threading.Event()
 
-    helper = threading.Thread(target=work, name="tbmem-finish", daemon=True)
-    helper.start()
-    helper.join(timeout)
-    if helper.is_alive():
+    def work() -> None:
+        try:
+            for w in writers:
+                try:
+                    w._finish(reason)
+                except Exception as exc:  # noqa: BLE001 - the others still get their turn
+                    logger.warning("tbmem: could not finish the writer for %s on %s (%s: %s)",
+                                   getattr(w, "log_dir", "?"), reason, type(exc).__name__, exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="tbmem-finish", daemon=True).start()
+    # An Event, not Thread.join: a join interrupted by another handler's exception marks the thread
+    # as stopped while it still runs (bpo-45274's fix), and the writers would lose their time.
+    deadline = time.monotonic() + timeout
+    while not done.is_set() and time.monotonic() < deadline:
+        try:
+            done.wait(max(0.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - raised by another signal handler while waiting: keep waiting
+            continue
+    if not done.is_set():
         logger.warning("tbmem: the event files could not be finished within %.0f s on %s; "
                        "records written before are kept", timeout, reason)
         return False
@@ -121,15 +137,49 @@ def finish_all(reason: str, *, timeout: float = FINISH_TIMEOUT_S) -> bool:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     global _installed
-    finish_all("SIGTERM")
-    with _lock:
+    try:
+        finish_all("SIGTERM")
+    except BaseException:  # noqa: BLE001 - raised into this handler by another one: the process still ends
+        pass
+    finally:
+        _remove_partial_snapshots()
+        # no lock: this handler may have interrupted the main thread inside register()
         previous = _previous
         _installed = False
-    signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous)
     if callable(previous):
         previous(signum, frame)
     else:  # SIG_DFL: end the way the sender meant (killed by SIGTERM)
         os.kill(os.getpid(), signum)
+
+
+def _remove_partial_snapshots() -> None:
+    """Remove the temporary files of snapshot writes this signal interrupted (nothing unwinds
+    the interrupted write: the process dies when the signal is re-delivered)."""
+    store = sys.modules.get("tbmem.snapshot.store")
+    remove = getattr(store, "remove_partial_files", None)
+    if remove is not None:
+        try:
+            remove()
+        except Exception:  # noqa: BLE001 - the process is ending; a leftover file is cleaned later
+            pass
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: forget the parent's writers and give SIGTERM back its previous disposition.
+
+    Called by :mod:`tbmem._process`'s fork hook, with only the forking thread alive: no lock.
+    """
+    global _writers, _lock, _installed
+    _writers = weakref.WeakSet()
+    _lock = threading.Lock()  # another thread of the parent may have held it at the fork
+    if _installed:
+        _installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, _previous)
+        except (ValueError, OSError):  # not the main thread (cannot happen after fork); leave it
+            pass
 
 
 class InterruptFlag:

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -26,6 +27,7 @@ __all__ = [
     "OutOfMemoryError",
     "cuda_ready",
     "cuda_memory_stats",
+    "FlatStats",
     "cuda_mem_get_info",
     "cuda_current_device",
     "reset_cuda_peaks",
@@ -74,11 +76,61 @@ def cuda_current_device() -> int | None:
     return torch.cuda.current_device() if cuda_ready() else None
 
 
-def cuda_memory_stats(device: int) -> dict[str, Any] | None:
-    """``torch.cuda.memory_stats(device)`` or None when CUDA is not initialised."""
+class FlatStats(Mapping[str, Any]):
+    """``torch.cuda.memory_stats``'s flat keys (``"allocated_bytes.all.current"``), each looked up in
+    the nested dict that ``torch.cuda.memory_stats_as_nested_dict`` returns.
+
+    ``memory_stats()`` builds that same nested dict, then flattens, sorts and copies its ~120
+    entries in Python at every call (about 120 us here); tbmem reads a handful of keys per
+    record and per monitored batch, so it looks them up where torch already put them.
+
+    Example:
+        >>> stats = FlatStats({"allocated_bytes": {"all": {"current": 512}}, "num_ooms": 0})
+        >>> stats["allocated_bytes.all.current"], stats.get("num_ooms"), stats.get("missing.key", -1)
+        (512, 0, -1)
+        >>> sorted(stats)
+        ['allocated_bytes.all.current', 'num_ooms']
+    """
+
+    __slots__ = ("_nested",)
+
+    def __init__(self, nested: Mapping[str, Any]) -> None:
+        self._nested = nested
+
+    def __getitem__(self, key: str) -> Any:
+        node: Any = self._nested
+        try:
+            for part in key.split("."):
+                node = node[part]
+        except (KeyError, TypeError, IndexError):
+            raise KeyError(key) from None
+        if isinstance(node, Mapping):
+            raise KeyError(key)
+        return node
+
+    def __iter__(self) -> Iterator[str]:
+        stack: list[tuple[str, Mapping[str, Any]]] = [("", self._nested)]
+        while stack:
+            prefix, node = stack.pop()
+            for k, v in node.items():
+                if isinstance(v, Mapping):
+                    stack.append((f"{prefix}{k}.", v))
+                else:
+                    yield prefix + k
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def cuda_memory_stats(device: int) -> Mapping[str, Any] | None:
+    """``torch.cuda.memory_stats(device)``'s keys and values (a :class:`FlatStats` view where this
+    torch has ``memory_stats_as_nested_dict``), or None when CUDA is not initialised."""
     if not cuda_ready():
         return None
-    return torch.cuda.memory_stats(device)
+    nested = getattr(torch.cuda, "memory_stats_as_nested_dict", None)
+    if nested is None:
+        return torch.cuda.memory_stats(device)
+    return FlatStats(nested(device))
 
 
 def cuda_mem_get_info(device: int) -> tuple[int, int] | None:

@@ -8,7 +8,7 @@ to an :class:`AlertMonitor`, which checks four conditions:
 * ``host_percent``: system RAM in use at or above this percentage;
 * ``growth_mb_per_1k`` / ``rss_growth_mb_per_1k``: allocated device memory / process RSS
   grows steadily over the last ``growth_window`` records, by the test of the leak
-  detector of :mod:`tbmem.analysis.leaks` (slope at least the threshold in MB per 1000
+  detector of :mod:`tbmem.trend` (slope at least the threshold in MB per 1000
   steps, confidence interval above zero, both halves of the window growing);
 * ``alloc_retries``: the caching allocator's retry count rose since the previous record
   (it had to free its cache to satisfy an allocation: memory pressure).
@@ -38,13 +38,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tbmem._fields import unknown_keys
 from tbmem._log import logger
-from tbmem.config import unknown_keys
+from tbmem.tags import TAGS
+from tbmem.trend import fit_trend
 
 __all__ = ["AlertConfig", "Alert", "AlertMonitor", "ALERTS_TEXT_TAG"]
 
 #: Text tag of the alert entries (``add_text`` appends ``/text_summary``).
-ALERTS_TEXT_TAG = "Memory/Alerts"
+ALERTS_TEXT_TAG = TAGS["alerts_text"].tag
 _GIB = float(2**30)
 
 
@@ -278,11 +280,9 @@ def _percent_message(kind: str, value: float, threshold: float, r: Mapping[str, 
 
 def _growth(hist: deque, tag: str, kind: str, threshold: float) -> Any:
     # The leak detector's own test (slope, interval, both halves), over the window only.
-    from tbmem.analysis.leaks import _fit
-
     steps = np.array([s for s, _ in hist], dtype=np.int64)
     values = np.array([v / _GIB for _, v in hist], dtype=float)  # the tag's unit (GB)
     if len(np.unique(steps)) < 2:
         return None
-    return _fit("", tag, kind, steps, values, threshold=threshold, skip_fraction=0.0, min_points=3,
-                confidence=0.95)
+    return fit_trend("", tag, kind, steps, values, threshold=threshold, skip_fraction=0.0, min_points=3,
+                     confidence=0.95)

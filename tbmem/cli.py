@@ -1,4 +1,5 @@
-"""The ``tbmem`` command line: ``tbmem snapshot ...``, ``tbmem report ...``, ``tbmem forecast ...``, ``tbmem tags``.
+"""The ``tbmem`` command line: ``tbmem snapshot ...``, ``tbmem report ...``, ``tbmem compare ...``,
+``tbmem forecast ...``, ``tbmem tags``.
 
 Each subcommand lives with the code it drives and registers itself through an
 ``add_parser(subparsers)`` function; this module only dispatches. Help texts are
@@ -29,7 +30,7 @@ from typing import Sequence
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE", "plain_text"]
 
 # modules that provide add_parser(subparsers) for a subcommand
-_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli", "tbmem.forecast.cli")
+_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli", "tbmem.analysis.compare_cli", "tbmem.forecast.cli")
 
 #: Exit status when standard output's reader closed the pipe: 128 + SIGPIPE, what a shell reports
 #: for a tool that SIGPIPE ended.
@@ -42,6 +43,7 @@ _DESCRIPTION = (
 _EPILOG = """examples:
   tbmem report runs                  peaks, census mix, step times and leaks of every run
   tbmem report runs --png r.png      the same, and a figure
+  tbmem compare RUN_A RUN_B          two runs (or more) side by side with their differences
   tbmem snapshot html FILE.json.gz   the offline timeline viewer of a memory snapshot
   tbmem tags --grep vram             the TensorBoard tags tbmem writes
   tbmem COMMAND --help               the options of one command"""

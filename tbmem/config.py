@@ -12,10 +12,10 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from tbmem._fields import seconds, unknown_keys
 
 __all__ = ["MemoryWriterConfig", "PEAK_MODES", "seconds", "unknown_keys"]
 
@@ -56,6 +56,8 @@ class MemoryWriterConfig:
             or a mapping of its fields); None disables snapshots.
         alerts: Memory alerts (:class:`tbmem.alerts.AlertConfig`, a mapping of its fields, or
             True for its defaults); None disables them. See docs/forecast.md.
+        spikes: Loss-spike detection over the scalars written (:class:`tbmem.spikes.SpikeConfig`, a
+            mapping of its fields, or True for its defaults); None disables it. See docs/analysis.md.
         ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
             mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
     """
@@ -75,6 +77,7 @@ class MemoryWriterConfig:
     fast_crc: bool = True
     snapshot: Any = field(default=None)
     alerts: Any = field(default=None)
+    spikes: Any = field(default=None)
     ranks: Any = field(default=None)
 
     def __post_init__(self) -> None:
@@ -102,6 +105,10 @@ class MemoryWriterConfig:
             from tbmem.alerts import AlertConfig
 
             object.__setattr__(self, "alerts", AlertConfig.coerce(self.alerts))
+        if self.spikes is not None:
+            from tbmem.spikes import SpikeConfig
+
+            object.__setattr__(self, "spikes", SpikeConfig.coerce(self.spikes))
         if isinstance(self.ranks, Mapping):
             from tbmem.ranks.config import RanksConfig
 
@@ -117,38 +124,3 @@ class MemoryWriterConfig:
         if problem:
             raise ValueError(problem)
         return cls(**dict(values))
-
-
-def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> float:
-    """``value`` as a float number of seconds; ValueError naming ``label`` when it is not a finite
-    number >= ``low`` (a bool, a string, NaN, infinity).
-
-    Example:
-        >>> seconds(2, "timeout_s")
-        2.0
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-        raise ValueError(f"{label} must be a number of seconds >= {low:g}{hint}, got {value!r}")
-    return float(value)
-
-
-def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:
-    """A message naming the keys of ``values`` that ``cls`` has no field for, the closest match of
-    each and every valid key; None when all are known.
-
-    Example:
-        >>> print(unknown_keys(MemoryWriterConfig, {"evry": 5}))  # doctest: +ELLIPSIS
-        unknown MemoryWriterConfig key 'evry' (did you mean 'every'?); valid keys: alerts, census_every, ...
-    """
-    import difflib
-
-    known = sorted(f.name for f in dataclasses.fields(cls))
-    unknown = sorted(str(k) for k in values if k not in known)
-    if not unknown:
-        return None
-    named = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known, n=1)
-        named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-    return (f"unknown {cls.__name__} key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
-            f"valid keys: {', '.join(known)}")

@@ -8,9 +8,17 @@ latest layout. So a CPU run gets no VRAM section and no chart is empty.
 Every chart has one unit, named in its title. TensorBoard draws every line of a run in the
 run's colour in custom-scalars charts (lines of one chart differ only by marker), so a
 chart shows one reading; a family with more than :data:`MAX_SEPARATE` members (a model's
-modules) shares one chart, titled so. (``Margin`` charts, a line with a band, would show
-allocated VRAM shaded up to reserved in one colour, but TensorBoard draws them after every
-other chart of their section, below the census; only the ranks' section uses them.)
+modules) shares one chart, titled so.
+
+Unsmoothed where TensorBoard allows: the custom-scalars dashboard smooths its ``Multiline`` charts
+(weight 0.6 by default: a memory step drawn as a ramp, a count read as 20.9983) but never its
+``Margin`` charts. So each one-reading chart is a ``Margin`` chart whose line and band are that
+reading (value, lower and upper the same tag: a line, exact at every step). Only a chart that
+matches several tags by a regex (a family sharing one chart) stays ``Multiline``, in a section of
+its own; the dashboard's Smoothing setting (or ``#custom_scalars&_smoothingWeight=0`` in its
+address) unsmooths it. The dashboard draws a section's ``Multiline`` charts first, then its
+``Margin`` charts in the reverse of their written order: :func:`display_order` writes them so that
+they are shown in :func:`custom_scalars_layout`'s order.
 
 Sections, in order: memory (VRAM, then the process's RSS, then the census), speed, GPU
 allocator, system, snapshots, and on rank 0 of a multi-rank job, ranks (one margin chart per
@@ -24,7 +32,7 @@ Example:
     >>> list(cpu)
     ['tbmem: memory', 'tbmem: speed']
     >>> cpu["tbmem: memory"]["Process RSS (GB)"]
-    ['Multiline', ['^Memory/RAM/process_rss_GB$']]
+    ['Margin', ['Memory/RAM/process_rss_GB', 'Memory/RAM/process_rss_GB', 'Memory/RAM/process_rss_GB']]
     >>> charts = custom_scalars_layout(rank_tags=("ram_rss",))["tbmem: ranks"]
     >>> charts["Process RSS across ranks (GB): mean, min..max"]
     ['Margin', ['Ranks/Memory/RAM/process_rss_GB/mean', 'Ranks/Memory/RAM/process_rss_GB/min', 'Ranks/Memory/RAM/process_rss_GB/max']]
@@ -37,7 +45,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tbmem.tags import RANK_STATS, TAGS, ranks_tag
 
-__all__ = ["custom_scalars_layout", "rank_charts", "LayoutTracker", "MAX_SEPARATE"]
+__all__ = ["custom_scalars_layout", "display_order", "rank_charts", "LayoutTracker", "MAX_SEPARATE"]
 
 #: Members of a family (dtypes, devices, modules) drawn as one chart each; more share one chart.
 MAX_SEPARATE = 4
@@ -56,17 +64,13 @@ _BY = {"census_category": "category", "census_dtype": "dtype", "census_device": 
        "census_module": "module"}
 
 
-def _exact(key: str) -> str:
-    """A regex matching one tag only (custom scalars match tags by regex, from the start)."""
-    return f"^{re.escape(TAGS[key].tag)}$"
+def _line(tag: str) -> list[Any]:
+    """A chart of one tag, drawn unsmoothed: a margin chart whose band is the line itself."""
+    return ["Margin", [tag, tag, tag]]
 
 
 def _single(key: str) -> list[Any]:
-    return ["Multiline", [_exact(key)]]
-
-
-def _member(key: str, name: str) -> str:
-    return f"^{re.escape(TAGS[key].tag.format(name=name))}$"
+    return _line(TAGS[key].tag)
 
 
 def rank_charts(keys: Sequence[str]) -> dict[str, list]:
@@ -79,10 +83,9 @@ def rank_charts(keys: Sequence[str]) -> dict[str, list]:
                                     ranks_tag("max", tag.tag)]]
     for key in keys:
         tag = TAGS[key]
-        charts[f"Rank holding the maximum {_TITLES.get(key, tag.tag)} (rank)"] = [
-            "Multiline", [ranks_tag("argmax", tag.tag)]]
+        charts[f"Rank holding the maximum {_TITLES.get(key, tag.tag)} (rank)"] = _line(ranks_tag("argmax", tag.tag))
     if keys:
-        charts["Ranks reporting (count)"] = ["Multiline", [TAGS["ranks_reporting"].tag]]
+        charts["Ranks reporting (count)"] = _line(TAGS["ranks_reporting"].tag)
     return charts
 
 
@@ -135,7 +138,7 @@ def _family_charts(seen: _Seen, family: str) -> dict[str, list]:
             if members is not None else list(_CATEGORY_ORDER)
     if members is not None and (len(members) <= MAX_SEPARATE or family == "census_category"):
         label = "Census" if family == "census_category" else f"Census by {by}"
-        return {f"{label}: {name} ({tag.unit})": ["Multiline", [_member(family, name)]] for name in members}
+        return {f"{label}: {name} ({tag.unit})": _line(tag.tag.format(name=name)) for name in members}
     prefix, _, suffix = tag.tag.partition("{name}")
     title = f"Census by {by} ({tag.unit}; one line per {by}, told apart by marker)"
     return {title: ["Multiline", [f"^{re.escape(prefix)}.*{re.escape(suffix)}$"]]}
@@ -178,8 +181,10 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
         ("Large tensors (count)", "large_count"),
         ("Large tensors, total (MB)", "large_total"),
     ]))
+    shared: dict[str, list] = {}  # a family on one chart: several lines, smoothed by the dashboard
     for family in _FAMILIES[1:]:
-        tensors.update(_family_charts(seen, family))
+        for title, chart in _family_charts(seen, family).items():
+            (shared if chart[0] == "Multiline" else tensors)[title] = chart
     speed = _charts(seen, [
         ("Step time, mean since the previous record (ms)", "step_time"),
         ("Batch time (s)", "batch_time"),
@@ -208,7 +213,8 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
     # One memory category: TensorBoard merges the layouts of a logdir's runs in run order, appending
     # what a later run adds at the end of its category; the census of a later run still lands in
     # the memory category, above speed and system.
-    layout = {"tbmem: memory": {**gpu, **process, **tensors}, "tbmem: speed": speed,
+    layout = {"tbmem: memory": {**gpu, **process, **tensors}, "tbmem: census, one chart per family": shared,
+              "tbmem: speed": speed,
               "tbmem: GPU allocator": allocator, "tbmem: system": system, "tbmem: snapshots": snapshots}
     ranked = list(dict.fromkeys([*rank_tags, *seen.ranked]))
     if ranked:
@@ -216,8 +222,26 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
     return {title: charts for title, charts in layout.items() if charts}
 
 
+def display_order(layout: Mapping[str, Mapping[str, list]]) -> dict[str, dict[str, list]]:
+    """``layout`` as written for TensorBoard's custom-scalars dashboard, which draws a section's
+    ``Multiline`` charts first, in order, then its ``Margin`` charts in reverse order (TensorBoard
+    2.21, checked in headless Chromium by tests/test_layout.py): the margin charts are written
+    reversed, so each section reads in ``layout``'s order.
+
+    Example:
+        >>> display_order({"s": {"a": ["Margin", ["a"] * 3], "b": ["Margin", ["b"] * 3]}})["s"].keys()
+        dict_keys(['b', 'a'])
+    """
+    out = {}
+    for section, charts in layout.items():
+        margins = [(title, chart) for title, chart in charts.items() if chart[0] == "Margin"]
+        out[section] = {**{t: c for t, c in charts.items() if c[0] != "Margin"}, **dict(reversed(margins))}
+    return out
+
+
 class LayoutTracker:
-    """Follows the tags a writer writes; says when the layout must be written (again).
+    """Follows the tags a writer writes; says when the layout must be written (again), and gives it in
+    :func:`display_order`.
 
     Example:
         >>> tracker = LayoutTracker()
@@ -251,4 +275,4 @@ class LayoutTracker:
         if not layout or layout == self._written:
             return None
         self._written = layout
-        return layout
+        return display_order(layout)

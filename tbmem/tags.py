@@ -53,8 +53,9 @@ class Tag:
         meaning: What the value is, in one sentence.
         when: Which component writes it, and how often.
         scale: Divisor from the raw reading (bytes, seconds, ...) to ``unit``.
-        x: What the event's step counts: ``"step"`` (training steps, or loss evaluations) or
-            ``"epoch"`` (per-epoch tags): series of the two never share an x axis.
+        x: What the event's step counts: ``"step"`` (training steps, or loss evaluations),
+            ``"epoch"`` (per-epoch tags) or ``"iteration"`` (L-BFGS-B iterations, from 1): series
+            of two kinds never share an x axis.
     """
 
     key: str
@@ -71,6 +72,7 @@ _SYSTEM = "MemoryWriter, every `every` steps, at most once per `system_every_s` 
 _EVERY_CUDA = "MemoryWriter, every `every` steps, when CUDA is initialised"
 _CENSUS = "MemoryWriter, every `census_every` steps"
 _RANKS = "MemoryWriter on rank 0 of a job with more than one rank, every `every` steps"
+_LBFGS = "PhysicalTrainer, per L-BFGS-B iteration"
 
 _ROWS: tuple[Tag, ...] = (
     # --- Memory/GPU/: this process's device memory (CUDA caching allocator), first in the Memory group ---
@@ -137,6 +139,18 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="census_module", tag="Memory/Tensor_Module/{name}_MB", unit="MB", scale=MiB,
         meaning="Parameters, gradients, optimizer state and buffers of one top-level submodule.",
         when=_CENSUS),
+    # --- Memory/ text entries (add_text): read back by the Memory tab, `tbmem report` and the notebook ---
+    Tag(key="census_text", tag="Memory/Large_Tensors/top_k", unit="text",
+        meaning="The census's table of the largest storages (name, category, shape, dtype, device, MB); "
+                "TensorBoard keeps 10 per run, plugins/tbmem/census.jsonl every census's.", when=_CENSUS),
+    Tag(key="alerts_text", tag="Memory/Alerts", unit="text",
+        meaning="The memory alerts that fired at this record, one line each, and the snapshot written.",
+        when="MemoryWriter with `alerts`, at the record an alert fires"),
+    Tag(key="forecast_text", tag="Memory/Forecast", unit="text",
+        meaning="The memory forecast's table: the batch sizes probed, the peak forecast at each, the budget.",
+        when="SyntheticTrainer with `batch_size: auto`, at step 0"),
+    Tag(key="snapshot_files_text", tag="Memory/Snapshot/files", unit="text",
+        meaning="The files of the snapshot written at this step, with their sizes.", when="each snapshot"),
     # --- Perf/: speed -----------------------------------------------------------------------------
     Tag(key="step_time", tag="Perf/step_time_ms", unit="ms", scale=1e-3,
         meaning="Mean wall time per step since the previous record.", when=_EVERY),
@@ -184,6 +198,11 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Allocation/free events in the snapshot written at this step.", when="each snapshot"),
     Tag(key="snapshot_size", tag="Snapshot/file_MB", unit="MB", scale=MiB,
         meaning="Size of the snapshot file written at this step.", when="each snapshot"),
+    # --- Anomalies/: what the spike detector found (tbmem.spikes) -------------------------------
+    Tag(key="spikes_text", tag="Anomalies/spikes", unit="text",
+        meaning="A text entry per spike of a watched scalar (a loss, a gradient norm): the value, the rolling "
+                "median it jumped above, the snapshot written; the Memory tab marks the step.",
+        when="MemoryWriter with `spikes`, at a spike's step"),
     # --- Ranks/: cross-rank aggregates (rank 0 of a torch.distributed job) ------------------------
     Tag(key="ranks_max", tag="Ranks/{name}/max", unit="as {name}",
         meaning="Largest value of tag {name} over the ranks at this record.", when=_RANKS),
@@ -204,12 +223,33 @@ _ROWS: tuple[Tag, ...] = (
         when="SyntheticTrainer, per epoch", x="epoch"),
     Tag(key="learning_rate", tag="Train/learning_rate", unit="1", meaning="Learning rate.",
         when="SyntheticTrainer, per epoch", x="epoch"),
+    Tag(key="grad_norm", tag="Train/grad_norm", unit="1",
+        meaning="Euclidean norm of all the model's gradients after backward and the optimizer step (unscaled "
+                "under AMP), before zero_grad.",
+        when="SyntheticTrainer with memory monitoring on, every `tbmem.every` steps"),
     Tag(key="eval_loss", tag="Loss/evaluation", unit="loss",
         meaning="Loss of one L-BFGS-B loss evaluation (step = evaluation index).",
         when="PhysicalTrainer, per loss evaluation"),
     Tag(key="eval_param", tag="Physical/{name}", unit="1",
         meaning="Value of a learnable physical parameter at a loss evaluation.",
         when="PhysicalTrainer, per loss evaluation"),
+    Tag(key="iteration_loss", tag="Loss/iteration", unit="loss",
+        meaning="Loss at the iterate of an L-BFGS-B iteration (step = iteration, from 1; the last is "
+                "SciPy's `nit`).", when=_LBFGS, x="iteration"),
+    Tag(key="iteration_grad_norm", tag="LBFGS/grad_norm", unit="1",
+        meaning="Euclidean norm of the loss's gradient at the iterate.", when=_LBFGS, x="iteration"),
+    Tag(key="iteration_evaluations", tag="LBFGS/evaluations", unit="count",
+        meaning="Loss evaluations so far (SciPy's `nfev` at this iteration; a line search evaluates the "
+                "loss once or more per iteration).", when=_LBFGS, x="iteration"),
+    Tag(key="iteration_time", tag="LBFGS/iteration_time_ms", unit="ms", scale=1e-3,
+        meaning="Wall time of the iteration: its loss evaluations and SciPy's update.", when=_LBFGS,
+        x="iteration"),
+    Tag(key="iteration_rss", tag="LBFGS/process_rss_GB", unit="GB", scale=GiB,
+        meaning="RSS of this process at the end of the iteration.",
+        when=_LBFGS + ", with memory monitoring on", x="iteration"),
+    Tag(key="iteration_vram", tag="LBFGS/vram_allocated_GB", unit="GB", scale=GiB,
+        meaning="Bytes held by live tensors on the device at the end of the iteration.",
+        when=_LBFGS + ", with memory monitoring on, when CUDA is initialised", x="iteration"),
 )
 
 TAGS: Mapping[str, Tag] = MappingProxyType({row.key: row for row in _ROWS})
@@ -296,7 +336,8 @@ def ranks_tag(stat: str, tag: str) -> str:
 
 
 def x_axis(tag: str) -> str:
-    """``"epoch"`` for a per-epoch tag of the table, else ``"step"`` (tags outside the table included).
+    """``"epoch"`` for a per-epoch tag of the table, ``"iteration"`` for a per-iteration one, else
+    ``"step"`` (tags outside the table included).
 
     Example:
         >>> x_axis("Loss/train"), x_axis("Memory/RAM/process_rss_GB"), x_axis("Loss/my_own")

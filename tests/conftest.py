@@ -22,3 +22,34 @@ def tbmem_log(caplog):
     """Capture the tbmem logger at WARNING."""
     caplog.set_level(logging.WARNING, logger="tbmem")
     return caplog
+
+
+@pytest.fixture(scope="session")
+def demo_logdir(tmp_path_factory):
+    """``runs/`` as ``make demo`` writes it (both trainers), once per session (about 30 s)."""
+    from tests._demo import write_demo_logdir
+
+    return write_demo_logdir(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="session")
+def spiked_logdir(tmp_path_factory):
+    """``runs/spiked``: a SyntheticTrainer run whose loss spikes at tests._spiked_run.SPIKE_STEP, and
+    ``runs/clean``: the same run without the spike (about 15 s for both)."""
+    from tests._spiked_run import write_spiked_logdir
+
+    return write_spiked_logdir(tmp_path_factory.mktemp("spiked"))
+
+
+@pytest.fixture(scope="session")
+def compare_logdir(tmp_path_factory):
+    """``runs/compare/{heat,burgers,unet_f8,unet_f16}``: tests/_compare_runs.py's four runs (about 50 s)."""
+    from tests._compare_runs import write_compare_runs
+
+    return write_compare_runs(tmp_path_factory.mktemp("compare"))
+
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch):
+    """`tbmem report` fits COLUMNS when set: tests that read its tables set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)

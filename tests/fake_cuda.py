@@ -46,6 +46,17 @@ class FakeCuda:
             **self.extra,
         }
 
+    def memory_stats_as_nested_dict(self, device: int | None = None) -> dict[str, Any]:
+        """What torch builds in C++ and ``memory_stats`` flattens: the same values, nested by key part."""
+        nested: dict[str, Any] = {}
+        for key, value in torch.cuda.memory_stats(device).items():  # a test may have replaced memory_stats
+            *parents, leaf = key.split(".")
+            node = nested
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        return nested
+
     def reset_peak_memory_stats(self, device: int | None = None) -> None:
         self.peak_resets += 1
         self.peak_allocated = self.allocated
@@ -63,6 +74,7 @@ def install_fake_cuda(monkeypatch: pytest.MonkeyPatch, fake: FakeCuda | None = N
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "memory_stats", fake.memory_stats)
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", fake.memory_stats_as_nested_dict)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: fake.allocated)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: fake.reserved)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: fake.peak_allocated)

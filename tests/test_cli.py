@@ -31,7 +31,6 @@ import pytest  # noqa: E402
 
 from tbmem.cli import EXIT_BROKEN_PIPE, plain_text  # noqa: E402
 
-REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "snapshots" / "real"
 
 
 def _with_closed_stdout(*argv: str) -> tuple[int, str]:
@@ -69,9 +68,11 @@ def test_closed_stdout_ends_quietly_with_141(argv, logdir):
     assert err == ""  # no traceback, no "Broken pipe"
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/snapshots/real is not present")
 def test_closed_stdout_of_snapshot_stats_ends_quietly():
-    status, err = _with_closed_stdout("snapshot", "stats", str(REAL / "magma27_memory_snapshot.pickle"))
+    from tests._shared import require_shared
+
+    real = require_shared() / "magma27_memory_snapshot.pickle"
+    status, err = _with_closed_stdout("snapshot", "stats", str(real))
     assert status == EXIT_BROKEN_PIPE, err
     assert err == ""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 import torch
@@ -20,8 +21,15 @@ LAYOUT_TAG = "custom_scalars__config__"
 UNIT = re.compile(r"\((GB|MB|ms|s|%|count|rank)\)$|\((GB|MB|ms|s|%|count|rank);")
 
 
+def _reading_order(charts: dict) -> dict:
+    """A section as written (tbmem.layout.display_order: margin charts reversed) in reading order."""
+    margins = [(t, c) for t, c in charts.items() if c[0] == "Margin"]
+    return {**{t: c for t, c in charts.items() if c[0] != "Margin"}, **dict(reversed(margins))}
+
+
 def layouts(logdir) -> list[dict[str, dict[str, tuple[str, list[str]]]]]:
-    """Every layout written under ``logdir``, in order: category -> title -> (kind, regexes)."""
+    """Every layout written under ``logdir``, in order: category -> title -> (kind, regexes), each
+    section in reading order."""
     out = []
     for path in sorted(logdir.glob("events.out.tfevents*")):
         for event in event_file_loader.EventFileLoader(str(path)).Load():
@@ -29,11 +37,10 @@ def layouts(logdir) -> list[dict[str, dict[str, tuple[str, list[str]]]]]:
                 if value.tag == LAYOUT_TAG:
                     proto = layout_pb2.Layout()
                     proto.ParseFromString(value.tensor.string_val[0])
-                    out.append({cat.title: {c.title: ("Margin", [s.value for s in c.margin.series] +
-                                                      [s.lower for s in c.margin.series] +
-                                                      [s.upper for s in c.margin.series])
-                                            if c.HasField("margin") else ("Multiline", list(c.multiline.tag))
-                                            for c in cat.chart}
+                    out.append({cat.title: _reading_order({
+                        c.title: ("Margin", [s.value for s in c.margin.series] + [s.lower for s in c.margin.series]
+                                  + [s.upper for s in c.margin.series])
+                        if c.HasField("margin") else ("Multiline", list(c.multiline.tag)) for c in cat.chart})
                                 for cat in proto.category})
     return out
 
@@ -89,13 +96,19 @@ def test_a_gpu_run_shows_vram_first(tmp_path, monkeypatch):
     memory = list(layout["tbmem: memory"])
     assert memory[:2] == ["VRAM allocated (GB)", "VRAM reserved by the caching allocator (GB)"]
     assert memory.index("Process RSS (GB)") > memory.index("Out-of-memory errors since start (count)")
-    assert layout["tbmem: memory"]["VRAM allocated (GB)"] == ("Multiline", [f"^{re.escape(TAGS['vram_allocated'].tag)}$"])
+    assert layout["tbmem: memory"]["VRAM allocated (GB)"] == ("Margin", [TAGS["vram_allocated"].tag] * 3)
     assert "Fragmentation: reserved memory not holding tensors (%)" in layout["tbmem: GPU allocator"]
 
 
-def test_memory_charts_are_not_margin_charts_which_tensorboard_draws_last():
+def test_one_reading_charts_are_margin_charts_which_tensorboard_never_smooths():
     layout = custom_scalars_layout()
-    assert all(kind == "Multiline" for kind, _ in layout["tbmem: memory"].values())
+    for charts in layout.values():
+        for title, (kind, series) in charts.items():
+            if kind == "Margin" and "across ranks" not in title:
+                assert len(set(series)) == 1, title  # the line and its band: one reading, exact
+    memory = layout["tbmem: memory"]
+    assert all(kind == "Margin" for kind, _ in memory.values())
+    assert memory["Large tensors (count)"] == ["Margin", [TAGS["large_count"].tag] * 3]
 
 
 def test_a_speed_section(tmp_path):
@@ -151,10 +164,15 @@ def test_census_categories_get_a_chart_each_in_priority_order(tmp_path):
 def test_families_get_a_chart_each_up_to_a_few_members():
     few = [TAGS["census_dtype"].tag.format(name=n) for n in ("float32", "int64")]
     many = [TAGS["census_module"].tag.format(name=f"model.layer{i}") for i in range(MAX_SEPARATE + 1)]
-    tensors = custom_scalars_layout(few + many)["tbmem: memory"]
+    layout = custom_scalars_layout(few + many)
+    tensors = layout["tbmem: memory"]
     assert "Census by dtype: float32 (MB)" in tensors and "Census by dtype: int64 (MB)" in tensors
-    (shared,) = [t for t in tensors if t.startswith("Census by module")]
-    assert len(_matches(tensors[shared][1][0], many)) == MAX_SEPARATE + 1
+    assert not [t for t in tensors if t.startswith("Census by module")]
+    # several lines on one chart (a Multiline chart, smoothed by the dashboard) in a section of its own
+    (shared,) = layout["tbmem: census, one chart per family"]
+    assert shared.startswith("Census by module")
+    kind, regexes = layout["tbmem: census, one chart per family"][shared]
+    assert kind == "Multiline" and len(_matches(regexes[0], many)) == MAX_SEPARATE + 1
 
 
 def test_process_tree_charts_only_once_there_are_workers():
@@ -165,3 +183,33 @@ def test_process_tree_charts_only_once_there_are_workers():
     assert tracker.see({rss: 0.4, workers: 0.0}) is None
     later = tracker.see({rss: 0.5, workers: 2.0})
     assert "Processes below the training process (count)" in later["tbmem: memory"]
+
+
+def test_tensorboard_shows_the_charts_unsmoothed_in_the_layouts_order(tmp_path):
+    """In TensorBoard's custom-scalars dashboard (headless Chromium): every chart of the memory section is a
+    margin chart (never smoothed), shown in custom_scalars_layout's order (display_order undoes the
+    dashboard's reversal of margin charts)."""
+    from tests._browser import chromium
+    from tests.plugin._logdir import Server
+
+    *_, expected = layouts(_cpu_run(tmp_path / "logs" / "run"))  # the last one written, in reading order
+    srv = Server(tmp_path, "--logdir", str(tmp_path / "logs"), wait_run="run")
+    try:
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{srv.base}/#custom_scalars")
+            cards = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(cards) < len(expected["tbmem: memory"]):
+                page.wait_for_timeout(500)
+                cards = page.evaluate("""() => { const out = [];
+                    const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+                        if (/^TF-CUSTOM-SCALAR-.*-CARD$/.test(el.tagName)) out.push([el.tagName, el.title]);
+                        if (el.shadowRoot) walk(el.shadowRoot); } };
+                    walk(document); return out; }""")
+    finally:
+        srv.stop()
+    memory = list(expected["tbmem: memory"])
+    shown = [title for _, title in cards]
+    assert shown[:len(memory)] == memory
+    assert {kind for kind, _ in cards[:len(memory)]} == {"TF-CUSTOM-SCALAR-MARGIN-CHART-CARD"}

@@ -203,8 +203,8 @@ def test_failing_probe_is_retried_with_backoff_then_switched_off_naming_it(tmp_p
         writer._probes.append(Broken())
         for step in range(40):
             writer.log_memory(step)
-            clock.now += 1.0  # one second per step: retries after 1, 2, 4, 8 s
-    # tries at steps 0, 1, 3, 7, 15: the fifth failure in a row switches it off
+            clock.now += 1.0  # one second per step: retried at once, then after 1, 2, 4 s
+    # tries at steps 0, 1, 2, 4, 8: the fifth failure in a row switches it off
     assert Broken.calls == ProbeGuard.MAX_FAILURES == 5
     messages = [r.getMessage() for r in tbmem_log.records if "broken" in r.getMessage()]
     assert len(messages) == 2
@@ -238,6 +238,31 @@ def test_a_transient_probe_error_costs_one_record_not_the_probe(tmp_path, tbmem_
     (message,) = [r.getMessage() for r in tbmem_log.records]
     assert "the host probe failed; its readings are skipped and it is retried" in message
     assert "Input/output error" in message
+
+
+def test_a_transient_probe_error_costs_one_record_at_ten_records_a_second(tmp_path, tbmem_log, monkeypatch):
+    # at 0.1 s per step the first retry used to wait a second: ten records lost their RSS, not one
+    import errno
+
+    from tbmem.probes import host
+
+    clock = _Clock()
+    monkeypatch.setattr("tbmem._retry._now", clock)
+    real_fields = host._proc_fields
+    failures = iter([False, True])
+
+    def flaky(path, wanted):
+        if path == host._STATUS and next(failures, False):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fields(path, wanted)
+
+    monkeypatch.setattr(host, "_proc_fields", flaky)
+    with MemoryWriter(tmp_path, every=1, census_every=0) as writer:
+        for step in range(20):
+            writer.log_memory(step)
+            clock.now += 0.1
+    assert [s for s, _ in scalars(tmp_path, RSS)] == [0] + list(range(2, 20))  # only step 1's reading is lost
+    assert len(tbmem_log.records) == 1
 
 
 def test_writes_after_close_are_ignored_with_one_warning(tmp_path, tbmem_log):

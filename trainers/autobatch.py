@@ -81,24 +81,9 @@ class AutoBatch:
 
 
 def training_step(trainer: "SyntheticTrainer") -> Callable[[Any], None]:
-    """One training step of ``trainer`` on a ``(x0, targets)`` batch, as its epoch loop runs it."""
-    from trainers.synthetic import rollout_loss
-
-    accum = trainer.params.gradient_accumulation_steps
-
-    def step(batch: Any) -> None:
-        x0, targets = batch
-        x0 = x0.to(trainer.device, non_blocking=True)
-        targets = targets.to(trainer.device, non_blocking=True)
-        with trainer._autocast():
-            # the unwrapped module: under DDP a probe must not start gradient all-reduces
-            loss = rollout_loss(trainer.net, x0, targets)
-        trainer.scaler.scale(loss / accum).backward()
-        trainer.scaler.step(trainer.optimizer)
-        trainer.scaler.update()
-        trainer.optimizer.zero_grad(set_to_none=True)
-
-    return step
+    """One training step of ``trainer`` on a ``(x0, targets)`` batch, as its epoch loop runs it
+    (:meth:`trainers.synthetic.SyntheticTrainer.probe_step`)."""
+    return trainer.probe_step()
 
 
 def batch_maker(trainer: "SyntheticTrainer") -> Callable[[int], Any]:

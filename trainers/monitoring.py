@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from typing import Any, Callable, Iterator, Mapping
 
@@ -32,6 +33,8 @@ from tbmem.config import MemoryWriterConfig
 from tbmem.snapshot.markers import mark, recording
 
 __all__ = ["console_above_progress_bar", "TrainerMonitoring", "CENSUS_POINTS"]
+
+_NEVER = 2**62  # a step no run reaches: the gradient norm is off
 
 #: Where a SyntheticTrainer step takes its memory record and census, and how its census table says it.
 CENSUS_POINTS = {
@@ -82,6 +85,9 @@ class TrainerMonitoring:
         #: Whether the step in progress needs before_backward and before_optimizer (a record before
         #: backward, or snapshot markers): the trainer skips the two calls otherwise.
         self.mid_step_hooks = self._record_before_backward
+        #: The next step whose gradient norm is logged (``Train/grad_norm``, every ``tbmem.every`` steps while
+        #: monitoring is on): the trainer compares its step with it, one comparison per step, no call.
+        self.grad_norm_next = 0 if enabled else _NEVER
         if enabled:
             self._build_monitors()
 
@@ -197,6 +203,27 @@ class TrainerMonitoring:
         writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS[where])
         self._logged, self._next_due = step, writer.next_due(step + 1)
 
+    def log_grad_norm(self, step: int, model: torch.nn.Module, *, amp_scaled: bool = False) -> None:
+        """Write the norm of ``model``'s gradients (after backward and the optimizer step, before
+        ``zero_grad``) as ``Train/grad_norm`` at ``step``; the next one is due ``tbmem.every`` steps on.
+
+        With a GradScaler (``amp_scaled``) a non-finite norm is the overflow the scaler skipped the step
+        for, and is not written. Never raises: a failure is reported once and the norm is off.
+        """
+        every = getattr(getattr(self.writer, "config", None), "every", 1)
+        self.grad_norm_next = (step // every + 1) * every
+        try:
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            if not grads:
+                return
+            norm = float(torch.nn.utils.get_total_norm(grads))
+            if amp_scaled and not math.isfinite(norm):
+                return
+            self.writer.write_readings({"grad_norm": norm}, step)
+        except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
+            report_once("trainers:grad-norm", "trainers: logging the gradient norm failed; it is off", exc=exc)
+            self.grad_norm_next = _NEVER
+
     def on_batch_end(self, batch_idx: int, loss: float) -> None:
         """Finish a batch: its time, memory and loss (printed for the first batches)."""
         monitor = self.epoch_perf
@@ -269,7 +296,8 @@ class TrainerMonitoring:
         """Record one loss evaluation; never raises (it runs inside a PhiFlow loss function).
 
         Every evaluation goes to TensorBoard at step ``index`` (loss, parameters and, when
-        monitoring is on, the due memory record); the first ``verbose_batches`` are printed.
+        monitoring is on, the due memory record). The console prints iterations
+        (:meth:`on_iteration`), not evaluations.
         """
         try:
             from tbmem.tags import tag_for
@@ -284,15 +312,63 @@ class TrainerMonitoring:
         if not self._evaluations_on:
             return
         try:
-            if index < self.verbose_batches:
-                if self.memory_monitor is not None:
-                    self.memory_monitor.print_memory_usage(f"  Loss evaluation {index}: ")
-                print(f"    Iteration {index + 1}: loss={loss:.6g}", flush=True)
             self.writer.log_memory(index)
         except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
             report_once("trainers:evaluation", "trainers: monitoring a loss evaluation failed; "
                         "it is switched off", exc=exc)
             self._evaluations_on = False
+
+    def on_iteration(self, it: Any) -> None:
+        """Record one L-BFGS-B iteration (a :class:`trainers.lbfgs.Iteration`); never raises (it runs on
+        SciPy's worker thread while PhiML's main thread waits).
+
+        TensorBoard gets, at step ``it.number``: ``Loss/iteration``, ``LBFGS/grad_norm``,
+        ``LBFGS/evaluations``, ``LBFGS/iteration_time_ms`` and, with monitoring on, the process's RSS
+        (and allocated VRAM when CUDA is initialised) read now; the console prints the first
+        ``verbose_batches`` iterations with that memory.
+        """
+        try:
+            from tbmem.tags import TAGS
+
+            values = {TAGS["iteration_loss"].tag: it.loss, TAGS["iteration_evaluations"].tag: it.evaluations,
+                      TAGS["iteration_time"].tag: it.seconds / TAGS["iteration_time"].scale}
+            if it.grad_norm == it.grad_norm:  # NaN: no evaluation was at the iterate
+                values[TAGS["iteration_grad_norm"].tag] = it.grad_norm
+            reading = None
+            if self._evaluations_on:
+                from tbmem.monitor.readings import read
+
+                reading = read(self.device)
+                if reading.cpu is not None:
+                    values[TAGS["iteration_rss"].tag] = reading.cpu / TAGS["iteration_rss"].scale
+                if reading.gpu_allocated is not None:
+                    values[TAGS["iteration_vram"].tag] = reading.gpu_allocated / TAGS["iteration_vram"].scale
+            self.writer.write_scalars(values, it.number)
+            if self._evaluations_on and it.number <= self.verbose_batches:
+                self.print_iteration(it.number, it.loss, evaluations=it.evaluations, reading=reading)
+        except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
+            report_once("trainers:iteration", "trainers: recording an L-BFGS-B iteration failed", exc=exc)
+
+    def print_iteration(self, number: int, loss: float, *, evaluations: int | None = None, reading: Any = None,
+                        note: str = "") -> None:
+        """One console line per L-BFGS-B iteration, as design document 000 prints them, counted as SciPy
+        counts them (from 1, the step of ``Loss/iteration``):
+        ``  Iteration 3: loss=3.23807e-08 (5 evaluations); memory: CPU: 309.8 MB | ...``."""
+        line = f"  Iteration {number}: loss={loss:.6g}"
+        if evaluations is not None:
+            line += f" ({evaluations} evaluation{'s' if evaluations != 1 else ''})"
+        line += note
+        if reading is not None:
+            from tbmem.monitor import emit
+            from tbmem.monitor.memory import usage_line
+
+            emit(usage_line(line + "; memory", reading))
+        else:
+            print(line, flush=True)
+
+    def iterations_printed(self) -> int:
+        """How many iterations :meth:`on_iteration` prints (the first ``verbose_batches``, while on)."""
+        return self.verbose_batches if self._evaluations_on else 0
 
     # --- end of run -------------------------------------------------------------------------
     def print_summary(self) -> None:

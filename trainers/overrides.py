@@ -8,9 +8,14 @@ stops the run with the closest valid name, in about a tenth of a second, before 
 made. A key the schema has is passed as ``++key=value`` (set it, adding it when no YAML file
 names it), so every documented key can be set without Hydra's ``+``.
 
-Left to Hydra as they are: flags (``--config-name=...``), config group choices
-(``trainer=synthetic_with_memory``, ``hydra/job_logging=...``), ``hydra.*`` keys, overrides
-that already start with ``+``, ``++`` or ``~``, and keys inside lists or free-form mappings.
+A config group's choice (``trainer=synthetic_with_memroy``) and the config name
+(``--config-name=burgers_quik_test``, ``-cn NAME``) get the same treatment when
+:func:`config_groups` and :func:`config_names` are passed: a name with no YAML file stops the run
+with the closest one (Hydra would answer with its own error and exit 1).
+
+Left to Hydra as they are: other flags, Hydra's own groups (``hydra/job_logging=...``), ``hydra.*``
+keys, overrides that already start with ``+``, ``++`` or ``~``, and keys inside lists or free-form
+mappings.
 
 Example:
     >>> from trainers.overrides import check_overrides
@@ -21,6 +26,10 @@ Example:
     Traceback (most recent call last):
     ...
     trainers.config.ConfigError: unknown config key 'trainer_params.lerning_rate' (did you mean 'learning_rate'?)
+    >>> check_overrides(["trainer=synthetc"], groups={"trainer": ("physical", "synthetic")})
+    Traceback (most recent call last):
+    ...
+    trainers.config.ConfigError: unknown trainer 'synthetc' (did you mean 'synthetic'?)
 """
 
 from __future__ import annotations
@@ -28,11 +37,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from trainers.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainerParams
 
-__all__ = ["check_overrides", "config_groups"]
+__all__ = ["check_overrides", "config_groups", "config_names"]
 
 
 def _schemas() -> dict[str, type]:
@@ -41,15 +50,41 @@ def _schemas() -> dict[str, type]:
     from tbmem.config import MemoryWriterConfig
     from tbmem.ranks.config import RanksConfig
     from tbmem.snapshot.config import SnapshotConfig
+    from tbmem.spikes import SpikeConfig
 
     return {"": RunConfig, "data": DataConfig, "model": ModelConfig, "trainer_params": TrainerParams,
             "tbmem": MemoryWriterConfig, "tbmem.snapshot": SnapshotConfig, "tbmem.alerts": AlertConfig,
-            "tbmem.ranks": RanksConfig}
+            "tbmem.spikes": SpikeConfig, "tbmem.ranks": RanksConfig}
 
 
-def config_groups(conf_dir: str | Path) -> set[str]:
-    """Config group names: the folders of ``conf_dir`` (``data``, ``model``, ``trainer``)."""
-    return {p.name for p in Path(conf_dir).iterdir() if p.is_dir()}
+def config_groups(conf_dir: str | Path) -> dict[str, tuple[str, ...]]:
+    """Config groups and their choices: the folders of ``conf_dir`` (``data``, ``model``, ``trainer``) and
+    the YAML files in each (``trainer``: ``physical``, ``synthetic_with_memory``, ...)."""
+    return {p.name: tuple(sorted(f.stem for f in p.glob("*.yaml"))) for p in sorted(Path(conf_dir).iterdir())
+            if p.is_dir()}
+
+
+def config_names(conf_dir: str | Path) -> tuple[str, ...]:
+    """What ``--config-name`` can name: the YAML files directly in ``conf_dir``."""
+    return tuple(sorted(f.stem for f in Path(conf_dir).glob("*.yaml")))
+
+
+def _unknown(what: str, name: str, known: Collection[str]) -> ConfigError:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else f"; {what} is one of: {', '.join(sorted(known))}"
+    return ConfigError(f"unknown {what} '{name}'{hint}")
+
+
+def _check_config_name(args: Sequence[str], names: Collection[str]) -> None:
+    for i, arg in enumerate(args):
+        value = None
+        if arg.startswith("--config-name=") or arg.startswith("-cn="):
+            value = arg.partition("=")[2]
+        elif arg in ("--config-name", "-cn") and i + 1 < len(args):
+            value = args[i + 1]
+        name = value[:-len(".yaml")] if value and value.endswith(".yaml") else value
+        if name is not None and name not in names:
+            raise _unknown("config name", name, names)
 
 
 def _fields(cls: type) -> list[str]:
@@ -83,18 +118,30 @@ def _check_key(key: str, schemas: dict[str, type]) -> None:
         raise ConfigError(f"unknown config key '{key}'{hint}")
 
 
-def check_overrides(args: Sequence[str], *, groups: Collection[str]) -> list[str]:
+def check_overrides(args: Sequence[str], *, groups: Collection[str] | Mapping[str, Collection[str]],
+                    configs: Collection[str] | None = None) -> list[str]:
     """Check ``key=value`` overrides against the schema; return the arguments to give Hydra.
 
+    Args:
+        args: The command line after the program name.
+        groups: The config groups (passed to Hydra as they are); a mapping to each group's choices
+            (:func:`config_groups`) has the choices checked too.
+        configs: The config names ``--config-name`` may give (:func:`config_names`); None: not checked.
+
     Raises:
-        ConfigError: an override names a key the schema does not have (the message names the
-            closest valid key, or every valid one).
+        ConfigError: an override names a key the schema does not have, a group choice or config name
+            that has no YAML file (the message names the closest valid one, or every valid one).
     """
+    if configs is not None:
+        _check_config_name(args, configs)
     schemas: dict[str, Any] | None = None
     out = []
     for arg in args:
         key, eq, value = arg.partition("=")
         plain = eq and not arg.startswith(("-", "+", "~")) and key and "[" not in key and "/" not in key
+        if plain and isinstance(groups, Mapping) and key in groups and not any(c in value for c in "[],"):
+            if value not in groups[key] and value != "null":  # a choice with no YAML file in conf/<group>/
+                raise _unknown(key, value, groups[key])
         if not plain or key.startswith("hydra.") or key == "hydra" or key in groups:
             out.append(arg)
             continue

@@ -52,6 +52,7 @@ import numpy as np
 from tbmem._signals import deferred_interrupt
 from trainers.config import ConfigError, RunConfig
 from trainers.data import ensure_simulations, load_simulation, make_step, phi_flow
+from trainers.lbfgs import Iteration, IterationObserver
 from trainers.monitoring import TrainerMonitoring
 
 __all__ = ["PhysicalTrainer", "PhysicalResult", "COEFFICIENT_NAMES"]
@@ -74,6 +75,7 @@ class PhysicalResult:
     final_loss: float = float("nan")
     message: str = ""
     evaluations_seen: int = 0
+    iterations_seen: int = 0
 
     def relative_errors(self) -> dict[str, float]:
         """|recovered / true - 1| for each coefficient with a known true value."""
@@ -132,6 +134,9 @@ class PhysicalTrainer:
             raise ConfigError(f"config key 'trainer_params.num_predict_steps' must be < data.num_frames "
                               f"({cfg.data.num_frames})")
         self.evaluations = 0
+        self.losses: list[float] = []  # each evaluation's loss, by index (the step of Loss/evaluation)
+        self.iterations: list[Iteration] = []  # each L-BFGS-B iteration, as SciPy's callback reported it
+        self.solves = 0  # SciPy minimisations PhiML ran (one per batch item of x0)
         self.abort: BaseException | None = None  # what ended minimize early (see the module docstring)
 
     # --- data -------------------------------------------------------------------------------
@@ -201,7 +206,9 @@ class PhysicalTrainer:
             params = {self.coefficient[0]: _scalar(nu)} if self.coefficient is not None else {}
             value = _scalar(loss)
         except Exception:  # noqa: BLE001 - a raise here would hang SciPy's worker
+            self.losses.append(float("nan"))
             return
+        self.losses.append(value)
         self.mon.on_evaluation(index, value, params)
 
     def train(self) -> PhysicalResult:
@@ -235,8 +242,13 @@ class PhysicalTrainer:
                 self._report(loss, nu)
                 return loss
 
-            with flow.math.SolveTape() as tape:
+            # each SciPy iteration, live: chained to PhiML's own callback (trainers.lbfgs). With a batch
+            # dimension in x0 PhiML runs one SciPy minimisation per batch item: the first one is followed.
+            observer = IterationObserver(lambda it: mon.on_iteration(it) if it.solve == 0 else None)
+            with flow.math.SolveTape() as tape, observer:
                 solution = flow.math.minimize(loss_function, solve)
+            self.iterations = [it for it in observer.iterations if it.solve == 0]
+            self.solves = len(observer.results)
         if self.abort is not None:
             abort, self.abort = self.abort, None
             raise abort
@@ -245,13 +257,14 @@ class PhysicalTrainer:
         info = tape[solve]
         solution = solution if isinstance(solution, tuple) else (solution,)
         final_loss, nu = self._objective(gt, step, *solution)
+        self._print_solution(_scalar(final_loss))
         msg = info.msg
         result = PhysicalResult(
             iterations=int(np.max(_numpy(info.iterations))),
             function_evaluations=int(np.max(_numpy(info.function_evaluations))),
             converged=bool(np.all(_numpy(info.converged))), final_loss=_scalar(final_loss),
             message="; ".join(map(str, msg)) if isinstance(msg, (list, tuple)) else str(msg),
-            evaluations_seen=self.evaluations)
+            evaluations_seen=self.evaluations, iterations_seen=len(self.iterations))
         if self.coefficient is not None:
             result.parameters[self.coefficient[0]] = _scalar(nu)
             result.true_parameters[self.coefficient[0]] = self.cfg.data.nu
@@ -259,17 +272,39 @@ class PhysicalTrainer:
         mon.print_summary()
         return result
 
+    def _solution_iteration(self, final: float) -> int | None:
+        """The iteration whose loss is the solution's (the last such), if one is."""
+        return next((it.number for it in reversed(self.iterations) if it.loss == final), None)
+
+    def _print_solution(self, final: float) -> None:
+        """After the iterations printed during the run, the one at the solution when it was not among
+        them: the final loss of SOLVE INFO is then the last loss printed."""
+        shown = self.mon.iterations_printed()
+        at = self._solution_iteration(final)
+        if shown <= 0 or at is None or at <= shown:
+            return
+        if at > shown + 1:
+            print(f"  ... iterations {shown + 1}-{at - 1}: in TensorBoard (Loss/iteration)", flush=True)
+        it = self.iterations[at - 1]
+        self.mon.print_iteration(at, final, evaluations=it.evaluations, note=" (the solution)")
+
     def _publish(self, result: PhysicalResult) -> None:
+        at = self._solution_iteration(result.final_loss)
+        where = f"iteration {at}" if at is not None else "at the solution"
+        n, k = result.evaluations_seen, result.iterations_seen
         lines = ["SOLVE INFO (L-BFGS-B)",
-                 f"  iterations: {result.iterations}",
-                 f"  function evaluations: {result.function_evaluations}",
+                 f"  iterations: {result.iterations} (Iteration 1-{k}, the steps of Loss/iteration and LBFGS/*)",
+                 f"  loss evaluations: {n} (each iteration evaluates the loss once or more; the steps 0-{n - 1} "
+                 "of Loss/evaluation)",
                  f"  converged: {result.converged} ({result.message})",
-                 f"  final loss: {result.final_loss:.6g}"]
+                 *([f"  SciPy minimisations: {self.solves} (one per batch item of x0; iterations and "
+                    "LBFGS/* follow the first)"] if self.solves > 1 else []),
+                 f"  final loss: {result.final_loss:.6g} ({where})"]
         errors = result.relative_errors()
         for name, value in result.parameters.items():
             lines.append(f"  {name}: {value:.6g} (true {result.true_parameters[name]:.6g}, "
                          f"relative error {100 * errors[name]:.3f}%)")
         print("\n".join(lines), flush=True)
         self.mon.writer.add_text("Physical/solve_info", "\n".join(f"    {line}" for line in lines),
-                                 result.function_evaluations)
+                                 max(n - 1, 0))
         self.mon.writer.flush()

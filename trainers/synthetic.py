@@ -31,7 +31,7 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -156,6 +156,25 @@ class SyntheticTrainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
+    def probe_step(self) -> Callable[[Any], None]:
+        """One training step on a ``(x0, targets)`` batch, as the epoch loop runs it: what a memory
+        forecast measures (:func:`trainers.autobatch.forecast_trainer`)."""
+        accum = self.params.gradient_accumulation_steps
+
+        def step(batch: Any) -> None:
+            x0, targets = batch
+            x0 = x0.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            with self._autocast():
+                # the unwrapped module: under DDP a probe must not start gradient all-reduces
+                loss = rollout_loss(self.net, x0, targets)
+            self.scaler.scale(loss / accum).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+
+        return step
+
     def train(self) -> SyntheticResult:
         """Run all epochs; return the losses.
 
@@ -210,6 +229,8 @@ class SyntheticTrainer:
                             mon.before_optimizer(step)
                         self.scaler.step(self.optimizer)
                         self.scaler.update()
+                        if step >= mon.grad_norm_next:  # Train/grad_norm, every tbmem.every steps
+                            mon.log_grad_norm(step, self.net, amp_scaled=self.scaler.is_enabled())
                     mon.before_zero_grad(step, loss)  # the record: gradients and optimizer state alive
                     if last_micro:
                         self.optimizer.zero_grad(set_to_none=True)

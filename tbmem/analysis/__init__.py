@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "CorruptEventFileError": "tbmem.analysis.load",
     "detect_leaks": "tbmem.analysis.leaks",
     "LeakFinding": "tbmem.analysis.leaks",
-    "theil_sen": "tbmem.analysis.trend",
+    "theil_sen": "tbmem.trend",
     "summarize": "tbmem.analysis.summary",
     "RunSummary": "tbmem.analysis.summary",
     "rank_jobs": "tbmem.analysis.ranks",
@@ -45,13 +45,22 @@ _EXPORTS: dict[str, str] = {
     "plot_timeline": "tbmem.analysis.plot",
     "plot_stacked": "tbmem.analysis.plot",
     "plot_lines": "tbmem.analysis.plot",
+    "plot_readings": "tbmem.analysis.figures",
+    "plot_large_tensors": "tbmem.analysis.figures",
     "plot_loss_and_memory": "tbmem.analysis.loss",
     "memory_spikes": "tbmem.analysis.loss",
+    "Comparison": "tbmem.analysis.compare",
+    "plot_comparison": "tbmem.analysis.compare_plot",
+    "find_spikes": "tbmem.analysis.spikes",
+    "SpikeFinding": "tbmem.analysis.spikes",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tbmem.analysis.compare import Comparison
+    from tbmem.analysis.compare_plot import plot_comparison
+    from tbmem.analysis.figures import plot_large_tensors, plot_readings
     from tbmem.analysis.leaks import LeakFinding, detect_leaks
     from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
                                      NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
@@ -59,9 +68,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.analysis.loss import memory_spikes, plot_loss_and_memory
     from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
     from tbmem.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs
+    from tbmem.analysis.spikes import SpikeFinding, find_spikes
     from tbmem.analysis.summary import RunSummary, summarize
     from tbmem.analysis.table import format_leaks, format_table
-    from tbmem.analysis.trend import theil_sen
+    from tbmem.trend import theil_sen
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,8 +1,11 @@
-"""``tbmem report LOGDIR``: the per-run summary, leak findings, hints, a figure, a CI gate.
+"""``tbmem report LOGDIR``: the per-run summary, leak findings, loss spikes, hints, a figure, a CI gate.
 
 Exit status: 0 fine; 1 a leak was found and ``--fail-on-leak`` was given;
 2 the logdir cannot be analysed (missing, no event files, no tbmem tags,
-damaged event files, a missing extra). Errors are one line on stderr, never a traceback.
+damaged event files, a missing extra) or the figure cannot be written. Errors are one
+line on stderr, never a traceback. Run names (folder names anyone with write access to a
+shared logdir chooses) are printed and drawn with their control characters escaped
+(:mod:`tbmem._terminal`); ``--json`` keeps them exact.
 
 Example:
     >>> from tbmem.cli import main
@@ -13,12 +16,16 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import math
+import os
 import sys
 from typing import Any
 
 from tbmem._extras import MissingExtraError
+from tbmem._terminal import printable, printable_lines
 
 __all__ = ["add_parser", "report_command", "EXIT_LEAK", "EXIT_ERROR"]
 
@@ -49,6 +56,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="MB", help="leak threshold for RSS/USS/reserved/NVML memory (default %(default)s)")
     p.add_argument("--skip-fraction", type=float, default=0.25, metavar="F",
                    help="warm-up to ignore, as a fraction of the step range (default %(default)s)")
+    p.add_argument("--wide", action="store_true",
+                   help="one table, however wide (default: fit the terminal, COLUMNS or its width: long run "
+                        "names break after '/', and runs come a few at a time)")
     p.add_argument("--all-ranks", action="store_true",
                    help="list every rank of a multi-rank job (default: all up to 20, else the extremes)")
     p.add_argument("--allow-truncated", action="store_true",
@@ -61,7 +71,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    print(f"tbmem report: {message}", file=sys.stderr)
+    print(f"tbmem report: {printable(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -98,51 +108,101 @@ def _report(args: argparse.Namespace) -> int:
     from tbmem.analysis.hints import find_hints, format_hints
     from tbmem.analysis.load import load_scalars_and_texts
     from tbmem.analysis.ranks import format_rank_jobs, rank_jobs
+    from tbmem.analysis.spikes import find_spikes, format_spikes
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
 
     runs = list(args.compare) if args.compare else None
     on_error = "warn" if args.allow_truncated else "raise"
     df, texts = load_scalars_and_texts(args.logdir, runs=runs, on_error=on_error)
+    if not args.json:  # a run's name is printed (and drawn) with its control characters escaped
+        df, texts = _printable_runs(df), _printable_runs(texts)
+        runs = [printable(r) for r in runs] if runs else runs
     summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
     hints = find_hints(df, texts=texts, summaries=summaries,
                        batch_size=getattr(args, "batch_size", None))
     summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
+    spikes = find_spikes(df, args.logdir, runs=[s.run for s in summaries])
     jobs = [] if args.compare else rank_jobs(summaries)
     in_jobs = {run for j in jobs for run in j.runs.values()}
     others = [s for s in summaries if s.run not in in_jobs]
     if args.json:
         doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
-               "jobs": [j.to_dict() for j in jobs]}
+               "jobs": [j.to_dict() for j in jobs], "spikes": [f.to_dict() for f in spikes]}
         print(json.dumps(_finite(doc), indent=2, allow_nan=False))
     else:
         # rank folders get one row per rank (1,000 ranks do not fit as columns); other runs a column each
         if others:
-            print(format_table(others, compare=bool(args.compare)))
+            width = None if getattr(args, "wide", False) else _terminal_width()
+            print(printable_lines(format_table(others, compare=bool(args.compare), width=width)))
             print()
         if jobs:
-            print(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks))
+            print(printable_lines(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks)))
             print()
-        print(format_leaks(summaries))
+        print(printable_lines(format_leaks(summaries)))
         print()
-        print(format_hints(hints))
+        print(printable_lines(format_spikes(spikes)))
+        print()
+        print(printable_lines(format_hints(hints)))
     if args.png:
         # after the table: a figure that cannot be written does not take the summary with it
         from tbmem.analysis.plot import plot_timeline
 
         sys.stdout.flush()
         try:
-            plot_timeline(df, runs=[s.run for s in others], path=args.png, jobs=jobs)
+            fig = plot_timeline(_printable_runs(df) if args.json else df,
+                                runs=[printable(s.run) for s in others], jobs=jobs)
+            _save_figure(fig, args.png)
         except BrokenPipeError:
             raise
         except OSError as exc:
             return _fail(f"cannot write the figure: {_os_error(exc, args.png)}")
+        except ValueError as exc:  # a suffix matplotlib has no format for
+            return _fail(f"cannot write the figure: {exc}")
         if not args.json:
-            print(f"\nfigure written to {args.png}")
+            print(f"\nfigure written to {printable(args.png)}")
     leaked = any(s.has_leak for s in summaries)
     return EXIT_LEAK if (leaked and args.fail_on_leak) else 0
+
+
+def _terminal_width() -> int | None:
+    """The columns to fit: ``COLUMNS`` when set, else the terminal's when stdout is one; None (no limit)
+    when the output goes to a file or a pipe."""
+    import shutil
+
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _printable_runs(df: Any) -> Any:
+    """``df`` with its ``run`` column made printable (the names are equal where nothing is escaped)."""
+    if "run" not in df.columns or not len(df):
+        return df
+    return df.assign(run=df["run"].map(printable))
+
+
+def _save_figure(fig: Any, path: str) -> None:
+    """Write ``fig`` to exactly ``path`` (format from its suffix, PNG without one), checking every write.
+
+    Rendered in memory first: matplotlib writing to a path appends ``.png`` to a name without a
+    suffix (the line said another file was written) and lets a failed write pass (``/dev/full``).
+    """
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    supported = fig.canvas.get_supported_filetypes()
+    if fmt not in supported:
+        raise ValueError(f"{path}: no figure format for .{fmt} (use one of .{', .'.join(sorted(supported))})")
+    data = io.BytesIO()
+    fig.savefig(data, format=fmt, dpi=110)
+    with open(path, "wb") as fh:  # a failed write (or the flush at close) raises here
+        fh.write(data.getbuffer())
 
 
 def _os_error(exc: OSError, path: str | None = None) -> str:

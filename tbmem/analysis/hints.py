@@ -34,12 +34,14 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.analysis.headroom import headroom
 from tbmem.analysis.summary import RunSummary, summarize, tag_series, value_at
+from tbmem.analysis.table import format_bytes
+from tbmem.logdir.census_log import parse_census_markdown
+from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -49,10 +51,8 @@ __all__ = ["Hint", "find_hints", "format_hints", "HINT_KINDS"]
 HINT_KINDS = ("activation_checkpointing", "optimizer_precision", "expandable_segments", "growing_other",
               "batch_headroom")
 _DTYPE_PREFIX = "Memory/Tensor_DType/"
-_CENSUS_TEXT = "Memory/Large_Tensors/top_k"
+_CENSUS_TEXT = TAGS["census_text"].tag
 _SEGMENTS = 4
-_ROW = re.compile(r"^\|\s*\d+\s*\|\s*`(?P<name>.*)`\s*\|\s*(?P<category>\w+)\s*\|\s*(?P<shape>[^|]*)\|"
-                  r"\s*(?P<dtype>[^|]*)\|\s*(?P<device>[^|]*)\|\s*(?P<mb>[0-9.]+)\s*\|\s*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +88,12 @@ class Hint:
         return asdict(self)
 
 
+def _b(mb: float) -> str:
+    """An amount given in the tags' MB (2**20 bytes), in the binary unit that fits, as the report's
+    table writes it (``12.3 KiB``, ``374 MiB``): one way of writing sizes in the whole report."""
+    return format_bytes(mb * 2**20)
+
+
 def _activations(s: RunSummary, min_saving_mb: float) -> Hint | None:
     mix, total = s.category_mb_at_peak, s.census_peak_total_mb
     acts = mix.get("activations", 0.0)
@@ -99,9 +105,9 @@ def _activations(s: RunSummary, min_saving_mb: float) -> Hint | None:
         title=f"activations are {acts / total:.0%} of tensor memory",
         advice=(f"Activation checkpointing (torch.utils.checkpoint) recomputes activations in the backward pass "
                 f"instead of keeping them: checkpointing the network in {_SEGMENTS} segments keeps about "
-                f"{2 / _SEGMENTS:.0%} of them, saving about {saving:.1f} MB ({total:.1f} -> {total - saving:.1f} MB "
+                f"{2 / _SEGMENTS:.0%} of them, saving about {_b(saving)} ({_b(total)} -> {_b(total - saving)} "
                 "at this census) for about one extra forward pass per step; more segments save more."),
-        evidence=f"census at step {s.census_peak_step}: activations {acts:.1f} MB of {total:.1f} MB",
+        evidence=f"census at step {s.census_peak_step}: activations {_b(acts)} of {_b(total)}",
         data={"activations_mb": acts, "census_total_mb": total, "segments": _SEGMENTS})
 
 
@@ -120,12 +126,12 @@ def _optimizer(s: RunSummary, df: "pd.DataFrame", min_saving_mb: float) -> Hint 
         return None
     return Hint(
         run=s.run, kind="optimizer_precision", step=step, saving_mb=fp32_state / 2,
-        title=f"at least {fp32_state:.1f} MB of optimizer state is float32",
-        advice=(f"Keeping the optimizer state in bfloat16 would save {fp32_state / 2:.1f} MB; 8-bit states "
-                f"(bitsandbytes' Adam8bit, for example) about {fp32_state * 3 / 4:.1f} MB. Check convergence: "
+        title=f"at least {_b(fp32_state)} of optimizer state is float32",
+        advice=(f"Keeping the optimizer state in bfloat16 would save {_b(fp32_state / 2)}; 8-bit states "
+                f"(bitsandbytes' Adam8bit, for example) about {_b(fp32_state * 3 / 4)}. Check convergence: "
                 "low-precision moments need care (stochastic rounding, a float32 master copy)."),
-        evidence=(f"census at step {step}: optimizer state {state:.1f} MB; all tensors of dtypes other than "
-                  f"float32 hold {other_dtypes:.1f} MB, so at least {fp32_state:.1f} MB of the state is float32"),
+        evidence=(f"census at step {step}: optimizer state {_b(state)}; all tensors of dtypes other than "
+                  f"float32 hold {_b(other_dtypes)}, so at least {_b(fp32_state)} of the state is float32"),
         data={"optimizer_state_mb": state, "float32_lower_bound_mb": fp32_state, "other_dtypes_mb": other_dtypes})
 
 
@@ -141,7 +147,7 @@ def _fragmentation(s: RunSummary, df: "pd.DataFrame") -> Hint | None:
     reserved = value_at(df, "Memory/GPU/vram_reserved_GB", step)
     allocated = value_at(df, "Memory/GPU/vram_allocated_GB", step)
     idle = (reserved - allocated) * 1024 if reserved is not None and allocated is not None else None
-    idle_text = f"{idle:.1f} MB reserved but not holding tensors" if idle is not None else "memory reserved unused"
+    idle_text = f"{_b(idle)} reserved but not holding tensors" if idle is not None else "memory reserved unused"
     return Hint(
         run=s.run, kind="expandable_segments", step=step, saving_mb=idle,
         title=f"fragmentation {worst:.1f}% with {float(retries['value'].max()):.0f} allocation retries",
@@ -159,9 +165,9 @@ def _tables(texts: "pd.DataFrame | None", run: str) -> dict[int, list[dict[str, 
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
     for step, text in texts[(texts["run"] == run) & (texts["tag"] == _CENSUS_TEXT)][["step", "value"]].values:
-        rows = [m.groupdict() for m in map(_ROW.match, str(text).splitlines()) if m]
-        out[int(step)] = [{**r, "mb": float(r["mb"]), "shape": r["shape"].strip(), "dtype": r["dtype"].strip(),
-                           "device": r["device"].strip()} for r in rows]
+        # the table as the Memory tab reads it (bytes from its MB column, rounded to 0.001 MB)
+        out[int(step)] = [{**r, "mb": r["bytes"] / 2**20, "shape": "x".join(map(str, r["shape"])) or "scalar"}
+                          for r in parse_census_markdown(str(text))]
     return out
 
 
@@ -184,7 +190,7 @@ def _growing(s: RunSummary, texts: "pd.DataFrame | None") -> Hint | None:
             else:
                 new.append(r)
     if new:
-        listed = "; ".join(f"`{r['name']}` {r['shape']} {r['dtype']} on {r['device']} ({r['mb']:.2f} MB)"
+        listed = "; ".join(f"`{r['name']}` {r['shape']} {r['dtype']} on {r['device']} ({_b(r['mb'])})"
                            for r in new[:8])
         where = (f"Storages in the census's largest-tensor table at step {last[-1]} that were not there at step "
                  f"{first[0]}: {listed}" + (f" and {len(new) - 8} more" if len(new) > 8 else "") + ".")
@@ -193,7 +199,7 @@ def _growing(s: RunSummary, texts: "pd.DataFrame | None") -> Hint | None:
     growth = finding.end_mb - finding.start_mb
     return Hint(
         run=s.run, kind="growing_other", step=finding.end_step, saving_mb=growth,
-        title=f"'other' tensors grow {finding.slope_mb_per_1k:+.1f} MB per 1000 steps",
+        title=f"'other' tensors grow {finding.slope_mb_per_1k:+.1f} MB/1k steps",  # as LEAKS and the threshold
         advice=("Something keeps tensors alive from step to step (a list of losses kept as tensors instead of "
                 f".item(), a cache, outputs stored for later). {where}"),
         evidence=finding.describe(),
@@ -210,7 +216,7 @@ def _crowded(rows: list[dict[str, Any]]) -> str:
         (name, shape, dtype, device, mb), count = Counter(other).most_common(1)[0]
         if count >= 3 and count * 2 >= len(rows):
             return (f"The census's largest-tensor table is full of `{name}` {shape} {dtype} on {device} "
-                    f"({mb:.2f} MB each, {count} of its {len(rows)} rows): many storages of that shape are "
+                    f"({_b(mb)} each, {count} of its {len(rows)} rows): many storages of that shape are "
                     "alive, most likely the ones that accumulate.")
     return ("No new storage among the census's largest tensors: the growth is in smaller tensors; raise "
             "top_k or write a memory snapshot to see them.")

@@ -1,17 +1,11 @@
 """Read a TensorBoard logdir into a pandas DataFrame with TensorBoard's own event loading.
 
-A *run* is what TensorBoard calls a run: a directory that directly holds event
-files (TensorBoard's ``io_wrapper.IsSummaryEventsFile``), named by its path
-relative to the logdir (``"."`` for the logdir itself). Symbolic links are
-followed, but each real directory is visited once, under its path with the
-fewest links (then the shortest), so a link loop (``loop -> .``) neither hangs
-the walk nor repeats a run.
-Records are read with TensorBoard's ``RawEventFileLoader`` and parsed as its
-``Event`` protos.
-
-TensorBoard silently stops at a truncated or corrupt record (a file still being
-written looks the same). tbmem checks that the records it got account for every
-byte of the file, so a damaged file is reported instead of silently cut short.
+The reading is the logdir reader's (:mod:`tbmem.logdir`): runs are found by
+:func:`tbmem.logdir.runs.find_runs` (a folder that directly holds event files, named by its
+path below the logdir; the logdir itself by its folder), records read by
+:mod:`tbmem.logdir.events`, which checks that they account for every byte of a file (a damaged
+file is reported, not silently cut short) and reads tags renamed since under their current
+names. This module makes DataFrames of them, with a progress bar for many files.
 
 Example:
     >>> import tempfile
@@ -26,20 +20,22 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem._extras import require
-from tbmem._fastcrc import install_reader as install_fast_crc_reader
-from tbmem._log import logger
+from tbmem.logdir.errors import (AnalysisError, CorruptEventFileError, LogdirNotFoundError, NoEventFilesError,
+                                 NoTbmemTagsError)
+from tbmem.logdir.events import (CPU_EPOCH_TAG, GPU_TAG_PREFIXES, OLD_EPOCH_TAG, EventFile, event_files,
+                                 read_columns)
+from tbmem.logdir.runs import find_runs
+from tbmem.tags import current_tag
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+# the errors and find_runs are the logdir reader's (tbmem.logdir), here where the analysis API has them
 __all__ = [
     "AnalysisError",
     "LogdirNotFoundError",
@@ -55,156 +51,9 @@ __all__ = [
 
 #: Show a progress bar (tqdm, on stderr) from this many event files on, when ``progress=None``.
 PROGRESS_MIN_FILES = 20
-_RECORD_OVERHEAD = 16  # TFRecord framing: u64 length, u32 length crc, data, u32 data crc
-_COLUMNS = ["run", "tag", "step", "wall_time", "value"]
-_TEXT_SUFFIX = "/text_summary"  # torch's add_text appends it to the tag it is given
 
 
-class AnalysisError(Exception):
-    """A logdir cannot be analysed; the message says why in words a user can act on."""
-
-
-class LogdirNotFoundError(AnalysisError):
-    """The logdir does not exist or is not a directory."""
-
-
-class NoEventFilesError(AnalysisError):
-    """The logdir holds no TensorBoard event files."""
-
-
-class NoTbmemTagsError(AnalysisError):
-    """The event files hold none of the tags tbmem writes."""
-
-
-class CorruptEventFileError(AnalysisError):
-    """An event file ends in a truncated record or fails a checksum."""
-
-
-@dataclass(frozen=True)
-class _EventFile:
-    run: str
-    path: Path
-    size: int
-
-
-def find_runs(logdir: str | os.PathLike[str]) -> dict[str, list[Path]]:
-    """Map run name -> its event files (sorted), for every run under ``logdir``.
-
-    Raises:
-        LogdirNotFoundError: ``logdir`` is missing or not a directory.
-    """
-    from tensorboard.backend.event_processing import io_wrapper
-
-    root = Path(logdir)
-    if not root.is_dir():
-        raise LogdirNotFoundError(f"logdir {str(root)!r} does not exist or is not a directory")
-    runs: dict[str, list[Path]] = {}
-    for sub, names in _walk_once(str(root)):
-        files = sorted(Path(sub) / name for name in names
-                       if io_wrapper.IsSummaryEventsFile(os.path.join(sub, name)))
-        if files:
-            rel = os.path.relpath(sub, root)
-            runs[Path(rel).as_posix()] = files
-    return dict(sorted(runs.items()))
-
-
-def _walk_once(root: str) -> Iterable[tuple[str, list[str]]]:
-    """``(directory, file names)`` for every directory under ``root``, each real directory once.
-
-    Directories are taken in order of (links on the path, depth, path), so a directory reached
-    both directly and through a link is named by its direct path, and a loop ends at once.
-    """
-    seen: set[tuple[int, int]] = set()
-    queue: list[tuple[int, int, str]] = [(0, 0, root)]
-    while queue:
-        links, depth, path = heapq.heappop(queue)
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue  # a dangling link, or removed while walking
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        try:
-            entries = list(os.scandir(path))
-        except OSError as exc:
-            logger.warning("tbmem: skipping %s (%s)", path, exc.strerror or exc)
-            continue
-        files = []
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir(follow_symlinks=True)
-            except OSError:
-                continue
-            if is_dir:
-                heapq.heappush(queue, (links + entry.is_symlink(), depth + 1, entry.path))
-            else:
-                files.append(entry.name)
-        yield path, files
-
-
-def _event_files(logdir: str | os.PathLike[str], runs: Iterable[str] | None) -> list[_EventFile]:
-    found = find_runs(logdir)
-    if not found:
-        raise NoEventFilesError(f"no TensorBoard event files (events.out.tfevents.*) under {str(logdir)!r}")
-    if runs is not None:
-        wanted = list(runs)
-        missing = [r for r in wanted if r not in found]
-        if missing:
-            raise AnalysisError(f"no run named {missing[0]!r} under {str(logdir)!r}; "
-                                f"runs: {', '.join(sorted(found))}")
-        found = {r: found[r] for r in wanted}
-    return [_EventFile(run, p, p.stat().st_size) for run, files in found.items() for p in files]
-
-
-def _records(ef: _EventFile, on_error: str) -> Iterable[Any]:
-    """Yield the Event protos of one file; check that they cover the whole file."""
-    from google.protobuf.message import DecodeError
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-    from tensorboard.compat.proto import event_pb2
-
-    consumed = 0
-    for raw in RawEventFileLoader(str(ef.path)).Load():
-        consumed += len(raw) + _RECORD_OVERHEAD
-        try:
-            yield event_pb2.Event.FromString(raw)
-        except DecodeError as exc:  # a record with a valid checksum but not an Event
-            _damaged(ef, f"a record does not parse as an Event ({exc})", on_error)
-            return
-    if consumed < ef.size:
-        _damaged(ef, f"only {consumed} of its {ef.size} bytes are complete records "
-                     f"(truncated, corrupt, or still being written)", on_error)
-
-
-def _damaged(ef: _EventFile, why: str, on_error: str) -> None:
-    message = f"event file {str(ef.path)!r} (run {ef.run!r}) is damaged: {why}"
-    if on_error == "raise":
-        raise CorruptEventFileError(message + "; pass on_error='warn' (CLI: --allow-truncated) "
-                                              "to analyse the readable part")
-    logger.warning("tbmem: %s; using the readable part", message)
-
-
-def _scalar(value: Any) -> float | None:
-    kind = value.WhichOneof("value")
-    if kind == "simple_value":
-        return float(value.simple_value)
-    if kind == "tensor" and value.metadata.plugin_data.plugin_name in ("scalars", ""):
-        t = value.tensor
-        if t.tensor_shape.dim and any(d.size != 1 for d in t.tensor_shape.dim):
-            return None  # not a scalar
-        if t.float_val:
-            return float(t.float_val[0])
-        if t.double_val:
-            return float(t.double_val[0])
-        if t.tensor_content and t.dtype in (1, 2):  # DT_FLOAT, DT_DOUBLE packed as bytes
-            from tensorboard.util import tensor_util
-
-            arr = tensor_util.make_ndarray(t)
-            return float(arr.reshape(-1)[0]) if arr.size == 1 else None
-    return None
-
-
-def _iter_files(files: list[_EventFile], progress: bool | None) -> Iterable[_EventFile]:
+def _iter_files(files: list[EventFile], progress: bool | None) -> Iterable[EventFile]:
     show = len(files) >= PROGRESS_MIN_FILES if progress is None else progress
     if not show:
         return files
@@ -221,29 +70,8 @@ def _read(logdir: str | os.PathLike[str], *, runs: Iterable[str] | None, progres
     pd = require("pandas", extra="analysis")
     if on_error not in ("raise", "warn"):
         raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
-    install_fast_crc_reader()  # TensorBoard checks every record's CRC in pure Python otherwise
-    numbers: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
-    words: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
-    for ef in _iter_files(_event_files(logdir, runs), progress):
-        for event in _records(ef, on_error):
-            if not event.HasField("summary"):
-                continue
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name == "text":
-                    if not (texts and value.tensor.string_val):
-                        continue
-                    cols, tag = words, value.tag.removesuffix(_TEXT_SUFFIX)
-                    v: Any = value.tensor.string_val[0].decode("utf-8", errors="replace")
-                else:
-                    v = _scalar(value) if scalars else None
-                    if v is None:
-                        continue
-                    cols, tag = numbers, value.tag
-                cols["run"].append(ef.run)
-                cols["tag"].append(tag)
-                cols["step"].append(event.step)
-                cols["wall_time"].append(event.wall_time)
-                cols["value"].append(v)
+    numbers, words = read_columns(_iter_files(event_files(logdir, runs), progress), on_error=on_error,
+                                  scalars=scalars, texts=texts)
     return _frame(pd, numbers, "float64"), _frame(pd, words, object)
 
 
@@ -259,17 +87,15 @@ def _frame(pd: Any, cols: dict[str, list[Any]], value_type: Any) -> "pd.DataFram
 
 
 def _current_names(df: "pd.DataFrame") -> "pd.DataFrame":
-    """Logs written before tbmem 0.2 renamed its tags read under the current names (CHANGELOG.md)."""
-    from tbmem.tags import RENAMED, current_tag
-
+    """Logs written before tbmem 0.2 renamed its tags read under the current names
+    (:func:`tbmem.logdir.events.current_name`, vectorised)."""
     names = {t: current_tag(t) for t in df["tag"].unique()}
     if all(k == v for k, v in names.items()):
         return df
-    old_epoch = "Memory/Epoch/gpu_peak_MB"  # held the peak RSS on CPU runs: a run without VRAM tags
-    gpu_runs = set(df.loc[df["tag"].str.startswith(("Memory/vram_", "Memory/GPU/")), "run"])
+    gpu_runs = set(df.loc[df["tag"].str.startswith(GPU_TAG_PREFIXES), "run"])
+    cpu_epoch = (df["tag"] == OLD_EPOCH_TAG) & ~df["run"].isin(gpu_runs)
     df = df.assign(tag=df["tag"].map(names))
-    cpu_epoch = (df["tag"] == RENAMED[old_epoch]) & ~df["run"].isin(gpu_runs)
-    df.loc[cpu_epoch, "tag"] = "Monitor/epoch_cpu_peak_rss_MB"
+    df.loc[cpu_epoch, "tag"] = CPU_EPOCH_TAG
     return df
 
 

@@ -12,12 +12,12 @@ Example:
     >>> from tbmem.analysis import load_scalars
     >>> from tbmem.analysis.loss import plot_loss_and_memory
     >>> logdir = tempfile.mkdtemp()
-    >>> with MemoryWriter(logdir, custom_layout=False) as w:
+    >>> with MemoryWriter(f"{logdir}/run", custom_layout=False) as w:
     ...     for step in range(20):
     ...         w.write_scalars({"Loss/batch": 1 / (step + 1), "Memory/RAM/process_rss_GB": 0.5}, step)
     ...     for epoch in range(2):
     ...         w.write_scalars({"Loss/train": 0.5 - epoch / 10}, epoch)
-    >>> fig, spikes = plot_loss_and_memory(load_scalars(logdir), ".")
+    >>> fig, spikes = plot_loss_and_memory(load_scalars(logdir), "run")
     >>> [ax.get_xlabel() for ax in fig.axes]
     ['step', 'step', 'epoch']
 """
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from tbmem.analysis.plot import _figure, _integer_steps, fit_unit, legend_outside, plot_lines
+from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside
+from tbmem.analysis.plot import plot_lines
 from tbmem.tags import TAGS, x_axis
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,7 +65,7 @@ def plot_loss_and_memory(df: "pd.DataFrame", run: str, *, max_marks: int = 20,
     per_step = [(t.removeprefix("Loss/"), t) for t in losses if x_axis(t) == "step"]
     per_epoch = [(t.removeprefix("Loss/"), t) for t in losses if x_axis(t) == "epoch"]
     mem = [(label, tag) for label, tag in memory if (sel["tag"] == tag).any()]
-    fig, axes = _figure(int(bool(per_step)) + 1 + int(bool(per_epoch)))
+    fig, axes = figure(int(bool(per_step)) + 1 + int(bool(per_epoch)))
     at = 0
     step_axes = []
     if per_step:
@@ -94,9 +95,9 @@ def plot_loss_and_memory(df: "pd.DataFrame", run: str, *, max_marks: int = 20,
         legend_outside(ax_epoch)
     steps = sorted(sel.loc[sel["tag"].isin([t for _, t in per_step + mem]), "step"].unique())
     for ax in step_axes:
-        _integer_steps(ax, steps)
+        integer_steps(ax, steps)
     if per_epoch:
-        _integer_steps(ax_epoch, sorted(sel.loc[sel["tag"].isin([t for _, t in per_epoch]), "step"].unique()))
+        integer_steps(ax_epoch, sorted(sel.loc[sel["tag"].isin([t for _, t in per_epoch]), "step"].unique()))
     marks: list[int] = []
     if mem:
         g = sel[sel["tag"] == mem[0][1]]

@@ -29,8 +29,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tbmem._extras import require
+from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside
 from tbmem.analysis.summary import CATEGORIES, CATEGORY_PREFIX
+from tbmem.palette import stack_colors
 from tbmem.tags import TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+# legend_outside and fit_unit: tbmem.analysis.axes's, here too (the notebook imports them from here)
 __all__ = ["plot_timeline", "draw_run", "run_panels", "plot_stacked", "plot_lines", "wide", "PROCESS_TAGS",
            "legend_outside", "fit_unit"]
 
@@ -49,7 +51,6 @@ PROCESS_TAGS = (
 )
 #: Series with at most this many points get a marker at each point (sparse samples stay visible).
 MARKERS_UP_TO = 60
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def wide(df: "pd.DataFrame", run: str, prefix: str, suffix: str = "") -> "pd.DataFrame":
@@ -60,53 +61,29 @@ def wide(df: "pd.DataFrame", run: str, prefix: str, suffix: str = "") -> "pd.Dat
     return out.sort_index()
 
 
-def fit_unit(largest: float, unit: str) -> tuple[str, float]:
-    """The binary unit that shows ``largest`` (in ``unit``: ``MB``/``GB``/...) as 1..1023, and the factor.
-
-    Example:
-        >>> fit_unit(0.374, "GB"), fit_unit(0.0084, "MB"), fit_unit(3.0, "GB")
-        (('MiB', 1024.0), ('KiB', 1024.0), ('GiB', 1.0))
-    """
-    index = {"B": 0, "KB": 1, "MB": 2, "GB": 3, "TB": 4}[unit]
-    factor = 1.0
-    value = abs(largest)
-    while value and value < 1 and index > 0:
-        value, factor, index = value * 1024, factor * 1024, index - 1
-    while value >= 1024 and index < len(_UNITS) - 1:
-        value, factor, index = value / 1024, factor / 1024, index + 1
-    return _UNITS[index], factor
-
-
-def legend_outside(ax: "Axes", *, reverse: bool = False, **kwargs: Any) -> None:
-    """The legend to the right of the plot, where it cannot hide data."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        if reverse:  # a stack: the legend's top entry is the stack's top layer
-            handles, labels = handles[::-1], labels[::-1]
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                  fontsize="small", frameon=False, **kwargs)
-
-
 def plot_stacked(df: "pd.DataFrame", run: str, prefix: str = CATEGORY_PREFIX, *, suffix: str = "_MB",
                  ax: "Axes | None" = None, order: Sequence[str] = CATEGORIES, scale: float = 1.0) -> "Axes":
     """Stacked area of one run's ``prefix*suffix`` tags (census categories by default), values times
     ``scale``; a single record is drawn as one stacked bar."""
-    ax = ax if ax is not None else _figure(1)[1][0]
+    ax = ax if ax is not None else figure(1)[1][0]
     data = wide(df, run, prefix, suffix).fillna(0.0) * scale
     cols = [c for c in order if c in data.columns] + sorted(set(data.columns) - set(order))
+    # the Memory tab's colours (tbmem.palette): a census category is the same colour everywhere
+    colors = stack_colors(cols, categories=prefix == CATEGORY_PREFIX)
     if cols and len(data) == 1:
         step, bottom = data.index[0], 0.0
-        for c in cols:
-            ax.bar([step], [data[c].iloc[0]], bottom=[bottom], width=0.6, label=c, alpha=0.8)
+        for c, color in zip(cols, colors):
+            ax.bar([step], [data[c].iloc[0]], bottom=[bottom], width=0.6, label=c, alpha=0.8, color=color)
             bottom += data[c].iloc[0]
     elif cols:
-        ax.stackplot(data.index, *(data[c].to_numpy() for c in cols), labels=cols, alpha=0.8, step="post")
+        ax.stackplot(data.index, *(data[c].to_numpy() for c in cols), labels=cols, alpha=0.8, step="post",
+                     colors=colors)
     else:
         ax.text(0.5, 0.5, f"no {prefix}* tags", ha="center", va="center", transform=ax.transAxes)
     if cols:
         legend_outside(ax, reverse=True)
     if len(data) == 1:
-        _integer_steps(ax, list(data.index))
+        integer_steps(ax, list(data.index))
     ax.set_xlabel("step")
     ax.set_ylabel(suffix.strip("_") or "value")
     return ax
@@ -119,7 +96,7 @@ def plot_lines(df: "pd.DataFrame", run: str, tags: Sequence[tuple[str, str]], *,
     Each series is drawn from its own points only, so a tag sampled every 50 steps is a line
     through its samples, not dots between gaps; sparse series get a marker at each point.
     """
-    ax = ax if ax is not None else _figure(1)[1][0]
+    ax = ax if ax is not None else figure(1)[1][0]
     sel = df[df["run"] == run]
     steps: set[int] = set()
     for label, tag in tags:
@@ -132,18 +109,9 @@ def plot_lines(df: "pd.DataFrame", run: str, tags: Sequence[tuple[str, str]], *,
             ax.plot(g["step"], g["value"] * scale, label=label, **kwargs)
             steps.update(int(s) for s in g["step"])
     if len(steps) == 1:
-        _integer_steps(ax, sorted(steps))
+        integer_steps(ax, sorted(steps))
     ax.set_xlabel("step")
     return ax
-
-
-def _figure(panels: int) -> tuple["Figure", list["Axes"]]:
-    require("matplotlib", extra="analysis")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 2.6 * panels + 0.4), layout="constrained")
-    axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
-    return fig, list(axes)
 
 
 def run_panels(df: "pd.DataFrame", run: str) -> int:
@@ -168,7 +136,7 @@ def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
     if runs is None:
         runs = sorted(df.loc[df["tag"].str.startswith("Memory/"), "run"].unique())
     counts = [run_panels(df, run) for run in runs]
-    fig, axes = _figure(max(sum(counts) + len(jobs), 1))
+    fig, axes = figure(max(sum(counts) + len(jobs), 1))
     at = 0
     for run, n in zip(runs, counts):
         draw_run(df, run, axes[at:at + n])
@@ -214,12 +182,4 @@ def draw_run(df: "pd.DataFrame", run: str, axes: "Sequence[Axes]") -> None:
             ax.sharex(first)
     steps = sorted(sel["step"].unique())
     for ax in [first] + axes:
-        _integer_steps(ax, steps)
-
-
-def _integer_steps(ax: "Axes", steps: Sequence[int]) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if len(steps) == 1:  # one record: a window around it, not matplotlib's -0.04..0.04
-        ax.set_xlim(steps[0] - 1, steps[0] + 1)
+        integer_steps(ax, steps)

@@ -9,10 +9,6 @@ value, the max and the rank holding it, the min and its rank, the mean and the s
 
 Example:
     >>> from tbmem.analysis.summary import RunSummary
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-    from matplotlib.axes import Axes
     >>> from tbmem.analysis.ranks import rank_jobs
     >>> runs = [RunSummary(run=f"exp/rank{r}", first_step=0, last_step=9, records=10, peak_rss_gb=gb)
     ...         for r, gb in enumerate([2.0, 3.0, 1.0])]
@@ -26,19 +22,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tbmem.analysis.axes import legend_outside
 from tbmem.analysis.summary import RunSummary
+from tbmem.logdir.layout import split_rank
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.axes import Axes
 
 __all__ = ["RankMetric", "RankJob", "rank_jobs", "split_rank_run", "METRICS", "format_rank_jobs", "plot_rank_job"]
-
-_RANK_RUN = re.compile(r"^(?:(?P<job>.+)/)?rank(?P<rank>\d+)$")
 
 #: (RunSummary attribute, label, digits) of the metrics compared across ranks.
 METRICS: tuple[tuple[str, str, int], ...] = (
@@ -53,11 +48,10 @@ MAX_ROWS = 20
 
 
 def split_rank_run(run: str) -> tuple[str, int] | None:
-    """``"exp/a/rank3"`` -> ``("exp/a", 3)``; ``"rank0"`` -> ``(".", 0)``; None for other runs."""
-    m = _RANK_RUN.match(run)
-    if m is None:
-        return None
-    return (m["job"] or "."), int(m["rank"])
+    """``"exp/a/rank3"`` -> ``("exp/a", 3)``; ``"rank0"`` -> ``(".", 0)``; None for other runs
+    (:func:`tbmem.logdir.layout.split_rank`)."""
+    job, rank = split_rank(run)
+    return None if rank is None else (job, rank)
 
 
 def _value(summary: RunSummary, attr: str) -> float | None:
@@ -234,8 +228,6 @@ def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes") -> "Axes":
         ax.fill_between(by_step.index, by_step.min(axis=1), by_step.max(axis=1), color=line.get_color(),
                         alpha=0.25, step=None)
     ax.set_ylim(bottom=0)
-    from tbmem.analysis.plot import legend_outside
-
     legend_outside(ax)
     ax.set_title(f"job {job.job}: {len(job.ranks)} ranks (band: min..max over the ranks)")
     ax.set_xlabel("step")

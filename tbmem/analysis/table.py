@@ -1,7 +1,9 @@
 """Plain-text tables of :class:`~tbmem.analysis.summary.RunSummary` objects for the console.
 
 One column per run, one row per metric; with two runs and ``compare=True`` a
-third column holds the difference (second minus first). Missing values are ``n/a``.
+third column holds the difference (second minus first). Missing values are ``n/a``. Given a
+width (``tbmem report`` passes the terminal's), long run names break after their ``/`` and,
+when that is not enough, the runs come a few at a time in tables one under the other.
 Each value is shown in the unit that fits it, with three or four significant digits:
 ``12.3 KiB`` of gradients, ``374 MiB`` of RSS, ``35.3 ms`` per step, a loss of ``6.556e-14``
 (binary units: 1 MiB = 2**20 bytes, as the tags' MB).
@@ -81,11 +83,11 @@ def _diff(a: float, b: float, kind: str) -> str:
 
 
 def _census_cost(s: RunSummary) -> str | None:
-    """``6.4 ms median, 0.9% of the run`` (the share this run's censuses took of its step time)."""
+    """``6.4 ms median, 0.9%``: the median census and the share of the run's step time the censuses took."""
     cost = s.census_cost
     if not cost:
         return None
-    share = f", {cost['percent']:.2g}% of the run" if "percent" in cost else ""
+    share = f", {cost['percent']:.2g}%" if "percent" in cost else ""  # of the run (docs/analysis.md): narrow
     return f"{format_ms(cost['median_ms'])} median{share}"
 
 
@@ -113,8 +115,14 @@ def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, str]]:
     return rows
 
 
-def format_table(summaries: Sequence[RunSummary], *, compare: bool = False) -> str:
-    """The summaries side by side; ``compare=True`` (two runs) adds a difference column."""
+def format_table(summaries: Sequence[RunSummary], *, compare: bool = False, width: int | None = None) -> str:
+    """The summaries side by side; ``compare=True`` (two runs) adds a difference column.
+
+    Args:
+        width: Fit this many columns (a terminal's width): run names are broken after their ``/``
+            over several header lines, and when that is not enough the runs are shown a few at a
+            time, in tables one under the other. None: one table, however wide.
+    """
     if compare and len(summaries) != 2:
         raise ValueError(f"compare needs exactly two runs, got {len(summaries)}")
     header = ["metric"] + [s.run for s in summaries] + (["diff (B-A)"] if compare else [])
@@ -127,11 +135,56 @@ def format_table(summaries: Sequence[RunSummary], *, compare: bool = False) -> s
             both = isinstance(a, (int, float)) and isinstance(b, (int, float))
             cells.append(_diff(a, b, kind) if both else "")  # type: ignore[arg-type]
         body.append(cells)
-    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    return _fit(header, body, width, keep_together=compare)
+
+
+def _render(headers: list[list[str]], body: list[list[str]]) -> list[str]:
+    """One table: ``headers`` are its header lines (a long run name over several), then a rule, the body."""
+    rows = headers + body
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
-    for r in [header, ["-" * w for w in widths]] + body:
+    for r in headers + [["-" * w for w in widths]] + body:
         lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
-    return "\n".join(line.rstrip() for line in lines)
+    return [line.rstrip() for line in lines]
+
+
+def _broken(name: str) -> list[str]:
+    """A run name broken after each ``/`` (``exp/2026-11-26_00-35-02`` -> ``exp/``, ``2026-...``)."""
+    parts = name.split("/")
+    return [p + "/" for p in parts[:-1]] + [parts[-1]]
+
+
+def _header_lines(header: list[str], broken: bool) -> list[list[str]]:
+    if not broken:
+        return [header]
+    cols = [[h] if i == 0 else _broken(h) for i, h in enumerate(header)]
+    depth = max(len(c) for c in cols)
+    cols = [[""] * (depth - len(c)) + c for c in cols]  # bottom-aligned over the values
+    return [[c[i] for c in cols] for i in range(depth)]
+
+
+def _fit(header: list[str], body: list[list[str]], width: int | None, *, keep_together: bool) -> str:
+    """The table in ``width`` columns (see :func:`format_table`)."""
+    def wide(lines: list[str]) -> int:
+        return max(len(line) for line in lines)
+
+    whole = _render([header], body)
+    if width is None or wide(whole) <= width:
+        return "\n".join(whole)
+    broken = _render(_header_lines(header, True), body)
+    if wide(broken) <= width or keep_together or len(header) <= 2:
+        return "\n".join(broken)
+    blocks: list[list[int]] = [[]]
+    for col in range(1, len(header)):  # as many runs per table as fit, at least one
+        trial = blocks[-1] + [col]
+        lines = _render(_header_lines([header[i] for i in [0] + trial], True), [[r[i] for i in [0] + trial] for r in body])
+        if blocks[-1] and wide(lines) > width:
+            blocks.append([col])
+        else:
+            blocks[-1] = trial
+    tables = ["\n".join(_render(_header_lines([header[i] for i in [0] + b], True), [[r[i] for i in [0] + b] for r in body]))
+              for b in blocks]
+    return "\n\n".join(tables)
 
 
 def format_leaks(summaries: Sequence[RunSummary]) -> str:

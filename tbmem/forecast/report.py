@@ -12,13 +12,15 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Iterable
 
+from tbmem.tags import TAGS
+
 if TYPE_CHECKING:  # pragma: no cover
     from tbmem.forecast.core import Forecast
 
 __all__ = ["format_bytes", "format_table", "to_markdown", "FORECAST_TEXT_TAG"]
 
 #: Text tag of a forecast written to TensorBoard (tbmem.analysis.hints reads its JSON).
-FORECAST_TEXT_TAG = "Memory/Forecast"
+FORECAST_TEXT_TAG = TAGS["forecast_text"].tag
 
 _LABELS = {
     "parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +74,7 @@ def resolve_device(device: int | None) -> int | None:
         return None
 
 
-def gpu_stats(device: int | None) -> dict[str, Any] | None:
+def gpu_stats(device: int | None) -> Mapping[str, Any] | None:
     """``torch.cuda.memory_stats`` of ``device`` (None: the current device) or None."""
     index = resolve_device(device)
     if index is None:

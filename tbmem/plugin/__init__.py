@@ -1,7 +1,8 @@
 """The ``tbmem`` TensorBoard plugin: a Memory tab with the census over time, snapshots and leaks.
 
 Installed with tbmem through the ``tensorboard_plugins`` entry point, so
-``tensorboard --logdir runs`` shows it. Nothing here imports torch. See docs/plugin.md.
+``tensorboard --logdir runs`` shows it. Nothing here imports torch. The run's files are read
+through :mod:`tbmem.logdir` (the census side file and snapshots: its reader half). See docs/plugin.md.
 
 Example:
     >>> from tbmem.plugin import MemoryPluginLoader
@@ -18,13 +19,11 @@ from tbmem._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "MemoryPlugin": "tbmem.plugin.plugin",
     "MemoryPluginLoader": "tbmem.plugin.loader",
-    "append_census": "tbmem.plugin.census_log",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tbmem.plugin.census_log import append_census
     from tbmem.plugin.loader import MemoryPluginLoader
     from tbmem.plugin.plugin import MemoryPlugin
 

@@ -19,10 +19,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from tbmem.plugin.series import Series, align, minmax_indices
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, x_axis
 
-__all__ = ["BREAKDOWNS", "LINE_GROUPS", "tag_unit", "to_bytes", "breakdown_tags", "census_tags",
-           "overview", "record_at", "census_from_scalars", "nearest"]
+__all__ = ["BREAKDOWNS", "LINE_GROUPS", "TREE_DIFFERS", "tag_unit", "to_bytes", "breakdown_tags", "census_tags",
+           "overview", "tree_differs", "record_at", "census_from_scalars", "nearest", "is_step_loss"]
 
 #: Breakdown name -> the tag-table key of its templated tag.
 BREAKDOWNS = {"category": "census_category", "dtype": "census_dtype", "device": "census_device",
@@ -30,12 +30,15 @@ BREAKDOWNS = {"category": "census_category", "dtype": "census_dtype", "device": 
 #: The census's category order (tbmem.census.CATEGORIES; importing it would import torch).
 _CATEGORY_ORDER = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other",
                    "unattributed")
-#: Reading lines drawn over the stack: device memory when the run has it, else host memory.
+#: Reading lines drawn in the panel under the stack: device memory when the run has it, else host memory.
 LINE_GROUPS = {
     "device": (("vram_allocated", "VRAM allocated"), ("vram_reserved", "VRAM reserved"),
                ("vram_peak_allocated", "VRAM peak allocated")),
-    "host": (("ram_rss", "RSS"), ("ram_peak_rss", "peak RSS")),
+    "host": (("ram_rss", "RSS"), ("ram_peak_rss", "peak RSS"), ("ram_tree_rss", "process tree RSS (with workers)")),
 }
+#: The process tree's RSS is drawn when it is above the process's own by more than this share somewhere
+#: (DataLoader workers); without child processes it is the same line.
+TREE_DIFFERS = 0.01
 _UNIT_BYTES = {"GB": float(2**30), "MB": float(2**20)}
 _CENSUS_PREFIXES = ("Memory/Tensor_Category/", "Memory/Tensor_DType/", "Memory/Tensor_Device/",
                     "Memory/Tensor_Module/", "Memory/Tensor_Census/", "Memory/Large_Tensors/")
@@ -65,6 +68,13 @@ def breakdown_tags(tags: Iterable[str], breakdown: str) -> dict[str, str]:
         order = {c: i for i, c in enumerate(_CATEGORY_ORDER)}
         return dict(sorted(out.items(), key=lambda kv: (order.get(kv[1], len(order)), kv[1])))
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def is_step_loss(tag: str) -> bool:
+    """A loss logged per training step or loss evaluation (``Loss/batch``, ``Loss/evaluation``): drawn on
+    the memory chart's step axis. Per-epoch and per-iteration losses count something else
+    (:func:`tbmem.tags.x_axis`)."""
+    return tag.startswith("Loss/") and x_axis(tag) == "step"
 
 
 def census_tags(tags: Iterable[str]) -> list[str]:
@@ -112,10 +122,19 @@ def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
             s = series.get(tag)
             if s is None or not len(s.steps):
                 continue
+            if key == "ram_tree_rss" and not tree_differs(series):
+                continue
             keep = minmax_indices(s.steps, s.values, points)
             columns[tag] = (s.steps[keep], to_bytes(tag, s.values[keep]))
             lines.setdefault(group, []).append({"tag": tag, "label": label})
             drawn[tag] = len(s.steps)
+    losses = []
+    for tag in sorted(t for t in series if is_step_loss(t)):
+        s = series[tag]
+        if len(s.steps):
+            keep = minmax_indices(s.steps, s.values, points)
+            columns[tag] = (s.steps[keep], s.values[keep])
+            losses.append({"tag": tag, "label": tag})
     x, aligned = align(columns)
     return {
         "breakdown": breakdown,
@@ -123,10 +142,24 @@ def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
         "x": x,
         "stack": [{"tag": t, "label": n} for t, n in names.items()],
         "lines": lines,
+        "loss": losses,
         "columns": aligned,
         "census_steps": census_steps.tolist(),
         "records": drawn,
     }
+
+
+def tree_differs(series: Mapping[str, Series]) -> bool:
+    """Whether the process tree's RSS is above the process's RSS by more than :data:`TREE_DIFFERS` at a
+    step both were recorded (child processes hold memory), so that it is worth a line of its own."""
+    tree, rss = series.get(TAGS["ram_tree_rss"].tag), series.get(TAGS["ram_rss"].tag)
+    if tree is None or rss is None or not len(tree.steps) or not len(rss.steps):
+        return False
+    common, ti, ri = np.intersect1d(tree.steps, rss.steps, return_indices=True)
+    if not len(common):
+        return False
+    t, r = tree.values[ti], rss.values[ri]
+    return bool(np.any(t > r * (1 + TREE_DIFFERS)))
 
 
 def record_at(series: Mapping[str, Series], step: int) -> dict[str, Any] | None:

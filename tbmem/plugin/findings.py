@@ -4,7 +4,7 @@ Both are computed from the scalars TensorBoard's data provider holds for the run
 default TensorBoard keeps 1000 records per tag, evenly spread by reservoir sampling;
 ``--samples_per_plugin scalars=0`` keeps all of them, as ``tbmem report`` reads them).
 
-Leak findings need only numpy (:func:`tbmem.analysis.leaks.detect_leaks_in_series`).
+Leak findings need only numpy (:func:`tbmem.trend.detect_leaks_in_series`).
 The summary table is ``tbmem report``'s own code, which needs pandas: without the
 ``analysis`` extra the panel shows the leaks and a line naming the extra to install.
 
@@ -45,7 +45,7 @@ def finite(obj: Any) -> Any:
 
 def findings(run: str, series: Mapping[str, Series], *, summary: bool = True) -> dict[str, Any]:
     """Leak findings (flagged and watched) and, with pandas, the run summary of ``tbmem report``."""
-    from tbmem.analysis.leaks import detect_leaks_in_series
+    from tbmem.trend import detect_leaks_in_series
 
     arrays = {t: (s.steps, s.values) for t, s in series.items()}
     found = detect_leaks_in_series(run, arrays, include_clean=True)

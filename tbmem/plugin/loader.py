@@ -25,12 +25,25 @@ __all__ = ["MemoryPluginLoader"]
 class MemoryPluginLoader(base_plugin.TBLoader):
     """Loads :class:`tbmem.plugin.plugin.MemoryPlugin`; returns None (no tab) if it cannot be imported.
 
+    Adds one flag to ``tensorboard``: ``--tbmem_snapshot_memory_mb`` (default 4096), the memory
+    every snapshot conversion running at once may use together (docs/plugin.md).
+
     Example:
         >>> import tempfile
         >>> from tensorboard.plugins import base_plugin
         >>> MemoryPluginLoader().load(base_plugin.TBContext(logdir=tempfile.mkdtemp())).plugin_name
         'tbmem'
     """
+
+    def define_flags(self, parser: Any) -> None:
+        parser.add_argument_group("tbmem").add_argument(
+            "--tbmem_snapshot_memory_mb", metavar="MB", type=int, default=4096,
+            help="Memory tab: memory (MiB) that the snapshot conversions running at once may use together; "
+                 "each runs in a child process limited to its share (default: %(default)s)")
+
+    def fix_flags(self, flags: Any) -> None:
+        if getattr(flags, "tbmem_snapshot_memory_mb", 4096) < 256:
+            raise base_plugin.FlagsError("--tbmem_snapshot_memory_mb must be at least 256 (one conversion's base)")
 
     def load(self, context: Any) -> Any:
         try:

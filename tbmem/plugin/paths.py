@@ -5,14 +5,16 @@ The server maps a run to its directory itself: through TensorBoard's multiplexer
 (``--load_fast=false``, the only loader that takes ``--logdir_spec``), or as the run
 name below ``--logdir`` (the Rust data server names runs by their relative path).
 Every path is then resolved with ``os.path.realpath`` and must lie inside one of the
-roots TensorBoard was started with; a symlink pointing outside is refused.
+roots TensorBoard was started with; a symlink pointing outside is refused. A file is then
+opened once, by :func:`tbmem.logdir.safe_open.open_below`: each folder below the root and the
+file itself with ``O_NOFOLLOW``, relative to the folder above, so a symlink swapped in after the
+check is refused rather than followed, and what was opened is what is read (``fstat`` of the
+descriptor says it is a regular file).
 
 Example:
-    >>> import os, tempfile
-    >>> from tbmem.plugin.paths import inside
-    >>> root = os.path.realpath(tempfile.mkdtemp())
-    >>> inside(os.path.join(root, "a", "..", "b"), root), inside("/etc/passwd", root)
-    (True, False)
+    >>> from tbmem.plugin.paths import spec_paths
+    >>> spec_paths("a:/logs/a,/logs/b")
+    ['/logs/a', '/logs/b']
 """
 
 from __future__ import annotations
@@ -21,27 +23,11 @@ import os
 import re
 from typing import Any
 
-__all__ = ["inside", "resolve_inside", "spec_paths", "RunDirs"]
+from tbmem.logdir.safe_open import resolve_inside
+
+__all__ = ["spec_paths", "RunDirs"]
 
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://")
-
-
-def inside(path: str, root: str) -> bool:
-    """Whether ``realpath(path)`` is ``root`` or below it (``root`` already a realpath)."""
-    real = os.path.realpath(path)
-    try:
-        return os.path.commonpath([real, root]) == root
-    except ValueError:  # different drives on Windows
-        return False
-
-
-def resolve_inside(path: str, roots: list[str]) -> tuple[str, str] | None:
-    """(realpath, root) for the first root that holds ``path``; None when none does."""
-    real = os.path.realpath(path)
-    for root in roots:
-        if inside(real, root):
-            return real, root
-    return None
 
 
 def spec_paths(logdir_spec: str) -> list[str]:

@@ -8,12 +8,15 @@ Routes (all GET; JSON unless said otherwise):
 * ``snapshots?run=R``: the run's snapshots, each with an opaque ``id``.
 * ``snapshot?run=R&id=ID``: the offline viewer page of one snapshot (HTML).
 * ``findings?run=R``: leak findings and the ``tbmem report`` summary.
+* ``compare?run=A&run=B[&run=...]&align=auto|step|phase&points=N``: ``tbmem compare``'s rows for these
+  runs and their memory on shared axes (the compare view).
 * ``ranks?group=G``: per-rank peaks of a multi-rank group.
-* ``index.js`` and ``static/*``: the page and the vendored uPlot.
+* ``index.js``, ``chart.js``, ``compare.js``, ``util.js`` and ``static/*``: the page (given
+  :mod:`tbmem.palette`'s colours) and the vendored uPlot.
 
 The client names runs and ids, never paths (see :mod:`tbmem.plugin.paths`). This module
 imports only the standard library, numpy, tensorboard, werkzeug and torch-free parts of
-tbmem; pandas is imported only for the run summary, on request.
+tbmem; pandas is imported only for the run summary and the compare view, on request.
 """
 
 from __future__ import annotations
@@ -32,13 +35,20 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tbmem import palette
+from tbmem.logdir.census_log import parse_census_markdown
+from tbmem.logdir.layout import split_rank
+from tbmem.logdir.reader import LogdirReader
+from tbmem.logdir.runs import group_runs
 from tbmem.plugin import charts
-from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.plugin.compare import ALIGNS, MAX_RUNS, comparison
+from tbmem.plugin.convert import DEFAULT_BUDGET_MB
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
+from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
-from tbmem.plugin.runs import PEAK_TAGS, group_runs, rank_peaks, split_rank
+from tbmem.plugin.runs import PEAK_TAGS, rank_peaks
 from tbmem.plugin.series import ScalarCache
-from tbmem.plugin.snapshots import SnapshotError, SnapshotPages, find_snapshots
+from tbmem.plugin.snapshots import SnapshotError, SnapshotPages
 from tbmem.tags import TAGS
 
 __all__ = ["MemoryPlugin", "PLUGIN_NAME"]
@@ -48,12 +58,18 @@ _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 # route -> (file under static/, content type); nothing else is ever read from disk for a static route
 _ASSETS = {
     "/index.js": ("index.js", "text/javascript"),
+    "/chart.js": ("chart.js", "text/javascript"),
+    "/compare.js": ("compare.js", "text/javascript"),
+    "/util.js": ("util.js", "text/javascript"),
     "/static/style.css": ("style.css", "text/css"),
     "/static/uPlot.iife.min.js": ("vendor/uplot/uPlot.iife.min.js", "text/javascript"),
     "/static/uPlot.min.css": ("vendor/uplot/uPlot.min.css", "text/css"),
 }
 _INLINE_SCRIPT = re.compile(r"<script(?![^>]*\btype=\"application/json\")[^>]*>(.*?)</script>", re.S)
-_TEXT_TAG = "Memory/Large_Tensors/top_k"
+_TEXT_TAG = TAGS["census_text"].tag
+# where index.js receives tbmem.palette's colours (one definition for the tab, report.png and the notebook)
+_PALETTE_SLOT = re.compile(rb"/\*tbmem:palette\*/.*?/\*end\*/", re.S)
+_CENSUS_PREFIX = "Memory/Tensor_Category/"
 
 
 def _json(request: Any, obj: Any, code: int = 200) -> Any:
@@ -89,7 +105,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         >>> from tensorboard.plugins import base_plugin
         >>> plugin = MemoryPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
         >>> plugin.frontend_metadata().tab_name, sorted(plugin.get_plugin_apps())[:3]
-        ('Memory', ['/at', '/findings', '/index.js'])
+        ('Memory', ['/at', '/chart.js', '/compare'])
     """
 
     plugin_name = PLUGIN_NAME
@@ -98,9 +114,11 @@ class MemoryPlugin(base_plugin.TBPlugin):
         self._provider = context.data_provider
         self._multiplexer = context.multiplexer
         self._dirs = RunDirs(context)
+        # the side files of TensorBoard's runs, read by the logdir reader `tbmem report` and the notebook share
+        self._logdir = LogdirReader(run_dir=self._dirs.run_dir)
         self._cache = ScalarCache(self._provider)
-        self._census = CensusLog()
-        self._pages = SnapshotPages()
+        self._pages = SnapshotPages(budget_mb=getattr(context.flags, "tbmem_snapshot_memory_mb", None)
+                                    or DEFAULT_BUDGET_MB)
         self._active = False
 
     # --- TBPlugin -----------------------------------------------------------------------
@@ -128,7 +146,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         apps: dict[str, Callable] = {route: self._asset_app(route) for route in _ASSETS}
         apps.update({"/runs": self._serve_runs, "/overview": self._serve_overview, "/at": self._serve_at,
                      "/snapshots": self._serve_snapshots, "/snapshot": self._serve_snapshot,
-                     "/findings": self._serve_findings, "/ranks": self._serve_ranks})
+                     "/findings": self._serve_findings, "/ranks": self._serve_ranks, "/compare": self._serve_compare})
         return apps
 
     # --- helpers --------------------------------------------------------------------------
@@ -138,7 +156,11 @@ class MemoryPlugin(base_plugin.TBPlugin):
         @wrappers.Request.application
         def serve(request: Any) -> Any:
             with open(os.path.join(_STATIC, name), "rb") as fh:
-                return http_util.Respond(request, fh.read(), content_type)
+                body = fh.read()
+            if name == "index.js":
+                colors = json.dumps(palette.as_json(), separators=(",", ":")).encode()
+                body = _PALETTE_SLOT.sub(lambda _m: colors, body, count=1)
+            return http_util.Respond(request, body, content_type)
 
         return serve
 
@@ -163,8 +185,15 @@ class MemoryPlugin(base_plugin.TBPlugin):
         return self._cache.get(ctx, eid, run, tags, listing=listing), list(listing)
 
     def _snapshots(self, run: str) -> list:
+        return self._logdir.snapshots(run)
+
+    def _snapshot_page(self, run: str, sid: str) -> str:
+        """The page of snapshot ``sid`` of ``run``: found by listing, opened below the run's root."""
         found = self._dirs.run_dir(run)
-        return [] if found is None else find_snapshots(*found)
+        entry = next((e for e in self._logdir.snapshots(run) if e.id == sid), None) if found and sid else None
+        if entry is None:
+            raise errors.NotFoundError("unknown snapshot id")
+        return self._pages.page(entry, found[1])
 
     # --- routes ---------------------------------------------------------------------------
     @wrappers.Request.application
@@ -173,11 +202,15 @@ class MemoryPlugin(base_plugin.TBPlugin):
         names = self._run_names(ctx, eid)
         listing = self._cache.listing(ctx, eid)
         memory = {r for r, tags in listing.items() if any(t.startswith("Memory/") for t in tags)}
+        census = {r for r, tags in listing.items() if any(t.startswith(_CENSUS_PREFIX) for t in tags)}
+        # the wall time of a run's latest scalar: the page opens on the most recent run with a census
+        last = {r: max((ts.max_wall_time for ts in tags.values()), default=None) for r, tags in listing.items()}
         groups = group_runs(names)
         for g in groups:
             for m in g["members"]:
-                m["memory"] = m["run"] in memory
+                m.update(memory=m["run"] in memory, census=m["run"] in census, last_time=last.get(m["run"]))
             g["memory"] = any(m["memory"] for m in g["members"])
+            g["census"] = any(m["census"] for m in g["members"])
         return _json(request, {"groups": groups})
 
     @wrappers.Request.application
@@ -190,7 +223,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
         lines = {TAGS[k].tag for group in charts.LINE_GROUPS.values() for k, _ in group}
         ooms = TAGS["vram_ooms"].tag
         listing = self._cache.listing(ctx, eid, [run]).get(run, {})
-        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)]
+        tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)
+                or charts.is_step_loss(t)]
         # quick=1: a series longer than a few points per pixel is first drawn from a sample the data
         # provider draws (milliseconds on the Rust server); the page then asks for the exact view. The
         # Python loader converts every record before sampling, so there a sample would cost a second read.
@@ -199,11 +233,9 @@ class MemoryPlugin(base_plugin.TBPlugin):
                                                   sample=8 * points if quick else None)
         doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing))
         doc["sampled"] = sorted(sampled)
-        marks = []
-        for e in self._snapshots(run):
-            if e.step is not None:
-                marks.append({"step": e.step, "kind": "oom" if e.kind == "oom" else "snapshot",
-                              "id": e.id, "label": f"{e.kind} {e.name}"})
+        snapshots, found = self._snapshots(run), self._dirs.run_dir(run)
+        spikes = spike_marks(found[0], found[1], snapshots) if found else []
+        marks = snapshot_marks(snapshots, {m["id"] for m in spikes}) + spikes
         if ooms in series:  # the allocator's OOM counter went up in this record
             s = series[ooms]
             for i in range(1, len(s.values)):
@@ -218,8 +250,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         ctx, eid, run = self._run(request)
         step = _int_arg(request, "step")
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
-        found = self._dirs.run_dir(run)
-        side = self._census.read(census_log_path(found[0])) if found else {}
+        side = self._logdir.census(run)
         census_steps = set(side)
         for tag in charts.census_tags(series):
             census_steps.update(int(s) for s in series[tag].steps)
@@ -260,12 +291,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_snapshot(self, request: Any) -> Any:
         _, _, run = self._run(request)
-        sid = request.args.get("id", "")
-        entry = next((e for e in self._snapshots(run) if e.id == sid), None) if sid else None
-        if entry is None:
-            raise errors.NotFoundError("unknown snapshot id")
         try:
-            html = self._pages.page(entry)
+            html = self._snapshot_page(run, request.args.get("id", ""))
         except SnapshotError as exc:
             return _json(request, {"error": str(exc)}, code=exc.status)
         hashes = [base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii")
@@ -277,6 +304,20 @@ class MemoryPlugin(base_plugin.TBPlugin):
         ctx, eid, run = self._run(request)
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
         return _json(request, dict(findings(run, series), run=run))
+
+    @wrappers.Request.application
+    def _serve_compare(self, request: Any) -> Any:
+        ctx, eid = self._ids(request)
+        runs = request.args.getlist("run")
+        known = set(self._run_names(ctx, eid))
+        if not 2 <= len(set(runs)) == len(runs) <= MAX_RUNS or not all(r in known for r in runs):
+            raise errors.InvalidArgumentError(f"name 2 to {MAX_RUNS} different runs TensorBoard lists")
+        align = request.args.get("align", "auto")
+        if align not in ALIGNS:
+            raise errors.InvalidArgumentError(f"align must be one of {', '.join(ALIGNS)}")
+        points = _int_arg(request, "points", 1000, lo=50, hi=10_000)
+        per_run = {r: self._series(ctx, eid, r, lambda t: t.startswith(SUMMARY_PREFIXES))[0] for r in runs}
+        return _json(request, dict(comparison(per_run, align=align, points=points), runs=runs))
 
     @wrappers.Request.application
     def _serve_ranks(self, request: Any) -> Any:

@@ -1,29 +1,30 @@
-"""Runs grouped by experiment (ranks together) and the per-rank comparison of peaks.
+"""The per-rank comparison of peaks of a multi-rank group (the Memory tab's ranks table).
 
 A multi-rank job writes one run per rank, ``<log_dir>/rank<r>``; TensorBoard lists
-them as ``exp/rank0``, ``exp/rank1``, ... . They form the group ``exp`` (a run named
-``exp`` itself, such as rank 0's cross-rank aggregates, joins it with rank None).
+them as ``exp/rank0``, ``exp/rank1``, ... and :func:`tbmem.logdir.runs.group_runs` groups them.
 
 Example:
-    >>> from tbmem.plugin.runs import group_runs
-    >>> [(g["group"], [m["rank"] for m in g["members"]]) for g in group_runs(["exp/rank1", "exp/rank0", "b"])]
-    [('b', [None]), ('exp', [0, 1])]
+    >>> import numpy as np
+    >>> from tbmem.plugin.runs import rank_peaks
+    >>> from tbmem.plugin.series import Series
+    >>> s = Series(np.array([0, 5]), np.array([1.0, 3.0]), np.zeros(2))
+    >>> row = rank_peaks({"exp/rank1": {"Memory/RAM/process_rss_GB": s}})[0]
+    >>> row["rank"], row["peak_rss"] / 2**30, row["peak_rss_step"]
+    (1, 3.0, 5)
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from tbmem.logdir.layout import split_rank
 from tbmem.plugin.charts import to_bytes
 from tbmem.plugin.series import Series
 from tbmem.tags import TAGS
 
-__all__ = ["split_rank", "group_runs", "rank_peaks", "PEAK_TAGS"]
-
-_RANK = re.compile(r"^rank(\d+)$")
+__all__ = ["rank_peaks", "PEAK_TAGS"]
 
 #: Comparison column -> tags whose maximum is its peak (the first present one counts).
 PEAK_TAGS: dict[str, tuple[str, ...]] = {
@@ -32,25 +33,6 @@ PEAK_TAGS: dict[str, tuple[str, ...]] = {
     "peak_rss": (TAGS["ram_peak_rss"].tag, TAGS["ram_rss"].tag),
     "peak_census": (TAGS["census_total"].tag,),
 }
-
-
-def split_rank(run: str) -> tuple[str, int | None]:
-    """(group, rank): ``exp/rank3`` -> (``exp``, 3); ``rank3`` -> (``.``, 3); ``exp`` -> (``exp``, None)."""
-    head, _, last = run.rpartition("/")
-    m = _RANK.match(last)
-    if m:
-        return head or ".", int(m.group(1))
-    return run, None
-
-
-def group_runs(runs: Iterable[str]) -> list[dict[str, Any]]:
-    """Groups sorted by name, members by rank (the rankless run first)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        group, rank = split_rank(run)
-        groups.setdefault(group, []).append({"run": run, "rank": rank})
-    return [{"group": g, "members": sorted(m, key=lambda r: (r["rank"] is not None, r["rank"] or 0))}
-            for g, m in sorted(groups.items())]
 
 
 def rank_peaks(per_run: Mapping[str, Mapping[str, Series]]) -> list[dict[str, Any]]:

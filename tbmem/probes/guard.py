@@ -2,9 +2,11 @@
 
 One transient error (an ``EIO`` while reading /proc) must not lose a probe for a
 multi-day run, and a probe that keeps failing must not cost a traceback per record.
-:class:`ProbeGuard` skips a failed probe until its next retry is due (1 s, doubling
-to 60 s), reports the first failure once, and after :attr:`ProbeGuard.MAX_FAILURES`
-failures in a row removes the probe, saying which.
+:class:`ProbeGuard` retries a failed probe at the next record (one transient error
+costs that record's readings, nothing more); after a second failure in a row it skips
+the probe until its next retry is due (1 s, doubling to 60 s). It reports the first
+failure once, and after :attr:`ProbeGuard.MAX_FAILURES` failures in a row removes the
+probe, saying which.
 
 Example:
     >>> from tbmem.probes.base import Probe
@@ -15,7 +17,7 @@ Example:
     ...         raise OSError(5, "Input/output error")
     >>> probes = [Flaky()]
     >>> guard = ProbeGuard()
-    >>> guard.call(probes, probes[0], probes[0].read) is None, len(probes)  # skipped, kept for a retry
+    >>> guard.call(probes, probes[0], probes[0].read) is None, len(probes)  # failed, kept for a retry
     (True, 1)
 """
 
@@ -35,7 +37,8 @@ class ProbeGuard:
 
     #: Failures in a row after which a probe is switched off.
     MAX_FAILURES = 5
-    #: First wait before a retry, in seconds; each further failure in a row doubles it, up to CAP_S.
+    #: Wait before a retry after the second failure in a row, in seconds (the first is retried at the
+    #: next record); each further failure in a row doubles it, up to CAP_S.
     BASE_S = 1.0
     CAP_S = 60.0
 
@@ -55,7 +58,7 @@ class ProbeGuard:
         except Exception as exc:  # noqa: BLE001 - monitoring must never break training
             if retry is None:
                 retry = self._retry[id(probe)] = Backoff(base_s=self.BASE_S, cap_s=self.CAP_S,
-                                                         max_failures=self.MAX_FAILURES)
+                                                         max_failures=self.MAX_FAILURES, at_once=1)
             failures = retry.failed()
             if retry.exhausted:
                 report_once(f"probe-off:{probe.name}", f"tbmem: the {probe.name} probe failed {failures} times "

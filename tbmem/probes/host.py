@@ -35,8 +35,8 @@ from typing import Any
 
 import psutil
 
-from tbmem.config import seconds
-from tbmem.probes import _procfs
+import tbmem.probes._procfs as _procfs
+from tbmem._fields import seconds
 from tbmem.probes.base import Probe
 
 __all__ = ["HostProbe", "read_rss", "read_peak_rss", "reset_peak_rss"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tbmem.config import seconds, unknown_keys
+from tbmem._fields import seconds, unknown_keys
 
 __all__ = ["RanksConfig", "DEFAULT_RANK_TAGS"]
 

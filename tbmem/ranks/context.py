@@ -18,9 +18,9 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["RankInfo", "detect_rank", "distributed_ready", "RANK_DIR_PREFIX"]
+from tbmem.logdir.layout import rank_dir
 
-RANK_DIR_PREFIX = "rank"
+__all__ = ["RankInfo", "detect_rank", "distributed_ready"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ class RankInfo:
         return self.rank == 0
 
     def run_dir(self, log_dir: str) -> str:
-        """``<log_dir>/rank<r>``: this rank's run folder."""
-        return os.path.join(log_dir, f"{RANK_DIR_PREFIX}{self.rank}")
+        """``<log_dir>/rank<r>``: this rank's run folder (:func:`tbmem.logdir.layout.rank_dir`)."""
+        return rank_dir(log_dir, self.rank)
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:

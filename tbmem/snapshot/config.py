@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tbmem.config import unknown_keys
+from tbmem._fields import unknown_keys
 
 __all__ = ["SnapshotConfig", "RECORDERS", "STACKS"]
 

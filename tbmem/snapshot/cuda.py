@@ -38,17 +38,18 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tbmem.snapshot.cuda_replay import pair_allocations
+from tbmem.snapshot.cuda_segments import FinalSegment, segment_flags, segment_pieces
 from tbmem.snapshot.frames import FrameClassifier
+from tbmem.snapshot.model import (COLUMNS, EXTRA_COLUMNS, FLAG_FREE_SITE, FLAG_PENDING_FREE, Device, Snapshot,
+                                  empty_columns)
 from tbmem.snapshot.pickle_rows import ACTION_CODE, NO_TIME, EventRows, Limits, SnapshotRefused
-from tbmem.snapshot.schema import COLUMNS, FLAG_FREE_SITE, FLAG_PENDING_FREE, Device, Snapshot
 
 __all__ = ["convert_torch_snapshot", "convert_rows", "CATEGORIES", "stack_categories"]
 
 #: Category names of CUDA allocations, each saying only what the stack shows.
 CATEGORIES = ("python code", "backward", "optimizer", "c++ only", "no stack", "before trace")
-_ALLOC, _FREE_REQ, _FREE_DONE = ACTION_CODE["alloc"], ACTION_CODE["free_requested"], ACTION_CODE["free_completed"]
 _OOM = ACTION_CODE["oom"]
-_ACTIVE = ("active_allocated", "active_pending_free")
 
 
 def stack_categories(rows: EventRows, classifier: FrameClassifier) -> np.ndarray:
@@ -79,59 +80,6 @@ def stack_categories(rows: EventRows, classifier: FrameClassifier) -> np.ndarray
             cat = 0 if has_py else (3 if stack else 4)
         out[sid] = cat
     return out
-
-
-def _next_in_group(mask: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """For each position, the first position >= it in the same group where ``mask`` holds (-1 if none)."""
-    n = mask.shape[0]
-    idx = np.where(mask, np.arange(n), n)
-    nxt = np.minimum.accumulate(idx[::-1])[::-1]
-    ok = nxt < n
-    ok[ok] = group[nxt[ok]] == group[ok]
-    return np.where(ok, nxt, -1)
-
-
-def _replay(act: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Pair allocs with frees by address in event order.
-
-    Returns (alloc events, their end events (-1 alive), pending flags, unmatched free_completed
-    events, unmatched pending free_requested events, count of allocs ended by a later alloc).
-    """
-    ev = np.flatnonzero((act == _ALLOC) | (act == _FREE_REQ) | (act == _FREE_DONE))
-    order = ev[np.lexsort((ev, addr[ev]))]
-    a, g = act[order], addr[order]
-    group = np.concatenate(([0], np.cumsum(g[1:] != g[:-1])))
-    n = order.shape[0]
-    shift = lambda x: np.concatenate((x[1:], [-1]))  # noqa: E731 - "from the next position on"
-    next_alloc = shift(_next_in_group(a == _ALLOC, group))
-    next_done = shift(_next_in_group(a == _FREE_DONE, group))
-    next_req = shift(_next_in_group(a == _FREE_REQ, group))
-    # the group of position i+1 must be i's own for the "next" to count
-    same = np.concatenate((group[1:] == group[:-1], [False]))
-    for arr in (next_alloc, next_done, next_req):
-        arr[~same] = -1
-    is_alloc = a == _ALLOC
-    inf = n + 1
-    na = np.where(next_alloc >= 0, next_alloc, inf)
-    nd = np.where(next_done >= 0, next_done, inf)
-    nr = np.where(next_req >= 0, next_req, inf)
-    done = is_alloc & (nd < na)
-    pending = is_alloc & ~done & (nr < na)
-    reused = is_alloc & ~done & ~pending & (na < inf)
-    end = np.full(n, -1, dtype=np.int64)
-    end[done] = order[nd[done]]
-    end[reused] = order[na[reused]]
-    # frees that close an alloc of the trace; the others close memory allocated before it
-    paired = np.zeros(n, dtype=bool)
-    paired[nd[done]] = True
-    prev_alloc_open = np.zeros(n, dtype=bool)
-    prev_alloc_open[nr[pending]] = True
-    prev_alloc_open[nr[done & (nr < nd)]] = True
-    lone_done = (a == _FREE_DONE) & ~paired
-    # a lone free_requested whose block never completed its free: alive, pending, allocated before
-    lone_req = (a == _FREE_REQ) & ~prev_alloc_open & (np.where(next_done >= 0, next_done, inf) >= na)
-    return (order[is_alloc], end[is_alloc], pending[is_alloc], order[lone_done], order[lone_req],
-            int(reused.sum()))
 
 
 def _check_bytes(values: np.ndarray, what: str, device: str, limits: Limits) -> None:
@@ -165,13 +113,16 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
         seg_by_dev.setdefault(dev, []).append(seg)
     per_dev = {d: rows.rows_of(t) for d, t in enumerate(traces)}
     cols = {c: rows.column(c) for c in ("action", "addr", "size", "time", "stack", "meta")}
+    cols["streams"] = rows.streams  # type: ignore[assignment] - by row, segment events only
     devices_idx = sorted({d for d, r in per_dev.items() if r.shape[0]} | set(seg_by_dev))
-    times = [cols["time"][r] for r in per_dev.values() if r.shape[0]]
-    known = [t[t != NO_TIME] for t in times]
-    t0 = min((int(k.min()) for k in known if k.shape[0]), default=None)
+    tcol = cols["time"]  # every row is an event of a device trace
+    known = tcol != NO_TIME
+    t0 = int(np.min(tcol, initial=np.iinfo(np.int64).max, where=known)) if bool(known.any()) else None
+    del known
     # block frames come from the segments: intern their stacks before categories are computed
-    seg_stacks = {id(b): rows.stack_id(b.get("frames")) for segs in seg_by_dev.values() for s in segs
-                  for b in (s.get("blocks") or []) if isinstance(b, Mapping)}
+    seg_stacks = {id(b): rows.stack_id(_block_frames(b)) for segs in seg_by_dev.values() for sg in segs
+                  for b in (sg.get("blocks") or []) if isinstance(b, Mapping)}
+    seg_stacks.update({id(sg): rows.stack_id(sg.get("frames")) for segs in seg_by_dev.values() for sg in segs})
     if classifier is None:
         meta_roots = top.get("tbmem_library_roots") if isinstance(top, Mapping) else None
         classifier = FrameClassifier.for_paths(
@@ -201,57 +152,73 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
     snap = Snapshot(source="cuda", kind=kind, rank=int(rank), step=int(step),
                     t0_unix=None if t0 is None else t0 / 1e6, strings=strings, frames=frames,
                     stacks=[list(st) for st in rows.stacks], categories=list(CATEGORIES),
-                    devices=devices or [Device(name="cuda:0", time_us=np.zeros(0, dtype=np.int64),
-                                               allocs={c: np.zeros(0, dtype=np.int64) for c in COLUMNS})],
+                    devices=devices or [Device(name="", time_us=np.zeros(0, dtype=np.int64),
+                                               allocs=empty_columns(COLUMNS))],
                     meta=meta)
     snap.default_device = snap.choose_default()
     return snap
 
 
-def _device(d: int, idx: np.ndarray, cols: dict[str, np.ndarray], segs: list[Mapping[str, Any]],
-            seg_stacks: dict[int, int], cat_of_stack: np.ndarray, t0: int | None, top: Any,
-            limits: Limits, meta_strings: list[str]) -> Device:
-    name = f"cuda:{d}"
-    act, addr, size = cols["action"][idx].astype(np.int64), cols["addr"][idx], cols["size"][idx]
-    stack, meta_col = cols["stack"][idx].astype(np.int64), cols["meta"][idx]
-    _check_bytes(size, "a size", name, limits)
-    t = cols["time"][idx]
-    has_time = bool(t.shape[0]) and bool(np.any(t != NO_TIME))
-    if has_time:
-        # an event without time_us (mixed traces) takes its predecessor's
-        present = np.where(t != NO_TIME, np.arange(t.shape[0]), 0)
-        t = t[np.maximum.accumulate(present)]
-        t = np.where(t == NO_TIME, t0 or 0, t)
-        time_us = t - (t0 or 0)
-    else:
-        time_us = np.zeros(t.shape[0], dtype=np.int64)
-    starts, ends, pending, lone_done, lone_req, reused = _replay(act, addr)
-    parts = {c: [] for c in COLUMNS}
+def _block_frames(b: Mapping[str, Any]) -> Any:
+    """A block's stack: ``frames``, or in torch 2.0 its ``history``'s newest entry (the first)."""
+    if "frames" in b:
+        return b.get("frames")
+    hist = b.get("history")
+    if isinstance(hist, list) and hist and isinstance(hist[0], Mapping):
+        return hist[0].get("frames")
+    return None
 
-    def add(start, end, sz, cat, st, ad, flags):
-        for c, v in zip(COLUMNS, (start, end, sz, cat, st, ad, flags)):
-            parts[c].append(np.asarray(v, dtype=np.int64))
 
-    def cats(st: np.ndarray) -> np.ndarray:
-        return np.where(st >= 0, cat_of_stack[np.maximum(st, 0)] if cat_of_stack.shape[0] else 4, 4)
+def _requested(b: Mapping[str, Any], bsize: int) -> int:
+    """A block's requested bytes: ``requested_size``, torch 2.0's ``history[0].real_size``, else its size."""
+    req = b.get("requested_size")
+    if not (isinstance(req, int) and not isinstance(req, bool) and 0 < req <= bsize):
+        hist = b.get("history")
+        req = hist[0].get("real_size") if isinstance(hist, list) and hist and isinstance(hist[0], Mapping) else None
+    return req if isinstance(req, int) and not isinstance(req, bool) and 0 < req <= bsize else bsize
 
-    add(starts, ends, size[starts], cats(stack[starts]), stack[starts], addr[starts],
-        np.where(pending, FLAG_PENDING_FREE, 0))
-    before = CATEGORIES.index("before trace")
-    add(np.full(lone_done.shape[0], -1), lone_done, size[lone_done], np.full(lone_done.shape[0], before),
-        stack[lone_done], addr[lone_done], np.full(lone_done.shape[0], FLAG_FREE_SITE))
-    add(np.full(lone_req.shape[0], -1), np.full(lone_req.shape[0], -1), size[lone_req],
-        np.full(lone_req.shape[0], before), stack[lone_req], addr[lone_req],
-        np.full(lone_req.shape[0], FLAG_FREE_SITE | FLAG_PENDING_FREE))
-    alive = set(addr[starts[ends < 0]].tolist()) | set(addr[lone_req].tolist())
-    reserved = 0
-    blocks = []
+
+def _round512(size: np.ndarray) -> np.ndarray:
+    """The allocator's least rounding of a request: up to a multiple of 512 bytes, at least 512."""
+    return np.maximum(512, (size + 511) // 512 * 512) - size
+
+
+def _range(idx: np.ndarray) -> list[slice] | None:
+    """``idx`` as a few runs of consecutive rows (a trace's first events are read apart, so a trace
+    is a handful of runs), or None when it is scattered."""
+    if not idx.shape[0]:
+        return [slice(0, 0)]
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    if breaks.shape[0] > 64:
+        return None
+    bounds = [0, *breaks.tolist(), idx.shape[0]]
+    return [slice(int(idx[a]), int(idx[b - 1]) + 1) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _view(col: np.ndarray, idx: np.ndarray, rng: list[slice] | None) -> np.ndarray:
+    """``col[idx]``: a view for one run, joined slices for a few, a gather otherwise."""
+    if rng is None:
+        return col[idx]
+    return col[rng[0]] if len(rng) == 1 else np.concatenate([col[r] for r in rng])
+
+
+def _final_segments(name: str, segs: list[Mapping[str, Any]], seg_stacks: dict[int, int],
+                    limits: Limits) -> tuple[list[FinalSegment], list[tuple[int, int, int, int, int]]]:
+    """The final segments, and every block in them as (address, block size, requested bytes,
+    stack, state: 0 inactive, 1 allocated, 2 pending free)."""
+    finals, blocks = [], []
     for seg in segs:
         total = seg.get("total_size", 0)
         if isinstance(total, bool) or not isinstance(total, int) or not 0 <= total <= limits.max_bytes:
             raise SnapshotRefused(f"a segment of {name} has total_size {total!r}, outside 0..{limits.max_bytes:,}")
-        reserved += total
         base = seg.get("address", 0)
+        base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
+        pool = seg.get("segment_pool_id")
+        pool = (int(pool[0]), int(pool[1])) if isinstance(pool, (tuple, list)) and len(pool) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in pool) else None
+        stream = seg.get("stream", 0)
+        finals.append(FinalSegment(addr=base, size=total, stream=stream if isinstance(stream, int) else 0,
+                                   pool=pool, stack=seg_stacks.get(id(seg), -1), flags=segment_flags(seg)))
         for b in seg.get("blocks") or ():
             if not isinstance(b, Mapping):
                 continue
@@ -259,18 +226,79 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, np.ndarray], segs: list[Map
             baddr = b.get("address", base)
             if isinstance(bsize, bool) or not isinstance(bsize, int) or not 0 <= bsize <= limits.max_bytes:
                 raise SnapshotRefused(f"a block of {name} has size {bsize!r}, outside 0..{limits.max_bytes:,}")
-            base = (baddr if isinstance(baddr, int) else base) + bsize
-            if b.get("state") in _ACTIVE and baddr not in alive:
-                req = b.get("requested_size")
-                sz = req if isinstance(req, int) and not isinstance(req, bool) and 0 < req <= bsize else bsize
-                blocks.append((sz, seg_stacks.get(id(b), -1), baddr,
-                               FLAG_PENDING_FREE if b.get("state") == "active_pending_free" else 0))
-    if blocks:
-        sz, st, ad, fl = (np.array(x, dtype=np.int64) for x in zip(*blocks))
-        add(np.full(sz.shape[0], -1), np.full(sz.shape[0], -1), sz, np.where(st >= 0, cats(st), before), st, ad, fl)
-    allocs = {c: np.concatenate(parts[c]) if parts[c] else np.zeros(0, dtype=np.int64) for c in COLUMNS}
-    order = np.lexsort((allocs["end"], allocs["start"]))
-    allocs = {c: v[order] for c, v in allocs.items()}
+            baddr = baddr if isinstance(baddr, int) and not isinstance(baddr, bool) else base
+            base = baddr + bsize
+            state = {"active_allocated": 1, "active_pending_free": 2}.get(b.get("state"), 0)
+            blocks.append((baddr, bsize, _requested(b, bsize), seg_stacks.get(id(b), -1), state))
+    return finals, blocks
+
+
+def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[str, Any]],
+            seg_stacks: dict[int, int], cat_of_stack: np.ndarray, t0: int | None, top: Any,
+            limits: Limits, meta_strings: list[str]) -> Device:
+    name = f"cuda:{d}"
+    rng = _range(idx)
+    act, addr, size = _view(cols["action"], idx, rng), _view(cols["addr"], idx, rng), _view(cols["size"], idx, rng)
+    stack, meta_col = _view(cols["stack"], idx, rng), _view(cols["meta"], idx, rng)
+    _check_bytes(size, "a size", name, limits)
+    time_us, has_time = _times(_view(cols["time"], idx, rng), t0)
+    p = pair_allocations(act, addr)
+
+    def cats(st: np.ndarray) -> np.ndarray:
+        return np.where(st >= 0, cat_of_stack[np.maximum(st, 0)] if cat_of_stack.shape[0] else 4, 4)
+
+    # memory alive before the trace (start -1): frees without an alloc, blocks no traced alloc made
+    before: dict[str, list[np.ndarray]] = {c: [] for c in (*COLUMNS, *EXTRA_COLUMNS)}
+
+    def add(**values: Any) -> None:
+        n = values["size"].shape[0]
+        for c in before:
+            before[c].append(np.broadcast_to(np.asarray(values[c], dtype=np.int64), (n,)))
+
+    unknown = CATEGORIES.index("before trace")
+    for ev, ends, req, flags in ((p.lone_done, p.lone_done, p.lone_done_req, FLAG_FREE_SITE),
+                                 (p.lone_req, np.full(p.lone_req.shape[0], -1), p.lone_req,
+                                  FLAG_FREE_SITE | FLAG_PENDING_FREE)):
+        sz = size[ev]
+        add(start=-1, end=ends, size=sz, category=unknown, stack=stack[ev].astype(np.int64), addr=addr[ev],
+            flags=flags, freereq=req, round=_round512(sz))
+    finals, blocks = _final_segments(name, segs, seg_stacks, limits)
+    alive_addr = np.concatenate([addr[p.starts[p.ends < 0]], addr[p.lone_req]])
+    active = [b for b in blocks if b[4]]
+    if active:
+        b_addr, b_size, b_req, b_stack, b_state = (np.array(x, dtype=np.int64) for x in zip(*active))
+        u = ~np.isin(b_addr, alive_addr)
+        if u.any():  # alive when the snapshot was taken, allocated before the trace
+            add(start=-1, end=-1, size=b_req[u], category=np.where(b_stack[u] >= 0, cats(b_stack[u]), unknown),
+                stack=b_stack[u], addr=b_addr[u], flags=np.where(b_state[u] == 2, FLAG_PENDING_FREE, 0),
+                freereq=-1, round=b_size[u] - b_req[u])
+    head = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in before.items()}
+    first = np.lexsort((head["end"],))  # by start (all -1), then end: the order the viewer ships
+    # the columns: what was alive before the trace, then the traced allocations written in place
+    n_head = first.shape[0]
+    allocs = {c: np.empty(n_head + p.starts.shape[0], dtype=np.int64) for c in head}
+    for c in head:
+        allocs[c][:n_head] = head[c][first]
+    t = {c: v[n_head:] for c, v in allocs.items()}
+    t["start"][:] = p.starts
+    t["end"][:] = p.ends
+    np.take(size, p.starts, out=t["size"])
+    t["stack"][:] = stack[p.starts]
+    t["category"][:] = cats(t["stack"])
+    np.take(addr, p.starts, out=t["addr"])
+    np.multiply(p.pending, FLAG_PENDING_FREE, out=t["flags"])
+    t["freereq"][:] = p.freereq
+    t["round"][:] = _round512(t["size"])
+    del t
+    if active:
+        # the real block size of what is alive at the end (the rest: the allocator's least rounding)
+        alive = np.flatnonzero(allocs["end"] < 0)
+        order = np.argsort(b_addr)
+        pos = np.minimum(np.searchsorted(b_addr[order], allocs["addr"][alive]), b_addr.shape[0] - 1)
+        hit = b_addr[order][pos] == allocs["addr"][alive]
+        real = b_size[order][pos] - allocs["size"][alive]
+        ok = hit & (real >= 0)
+        allocs["round"][alive[ok]] = real[ok]
     ooms = [{"event": int(i), "requested_bytes": int(size[i]), "free_bytes": int(addr[i]),
              "time_us": int(time_us[i] + (t0 or 0)) if has_time else None}
             for i in np.flatnonzero(act == _OOM).tolist()]
@@ -279,15 +307,49 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, np.ndarray], segs: list[Map
             raise SnapshotRefused(f"an oom event of {name} reports {o['free_bytes']:,} bytes free, outside "
                                   f"0..{limits.max_bytes:,}")
     markers = _markers(d, act, meta_col, time_us, t0, has_time, top, meta_strings)
-    dev = Device(name=name, time_us=time_us, allocs=allocs, has_time=has_time, reserved_bytes=reserved if segs else None,
-                 segments=len(segs), ooms=ooms, markers=markers)
+    streams = _local_streams(cols["streams"], idx, rng)
+    pieces = segment_pieces(act, addr, size, stack, streams, finals)
+    dev = Device(name=name, time_us=time_us, allocs=allocs, has_time=has_time, reserved_bytes=sum(f.size for f in finals)
+                 if segs else None, segments=len(segs), ooms=ooms, markers=markers,
+                 segs=pieces.cols if (segs or pieces.cols["size"].shape[0]) else None, streams=pieces.streams,
+                 pools=pieces.pools)
     total = int(allocs["size"].sum()) if allocs["size"].shape[0] else 0
     if total >= 2**62:
         raise SnapshotRefused(f"the allocations of {name} add up to {total:,} bytes: not a plausible snapshot")
-    if reused:
-        dev.markers.append({"event": -1, "label": f"{reused} addresses reallocated without a free in the trace",
+    if p.reused:
+        dev.markers.append({"event": -1, "label": f"{p.reused} addresses reallocated without a free in the trace",
                             "kind": "note"})
     return dev
+
+
+def _local_streams(streams: dict[int, int], idx: np.ndarray, rng: list[slice] | None) -> dict[int, int]:
+    """The streams of segment events by position on the device's axis (``streams`` is by row)."""
+    if not streams or not idx.shape[0]:
+        return {}
+    if rng is not None:
+        out, offset = {}, 0
+        for r in rng:
+            out.update({k - r.start + offset: v for k, v in streams.items() if r.start <= k < r.stop})
+            offset += r.stop - r.start
+        return out
+    keys = np.fromiter(streams.keys(), dtype=np.int64, count=len(streams))
+    order = np.argsort(idx, kind="stable")
+    pos = np.minimum(np.searchsorted(idx[order], keys), idx.shape[0] - 1)
+    hit = idx[order][pos] == keys
+    return {int(order[q]): streams[int(k)] for q, k in zip(pos[hit].tolist(), keys[hit].tolist())}
+
+
+def _times(t: np.ndarray, t0: int | None) -> tuple[np.ndarray, bool]:
+    """Event times relative to ``t0`` (an event without ``time_us`` takes its predecessor's), and
+    whether the trace has a clock at all."""
+    missing = t == NO_TIME
+    if not t.shape[0] or bool(missing.all()):
+        return np.zeros(t.shape[0], dtype=np.int64), False
+    if missing.any():
+        present = np.where(~missing, np.arange(t.shape[0]), 0)
+        t = t[np.maximum.accumulate(present)]
+        t = np.where(t == NO_TIME, t0 or 0, t)
+    return t - (t0 or 0), True
 
 
 def _markers(d: int, act: np.ndarray, meta_col: np.ndarray, time_us: np.ndarray, t0: int | None,
@@ -309,7 +371,8 @@ def _markers(d: int, act: np.ndarray, meta_col: np.ndarray, time_us: np.ndarray,
                 kind = "annotation"
                 if label.startswith("tbmem:"):
                     label = label[6:]
-                    kind = "step" if label.startswith("step") else "phase"
+                    # "step 20" (the trainers' marks) and "after step 20" (log_memory's own)
+                    kind = "step" if label.startswith(("step ", "after step ")) else "phase"
                 out.append({"event": ev, "label": label[:200], "kind": kind})
     change = np.flatnonzero(np.concatenate(([meta_col[0] >= 0] if meta_col.shape[0] else [],
                                             meta_col[1:] != meta_col[:-1])))

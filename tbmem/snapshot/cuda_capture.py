@@ -74,6 +74,11 @@ class CudaRecorder:
         snap.meta.update({"recorder": "cuda._record_memory_history", "library_roots": list(packages),
                           "stdlib_roots": list(stdlibs)})
         self._add_marks(snap)
+        kinds = {label: kind for _, label, kind in getattr(self, "marks", ())}
+        for dev in snap.devices:  # an annotation carries its label only: the kind each mark was made with
+            for m in dev.markers:
+                if m.get("kind") in ("step", "phase") and m.get("label") in kinds:
+                    m["kind"] = kinds[m["label"]]
         return snap
 
     def _add_marks(self, snap: Snapshot) -> None:

@@ -40,10 +40,11 @@ from tbmem.snapshot.cuda_capture import CudaRecorder
 from tbmem.snapshot.recorder import DispatchRecorder, release_detached
 from tbmem.snapshot.schema import Snapshot, encode_json_gz
 from tbmem.snapshot.store import SnapshotStore
+from tbmem.tags import TAGS
 
 __all__ = ["SnapshotManager", "FILES_TAG"]
 
-FILES_TAG = "Memory/Snapshot/files"
+FILES_TAG = TAGS["snapshot_files_text"].tag
 
 
 def _default_rank() -> int:

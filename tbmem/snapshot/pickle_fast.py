@@ -9,6 +9,10 @@ consecutive events starting where it stands, already decoded. An event the vecto
 cannot fully account for (an inline string where a reference is expected, a value it does not
 decode, a FRAME header inside it) is simply not part of a run: the general interpreter in
 :mod:`tbmem.snapshot.pickle_stream` reads it instead, so results never depend on this module.
+:func:`scan` and :func:`~tbmem.snapshot.pickle_commit.commit` are the reader's Python path; where the
+install compiled ``tbmem/snapshot/_creader.h``'s parts, the reader runs the same parser in C
+(:mod:`tbmem.snapshot.pickle_crun`), and :func:`scan_c` exposes it candidate by candidate so that
+tests check it gives the arrays :func:`scan` gives.
 
 Example:
     >>> import struct
@@ -21,14 +25,11 @@ Example:
 
 from __future__ import annotations
 
-import re
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from tbmem.snapshot.pickle_rows import ACTION_CODE, EVENT, NO_TIME, EventRows, StackRef
-
-__all__ = ["Layout", "Scan", "State", "scan", "commit", "MAX_FRAMES"]
+__all__ = ["Layout", "Scan", "scan", "scan_c", "pack_layouts", "c_parser_takes", "MAX_FRAMES"]
 
 #: Longest frames list the vectorised parser follows (longer ones go to the interpreter).
 MAX_FRAMES = 512
@@ -54,7 +55,7 @@ class Scan:
 
     Per candidate: ``start``/``end`` (buffer positions), ``ok`` (fully parsed), ``chain`` (how
     many ok candidates follow back to back from it), the field values ``addr``, ``size``,
-    ``time`` (``has_time``), ``action_ref`` (memo index of the action string), and frames as
+    ``time`` (``has_time``), ``stream``, ``action_ref`` (memo index of the action string), and frames as
     either ``list_ref`` (memo index of an existing list, -1 if new) or the new list's frame
     memo references, the bytes ``span_pos .. span_pos + span_len`` of the buffer. ``inline`` counts the memo
     entries each event's inline strings add, ``inline_before_frames`` those written before
@@ -70,6 +71,7 @@ class Scan:
         self.addr = np.zeros(n, dtype=np.int64)
         self.size = np.zeros(n, dtype=np.int64)
         self.time = np.zeros(n, dtype=np.int64)
+        self.stream = np.zeros(n, dtype=np.int64)
         self.has_time = np.zeros(n, dtype=bool)
         self.action_ref = np.full(n, -1, dtype=np.int64)
         self.list_ref = np.full(n, -1, dtype=np.int64)
@@ -124,50 +126,58 @@ class _Bytes:
         padded = np.zeros(size, dtype=np.uint8)
         padded[:hi] = np.frombuffer(buf, dtype=np.uint8, count=hi)
         self.byte = padded
-        self._words = padded.view("<u8")
-        self._last = self._words.shape[0] - 2
+        # a view whose element i is the 8 bytes from position i (unaligned, overlapping): one
+        # gather per read instead of two aligned loads, two shifts and a select
+        self._at = np.ndarray(shape=(size - 8,), dtype="<u8", buffer=padded, strides=(1,))
+        self._last = size - 9
 
     def word(self, p: np.ndarray) -> np.ndarray:
-        """The 8 bytes at each position, as uint64 (two aligned loads and shifts)."""
-        q = np.minimum(p >> 3, self._last)
-        r = ((p & 7) * 8).astype(np.uint64)
-        lo = self._words[q] >> r
-        hi = self._words[q + 1] << (np.uint64(64) - r)
-        return np.where(r == 0, lo, lo | hi)
+        """The 8 bytes at each position, as uint64."""
+        return self._at[np.minimum(p, self._last)]
 
 
 _U8, _U16, _U32 = np.uint64(0xFF), np.uint64(0xFFFF), np.uint64(0xFFFFFFFF)
 _SH8, _SH16 = np.uint64(8), np.uint64(16)
 
 
+# per opcode byte: where an integer's bytes start, how many there are (LONG1: given by its next
+# byte), whether they are signed; a reference's length
+_INT_OFF = np.zeros(256, dtype=np.int64)
+_INT_LEN = np.zeros(256, dtype=np.int64)
+_INT_SIGNED = np.zeros(256, dtype=bool)
+for _op, _off, _n, _signed in ((_K, 1, 1, False), (_M, 1, 2, False), (_J, 1, 4, True), (_L1, 2, 0, True)):
+    _INT_OFF[_op], _INT_LEN[_op], _INT_SIGNED[_op] = _off, _n, _signed
+_REF_LEN = np.zeros(256, dtype=np.int64)
+_REF_LEN[_H], _REF_LEN[_JJ] = 2, 5
+_REF_MASK = np.zeros(256, dtype=np.uint64)
+_REF_MASK[_H], _REF_MASK[_JJ] = 0xFF, 0xFFFFFFFF
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
 def _int_at(B: _Bytes, p: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(value, length; 0 = not an integer opcode) of K, M, J and LONG1 (1-8 bytes) at ``p``."""
-    op = w & _U8
-    arg = w >> _SH8
-    n1 = (arg & _U8).astype(np.int64)
-    length = np.select([op == _K, op == _M, op == _J, (op == _L1) & (n1 >= 1) & (n1 <= 8)], [2, 3, 5, 2 + n1], 0)
-    val = np.select([op == _K, op == _M, op == _J],
-                    [n1, (arg & _U16).astype(np.int64), (arg & _U32).astype(np.uint32).astype(np.int32)], 0)
-    lg = np.flatnonzero(length * (op == _L1))
-    if lg.shape[0]:
-        u = B.word(p[lg] + 2)
-        nb = n1[lg]
-        bits = (8 * nb).astype(np.uint64)
-        short = nb < 8
-        u = np.where(short, u & ((np.uint64(1) << np.where(short, bits, 0).astype(np.uint64)) - np.uint64(1)), u)
-        v = u.astype(np.int64)
-        neg = short & (((u >> np.maximum(bits - np.uint64(1), np.uint64(0))) & np.uint64(1)) == 1)
-        v[neg] -= np.left_shift(np.int64(1), (8 * nb[neg]).astype(np.int64))
-        val[lg] = v
-    return val.astype(np.int64), length
+    op = (w & _U8).astype(np.intp)
+    nb = _INT_LEN[op]
+    long1 = op == _L1
+    if long1.any():
+        n1 = ((w >> _SH8) & _U8).astype(np.int64)
+        nb = np.where(long1, np.where((n1 >= 1) & (n1 <= 8), n1, 0), nb)
+    off = _INT_OFF[op]
+    raw = B.word(p + off) & _MASKS[nb]
+    val = raw.view(np.int64)
+    neg = _INT_SIGNED[op] & (nb > 0) & (nb < 8) & (((raw >> (8 * np.maximum(nb, 1) - 1).astype(np.uint64))
+                                                    & np.uint64(1)) == 1)
+    if neg.any():
+        val = val.copy()
+        val[neg] -= np.left_shift(np.int64(1), 8 * nb[neg])
+    return val, np.where(nb > 0, off + nb, 0)
 
 
 def _ref_at(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(memo index, length; -1, 0 = not a reference) of BINGET/LONG_BINGET."""
-    op = w & _U8
-    arg = w >> _SH8
-    return (np.where(op == _H, (arg & _U8).astype(np.int64), np.where(op == _JJ, (arg & _U32).astype(np.int64), -1)),
-            np.where(op == _H, 2, np.where(op == _JJ, 5, 0)))
+    op = (w & _U8).astype(np.intp)
+    length = _REF_LEN[op]
+    return np.where(length > 0, ((w >> _SH8) & _REF_MASK[op]).view(np.int64), -1), length
 
 
 def _key_matches(w: np.ndarray, ref: bytes) -> np.ndarray:
@@ -199,6 +209,8 @@ def _parse_layout(B: _Bytes, cand: np.ndarray, layout: Layout, out: Scan, rows: 
             elif key == "time_us":
                 out.time[rows] = val
                 time_seen = True
+            else:
+                out.stream[rows] = val
             p = p + length
             continue
         # any other value: a memo reference, an inline short string, None/True/False or an integer
@@ -335,199 +347,60 @@ def scan(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) 
     return out
 
 
-def _lookup(u: np.ndarray, table: np.ndarray, keys: np.ndarray, missing: int) -> np.ndarray:
-    """``table[j]`` where ``keys == u[j]`` (``u`` sorted, unique); ``missing`` for other keys."""
-    if u.shape[0] == 0:
-        return np.full(keys.shape, missing, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(u, keys), u.shape[0] - 1)
-    return np.where(u[pos] == keys, table[pos], missing)
+try:  # the same parser in C (tbmem/snapshot/_creader.h), where the install could compile it
+    from tbmem.snapshot import _creader as _C
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _C = None  # type: ignore[assignment]
+_KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,
+         "user_metadata": 7}
 
 
-def _resolve(memo: list, keys: np.ndarray, base: int, value_of, missing: int) -> np.ndarray:
-    """``value_of(memo[k])`` for each memo index ``k < base`` (each distinct index looked up once)."""
-    u = np.unique(keys[(keys >= 0) & (keys < base)])
-    table = np.array([value_of(memo[k]) for k in u.tolist()], dtype=np.int64)
-    return _lookup(u, table, keys, missing)
-
-
-def _strings(buf: bytes, pos: np.ndarray, length: np.ndarray, cache: dict[Any, str]) -> np.ndarray:
-    """Decode inline strings, each distinct value once (values of at most 8 bytes compared as words)."""
-    out = np.empty(pos.shape[0], dtype=object)
-    short = length <= 8
-    if short.any():
-        B = np.frombuffer(buf, dtype=np.uint8)
-        idx = np.flatnonzero(short)
-        words = np.zeros(idx.shape[0], dtype=np.uint64)
-        for k in range(8):
-            use = length[idx] > k
-            byte = B[np.minimum(pos[idx] + k, B.shape[0] - 1)].astype(np.uint64)
-            words |= np.where(use, byte << np.uint64(8 * k), np.uint64(0))
-        keys = words ^ (length[idx].astype(np.uint64) << np.uint64(59))
-        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        values = np.empty(uniq.shape[0], dtype=object)
-        for j, (key, k) in enumerate(zip(uniq.tolist(), first.tolist())):
-            value = cache.get(("w", key))
-            if value is None:
-                p0, n0 = int(pos[idx[k]]), int(length[idx[k]])
-                value = cache[("w", key)] = _decode(buf[p0:p0 + n0])
-            values[j] = value
-        out[idx] = values[inverse.reshape(-1)]
-    for i in np.flatnonzero(~short).tolist():
-        raw = buf[int(pos[i]):int(pos[i] + length[i])]
-        value = cache.get(raw)
-        if value is None:
-            if len(cache) > 100_000:
-                cache.clear()
-            value = cache[raw] = _decode(raw)
-        out[i] = value
-    return out
-
-
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-class State:
-    """What the fast path remembers between runs: stacks by reference bytes, decoded strings."""
-
-    def __init__(self) -> None:
-        self.stacks: dict[int, tuple[int, int]] = {}  # first hash -> (second hash, stack id)
-        self.strings: dict[Any, str] = {}
-        self.stack_refs: list[StackRef] = []
-        self.ref_array: np.ndarray | None = None
-
-    def forget(self) -> None:
-        """A memo entry was overwritten (protocol <= 3 PUT): references may mean something else now."""
-        self.stacks.clear()
-
-
-_REFS = re.compile(rb"h.|j....", re.DOTALL)
-
-
-def _new_stack(key: bytes, memo: list, base: int, rows: EventRows) -> int:
-    """Stack id of the frame references ``key`` (-1 if one is not a frame dict stored before)."""
-    fids = []
-    for r in _REFS.findall(key):
-        idx = r[1] if r[0] == _H else int.from_bytes(r[1:], "little")
-        v = memo[idx] if idx < base else None
-        if type(v) is not dict:
-            return -1
-        fids.append(rows.frame_id(v))
-    return rows.intern_stack(tuple(fids))
-
-
-def commit(sc: Scan, i: int, buf: bytes, layouts: Sequence[Layout], memo: list, rows: EventRows,
-           state: State) -> int:
-    """Turn the run of events starting at candidate ``i`` into rows and memo entries.
-
-    Returns how many events were taken (0: the first one needs the general interpreter). An
-    event whose references do not resolve to what torch writes ends the run before it.
-    """
-    n = int(sc.chain[i])
-    sel = np.arange(i, i + n)
-    base = len(memo)
-    stack_refs = state.stack_refs
-    cache = state.strings
-    new = sc.list_ref[sel] < 0
-    count = 1 + sc.inline[sel] + new
-    off = base + np.concatenate(([0], np.cumsum(count)[:-1]))
-    list_memo = np.where(new, off + 1 + sc.inline_before_frames[sel], -1)
-    good = np.ones(n, dtype=bool)
-    # frames of new lists: the same reference bytes are the same stack (frame dicts stored earlier)
-    sid = np.full(n, -1, dtype=np.int64)
-    if new.any():
-        where = np.flatnonzero(new)
-        hashes = sc.span_hash[sel[where]]
-        uniq, first, inverse = np.unique(hashes[:, 0], return_index=True, return_inverse=True)
-        known = state.stacks
-        table = np.empty(uniq.shape[0], dtype=np.int64)
-        for j, (h, k) in enumerate(zip(uniq.tolist(), first.tolist())):
-            hit = known.get(h)
-            if hit is None or hit[0] != int(hashes[k, 1]):
-                e = int(sel[where[k]])
-                span = buf[int(sc.span_pos[e]):int(sc.span_pos[e] + sc.span_len[e])]
-                hit = (int(hashes[k, 1]), _new_stack(span, memo, base, rows))
-                if hit[1] >= 0:
-                    known[h] = hit
-            table[j] = hit[1]
-        got = table[inverse.reshape(-1)]
-        # a second hash guards against two stacks sharing the first
-        got[hashes[:, 1] != hashes[first[inverse.reshape(-1)], 1]] = -1
-        sid[where] = got
-        good[where[sid[where] < 0]] = False
-    # references to lists: earlier memo entries, or new lists of this very run
-    ref = sc.list_ref[sel]
-    outside = ~new & (ref < base)
-    if outside.any():
-        got = _resolve(memo, ref[outside], base, lambda v: v.sid if type(v) is StackRef
-                       else rows.stack_id(v) if type(v) is list else -3, -3)
-        sid[outside] = got
-        good[np.flatnonzero(outside)[got == -3]] = False
-    inside = ~new & (ref >= base)
-    if inside.any():
-        where = np.flatnonzero(inside)
-        src = _lookup(list_memo[new], np.flatnonzero(new), ref[inside], -1)
-        ok_inside = (src >= 0) & (src < where)
-        sid[where] = np.where(ok_inside, sid[np.maximum(src, 0)], -1)
-        good[where[~ok_inside]] = False
-    # action strings
-    action = _resolve(memo, sc.action_ref[sel], base, lambda v: ACTION_CODE.get(v, 0) if type(v) is str else -1, -1)
-    good &= action >= 0
-    # user_metadata
-    meta = np.full(n, -1, dtype=np.int64)
-    if "user_metadata" in sc.str_pos:
-        spos = sc.str_pos["user_metadata"][sel]
-        inl = spos >= 0
-        if inl.any():
-            texts = _strings(buf, spos[inl], sc.str_len["user_metadata"][sel][inl], cache)
-            uniq, inverse = np.unique(texts.astype(str), return_inverse=True)
-            ids = np.array([rows.string_id(t) if t else -1 for t in uniq.tolist()], dtype=np.int64)
-            meta[inl] = ids[inverse.reshape(-1)]
-        mref = sc.meta_ref[sel]
-        isref = (mref >= 0) & ~inl
-        if isref.any():
-            for j in np.flatnonzero(isref).tolist():
-                v = memo[int(mref[j])] if mref[j] < base else None
-                if type(v) is str:
-                    meta[j] = rows.string_id(v) if v else -1
-                else:
-                    good[j] = False
-    bad = np.flatnonzero(~good)
-    n = int(bad[0]) if bad.shape[0] else n
-    if n == 0:
-        return 0
-    sel, count, new, sid = sel[:n], count[:n], new[:n], sid[:n]
-    # memo entries, in file order: the event dict, then per key its inline string or new list
-    total = int(count.sum())
-    entries = np.empty(total, dtype=object)
-    entries[:] = EVENT
-    off = off[:n] - base
-    cursor = off + 1
+def pack_layouts(layouts: Sequence[Layout]) -> tuple[bytes, list[str], list[set[int]]]:
+    """The layouts as the C parser reads them, the names of their other keys (whose inline strings are
+    kept), and for each such name the layouts that have it."""
+    spec = bytearray((len(layouts),))
+    names: list[str] = []
+    where: list[set[int]] = []
     for li, layout in enumerate(layouts):
-        mine = sc.layout[sel] == li
-        if not mine.any():
-            continue
-        for key in layout.keys:
-            if key == "frames":
-                put = mine & new
-                if put.any():
-                    top = int(sid[put].max())
-                    stack_refs.extend(StackRef(k) for k in range(len(stack_refs), top + 1))
-                    if state.ref_array is None or state.ref_array.shape[0] != len(stack_refs):
-                        state.ref_array = np.array(stack_refs + [None], dtype=object)[:-1]
-                    entries[cursor[put]] = state.ref_array[sid[put]]
-                cursor = cursor + put
-            elif key in sc.str_pos:
-                spos = sc.str_pos[key][sel]
-                put = mine & (spos >= 0)
-                if put.any():
-                    entries[cursor[put]] = _strings(buf, spos[put], sc.str_len[key][sel][put], cache)
-                cursor = cursor + put
-    memo.extend(entries.tolist())
-    time = np.where(sc.has_time[sel], sc.time[sel], NO_TIME)
-    rows.add_block(action=action[:n], addr=sc.addr[sel], size=sc.size[sel], time=time, stack=sid,
-                   meta=meta[:n])
-    return n
+        spec.append(len(layout.keys))
+        for key, ref in zip(layout.keys, layout.raw_refs):
+            kind = _KIND.get(key, 6)
+            gen = 0
+            if kind >= 6:
+                if key not in names:
+                    names.append(key)
+                    where.append(set())
+                gen = names.index(key)
+                where[gen].add(li)
+            spec += bytes((kind, gen, len(ref))) + ref.ljust(8, b"\0")
+    return bytes(spec), names, where
+
+
+def c_parser_takes(layouts: Sequence[Layout]) -> bool:
+    """Whether the C parser is built and its fixed bounds hold these layouts (64 of 64 keys at most)."""
+    return _C is not None and 0 < len(layouts) <= 64 and all(0 < len(x.keys) <= 64 for x in layouts) \
+        and len({k for x in layouts for k in x.keys if _KIND.get(k, 6) >= 6}) <= 64
+
+
+def scan_c(buf: bytes, lo: int, layouts: Sequence[Layout], hi: int | None = None) -> Scan:
+    """:func:`scan` by the C parser, candidate by candidate: the same arrays (tests compare them; the
+    reader itself runs the C parser through :mod:`tbmem.snapshot.pickle_crun`)."""
+    hi = len(buf) if hi is None else hi
+    if not c_parser_takes(layouts):
+        raise ValueError("the C parser is not built, or these layouts are beyond its bounds")
+    spec, names, where = pack_layouts(layouts)
+    n = _C.count(buf, lo, hi)
+    out = Scan(n)
+    out.batch_end = np.zeros(n, dtype=bool)
+    pos = [np.full(n, -1, dtype=np.int64) for _ in names]
+    lens = [np.zeros(n, dtype=np.int64) for _ in names]
+    used = _C.scan(buf, lo, hi, spec, (
+        out.start, out.end, out.ok.view(np.uint8), out.layout, out.addr, out.size, out.time, out.stream,
+        out.has_time.view(np.uint8), out.action_ref, out.list_ref, out.span_pos, out.span_len, out.span_hash,
+        out.inline, out.inline_before_frames, out.meta_ref, out.chain, out.batch_end.view(np.uint8)),
+        tuple(pos), tuple(lens))
+    for g, name in enumerate(names):
+        if any(used[li] for li in where[g]):  # as scan: the keys of layouts that had a candidate
+            out.str_pos[name] = pos[g]
+            out.str_len[name] = lens[g]
+    return out

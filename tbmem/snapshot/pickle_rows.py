@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Limits", "SnapshotRefused", "EventRows", "TraceRef", "StackRef", "ACTIONS", "ACTION_CODE",
-           "NO_TIME", "EVENT"]
+           "NO_TIME", "EVENT", "ROW", "Memo"]
 
 #: Allocator actions in the order of their codes in :class:`EventRows` (0 = anything else).
 ACTIONS = ("other", "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -33,6 +33,7 @@ ACTION_CODE = {name: i for i, name in enumerate(ACTIONS)}
 NO_TIME = np.iinfo(np.int64).min
 _COLUMNS = {"action": np.int8, "addr": np.int64, "size": np.int64, "time": np.int64, "stack": np.int32,
             "meta": np.int32}
+_SEGMENT_ACTIONS = tuple(ACTION_CODE[a] for a in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"))
 _KNOWN_EVENT_KEYS = {"action", "addr", "size", "stream", "time_us", "frames", "device_free",
                      "compile_context", "user_metadata"}
 
@@ -79,21 +80,30 @@ class Limits:
 
 
 class TraceRef:
-    """A device trace read as rows: runs of consecutive rows (``int`` counts) and leftover event
-    dicts built by the general interpreter, in trace order; ``first_row`` is the first run's row."""
+    """A device trace read as rows: ranges of row indices (``range`` objects, which no pickle of plain
+    data holds) and leftover items (event dicts built by the general interpreter), in trace order."""
 
-    __slots__ = ("items", "first_row")
+    __slots__ = ("items",)
 
     def __init__(self) -> None:
         self.items: list[Any] = []
-        self.first_row = -1
 
-    def add_rows(self, n: int) -> None:
-        """Append ``n`` consecutive rows."""
-        if self.items and type(self.items[-1]) is int:
-            self.items[-1] += n
-        else:
-            self.items.append(n)
+    def add_rows(self, start: int, n: int) -> None:
+        """Append the rows ``start .. start + n - 1``."""
+        last = self.items[-1] if self.items else None
+        if type(last) is range and last.stop == start:
+            self.items[-1] = range(last.start, start + n)
+        elif n > 0:
+            self.items.append(range(start, start + n))
+
+
+class _Row:
+    """Stands for a trace event turned into a row, among the items of a list being built."""
+
+    __slots__ = ()
+
+
+ROW = _Row()
 
 
 class StackRef:
@@ -114,12 +124,73 @@ class _Event:
 EVENT = _Event()
 
 
+class Memo:
+    """The pickle memo: per index, the position of its object in a table of distinct objects (int32).
+
+    A 10M-event trace stores about 30M memo entries (each event dict, its inline strings, its
+    new frames lists): as positions they take 4 bytes each, and the vectorised parser appends a
+    run's entries as one array (:meth:`extend_slots`) instead of one Python object each.
+    """
+
+    def __init__(self) -> None:
+        self._slots = np.zeros(1 << 12, dtype=np.int32)
+        self._n = 0
+        self.objects: list[Any] = [EVENT]  # slot 0: an event turned into a row
+        self._by_id: dict[int, int] = {id(EVENT): 0}  # the objects list keeps every object alive
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, idx: int) -> Any:
+        if not 0 <= idx < self._n:
+            raise IndexError(idx)
+        return self.objects[self._slots[idx]]
+
+    def __setitem__(self, idx: int, value: Any) -> None:
+        if not 0 <= idx < self._n:
+            raise IndexError(idx)
+        self._slots[idx] = self.slot(value)
+
+    def slot(self, value: Any) -> int:
+        """The slot of ``value`` (added to the table the first time it is seen)."""
+        k = self._by_id.get(id(value))
+        if k is None:
+            k = self._by_id[id(value)] = len(self.objects)
+            self.objects.append(value)
+        return k
+
+    def _grow(self, n: int) -> None:
+        if self._n + n > self._slots.shape[0]:
+            bigger = np.zeros(max(2 * self._slots.shape[0], self._n + n), dtype=np.int32)
+            bigger[:self._n] = self._slots[:self._n]
+            self._slots = bigger
+
+    def append(self, value: Any) -> None:
+        """Store the next entry."""
+        self._grow(1)
+        self._slots[self._n] = self.slot(value)
+        self._n += 1
+
+    def extend(self, values: Any) -> None:
+        """Store the next entries."""
+        for v in values:
+            self.append(v)
+
+    def extend_slots(self, slots: np.ndarray) -> None:
+        """Store the next entries given as slots (of objects already in the table)."""
+        self._grow(slots.shape[0])
+        self._slots[self._n:self._n + slots.shape[0]] = slots
+        self._n += slots.shape[0]
+
+
 class EventRows:
     """Trace events as integer columns, with the frame, stack and string tables they refer to.
 
     Columns: ``action`` (code into :data:`ACTIONS`), ``addr`` (``device_free`` for ``oom``),
     ``size``, ``time`` (:data:`NO_TIME` when absent), ``stack`` (index into :attr:`stacks`, -1
     none), ``meta`` (index into :attr:`strings` of a non-empty ``user_metadata``, -1 none).
+    The ``stream`` of segment events (the allocator's segments belong to one stream) is kept
+    in :attr:`streams` by row, not as a column: blocks take their segment's.
     """
 
     def __init__(self, limits: Limits) -> None:
@@ -135,6 +206,7 @@ class EventRows:
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
         self.extra_keys: set[str] = set()
+        self.streams: dict[int, int] = {}
         self.trace_refs: dict[int, tuple[list, TraceRef]] = {}
 
     @property
@@ -143,10 +215,12 @@ class EventRows:
         return self._count
 
     def column(self, name: str) -> np.ndarray:
-        """One column over all rows."""
+        """One column over all rows (its blocks are joined once and kept joined, not copied again)."""
         self._flush()
         blocks = self._blocks[name]
-        return np.concatenate(blocks) if blocks else np.zeros(0, dtype=_COLUMNS[name])
+        if len(blocks) > 1:
+            blocks[:] = [np.concatenate(blocks)]
+        return blocks[0] if blocks else np.zeros(0, dtype=_COLUMNS[name])
 
     def _flush(self) -> None:
         if self._pending["action"]:
@@ -205,8 +279,10 @@ class EventRows:
             raise SnapshotRefused(f"more than {self.limits.max_events:,} trace events (Limits.max_events)")
         self._count += n
 
-    def add(self, action: int, addr: int, size: int, time: int, stack: int, meta: int) -> None:
+    def add(self, action: int, addr: int, size: int, time: int, stack: int, meta: int, stream: int = 0) -> None:
         """Append one row."""
+        if action in _SEGMENT_ACTIONS and stream:
+            self.streams[self._count] = stream
         self._grow(1)
         p = self._pending
         p["action"].append(action)
@@ -216,9 +292,13 @@ class EventRows:
         p["stack"].append(stack)
         p["meta"].append(meta)
 
-    def add_block(self, **cols: np.ndarray) -> None:
-        """Append many rows at once (one array per column, equal lengths)."""
+    def add_block(self, *, stream: np.ndarray | None = None, **cols: np.ndarray) -> None:
+        """Append many rows at once (one array per column, equal lengths; ``stream`` optional)."""
         n = int(cols["action"].shape[0])
+        if stream is not None:
+            seg = np.flatnonzero(np.isin(cols["action"], _SEGMENT_ACTIONS) & (stream != 0))
+            for i, value in zip(seg.tolist(), stream[seg].tolist()):
+                self.streams[self._count + i] = value
         self._grow(n)
         self._flush()
         for c, dtype in _COLUMNS.items():
@@ -234,10 +314,41 @@ class EventRows:
         meta = e.get("user_metadata")
         self.add(code, _int64(e.get("device_free" if action == "oom" else "addr", 0), "addr"),
                  _int64(e.get("size", 0), "size"), NO_TIME if t is None else _int64(t, "time_us"),
-                 self.stack_id(e.get("frames")), self.string_id(meta) if isinstance(meta, str) and meta else -1)
+                 self.stack_id(e.get("frames")), self.string_id(meta) if isinstance(meta, str) and meta else -1,
+                 _int64(e.get("stream", 0), "stream"))
         for k in e:
             if isinstance(k, str) and k not in _KNOWN_EVENT_KEYS and len(self.extra_keys) < 64:
                 self.extra_keys.add(k)
+
+    def append_items(self, target: list, items: list, rows_end: int | None = None) -> None:
+        """APPENDS of ``items`` to the list ``target``, where :data:`ROW` stands for an event already a
+        row: the ``ROW`` items are the rows just before ``rows_end`` (default: the last ones), in order."""
+        hit = self.trace_refs.get(id(target))
+        n = items.count(ROW)
+        if hit is None and not n:
+            if len(target) + len(items) > self.limits.max_container:
+                raise SnapshotRefused(f"a list of more than {self.limits.max_container:,} items")
+            target.extend(items)
+            return
+        if hit is None:
+            # the first events of a device trace turned into rows: from now on the list's items
+            # are kept in a TraceRef (the list object stays, empty, where the file put it)
+            ref = TraceRef()
+            ref.items.extend(target)
+            target.clear()
+            self.trace_refs[id(target)] = (target, ref)
+        else:
+            ref = hit[1]
+        row = (self.count if rows_end is None else rows_end) - n
+        if n == len(items):
+            ref.add_rows(row, n)
+            return
+        for x in items:
+            if x is ROW:
+                ref.add_rows(row, 1)
+                row += 1
+            else:
+                ref.items.append(x)
 
     def rows_of(self, trace: Any) -> np.ndarray:
         """Row indices of one device trace (a list of event dicts, or one read as rows), in order."""
@@ -246,14 +357,14 @@ class EventRows:
             trace = hit[1]
         if isinstance(trace, TraceRef):
             parts: list[np.ndarray] = []
-            cursor = trace.first_row
             for item in trace.items:
-                if type(item) is int:
-                    parts.append(np.arange(cursor, cursor + item, dtype=np.int64))
-                    cursor += item
+                if type(item) is range:
+                    parts.append(np.arange(item.start, item.stop, dtype=np.int64))
                 else:
                     parts.append(np.array([self.count], dtype=np.int64))
                     self.add_dict(item)
+            if len(parts) == 1:
+                return parts[0]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if isinstance(trace, list):
             start = self.count

@@ -31,14 +31,16 @@ Example:
 
 from __future__ import annotations
 
-import codecs
 import struct
 
 import numpy as np
 from typing import Any, BinaryIO, Callable
 
-from tbmem.snapshot.pickle_fast import Layout, Scan, State, commit, scan
-from tbmem.snapshot.pickle_rows import EVENT, EventRows, Limits, SnapshotRefused, TraceRef
+from tbmem.snapshot.pickle_commit import State, commit
+from tbmem.snapshot.pickle_crun import C_READER, CRunner
+from tbmem.snapshot.pickle_fast import Layout, Scan, scan
+from tbmem.snapshot.pickle_input import Input, ascii_text, text_int, utf8
+from tbmem.snapshot.pickle_rows import EVENT, ROW, EventRows, Limits, Memo, SnapshotRefused
 from tbmem.snapshot.safe_pickle import UnsafePickleError
 
 __all__ = ["read_pickle"]
@@ -50,7 +52,6 @@ def _ref_bytes(idx: int) -> bytes:
 
 # --- the general interpreter ----------------------------------------------------------------------
 _MARGIN = 1 << 20
-_CHUNK = 16 << 20
 _REFUSED_OPS = {
     b"c"[0]: "GLOBAL", 0x93: "STACK_GLOBAL", b"R"[0]: "REDUCE", b"b"[0]: "BUILD", b"i"[0]: "INST",
     b"o"[0]: "OBJ", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", b"P"[0]: "PERSID", b"Q"[0]: "BINPERSID",
@@ -58,77 +59,16 @@ _REFUSED_OPS = {
 }
 
 
-class _Unframer:
-    """Removes protocol 4/5 FRAME headers while reading, so that events never straddle one.
-
-    Frames only group opcodes for buffered reading and always start at an opcode boundary; a
-    frame is followed by the next FRAME header, except where the pickler wrote a large value
-    outside frames: there the unframer stops and passes the rest through (the interpreter
-    still reads FRAME opcodes itself).
-    """
-
-    def __init__(self) -> None:
-        self.state = "start"  # start, header, frame, pass
-        self.left = 0
-        self.carry = b""
-
-    def feed(self, raw: bytes) -> bytes:
-        data = self.carry + raw
-        self.carry = b""
-        out = []
-        i = 0
-        n = len(data)
-        while i < n:
-            if self.state == "pass":
-                out.append(data[i:])
-                break
-            if self.state == "frame":
-                take = min(self.left, n - i)
-                out.append(data[i:i + take])
-                i += take
-                self.left -= take
-                if self.left == 0:
-                    self.state = "header"
-                continue
-            if self.state == "start":
-                if n - i < 2:
-                    self.carry = data[i:]
-                    break
-                out.append(data[i:i + 2])
-                framed = data[i] == 0x80 and data[i + 1] >= 4
-                i += 2
-                self.state = "header" if framed else "pass"
-                continue
-            # header: a FRAME opcode and its 8-byte length, or the end of framing
-            if data[i] != 0x95:
-                self.state = "pass"
-                continue
-            if n - i < 9:
-                self.carry = data[i:]
-                break
-            self.left = int.from_bytes(data[i + 1:i + 9], "little")
-            i += 9
-            self.state = "frame" if self.left else "header"
-        return b"".join(out)
-
-
 class _Mark:
     __slots__ = ()
 
 
-class _Machine:
-    def __init__(self, fh: BinaryIO, limits: Limits, progress: Callable[[int], None] | None) -> None:
-        self.fh = fh
-        self.limits = limits
-        self.progress = progress
-        self.buf = b""
-        self.pos = 0
-        self.consumed = 0  # bytes of the (unframed) stream before buf
-        self.read_bytes = 0
-        self.unframe = _Unframer()
-        self.eof = False
+class _Machine(Input):
+    def __init__(self, fh: BinaryIO, limits: Limits, progress: Callable[[int], None] | None,
+                 c_reader: bool = True) -> None:
+        super().__init__(fh, limits, progress)
         self.rows = EventRows(limits)
-        self.memo: list[Any] = []
+        self.memo = Memo()
         self.str_memo: dict[str, int] = {}
         self.layouts: list[Layout] = []
         self.layout_keys: set[tuple[str, ...]] = set()
@@ -138,43 +78,7 @@ class _Machine:
         self.scan_buf: bytes | None = None
         self.scan_layouts = 0
         self.scan_hi = 0
-
-    # --- input ---------------------------------------------------------------------------------
-    def _fill(self, need: int, strict: bool = True) -> None:
-        while len(self.buf) - self.pos < need and not self.eof:
-            raw = self.fh.read(max(_CHUNK, need))
-            if not raw:
-                self.eof = True
-                if self.unframe.carry:
-                    raise SnapshotRefused("the pickle is truncated (it ends inside a FRAME header)")
-                break
-            self.read_bytes += len(raw)
-            data = self.unframe.feed(raw)
-            self.consumed += self.pos
-            self.buf = self.buf[self.pos:] + data
-            self.pos = 0
-            if self.progress is not None:
-                self.progress(self.read_bytes)
-        if strict and len(self.buf) - self.pos < need:
-            raise SnapshotRefused("the pickle is truncated (it ends inside an opcode)")
-
-    def _take(self, n: int) -> bytes:
-        if len(self.buf) - self.pos < n:
-            self._fill(n)
-        p = self.pos
-        self.pos = p + n
-        return self.buf[p:p + n]
-
-    def _line(self) -> bytes:
-        while True:
-            i = self.buf.find(b"\n", self.pos)
-            if i >= 0:
-                out = self.buf[self.pos:i]
-                self.pos = i + 1
-                return out
-            if self.eof or len(self.buf) - self.pos > self.limits.max_string_bytes:
-                raise SnapshotRefused("the pickle is truncated (a text opcode has no end of line)")
-            self._fill(len(self.buf) - self.pos + 1)
+        self.crun = CRunner(self.memo, self.rows, self.fast) if C_READER and c_reader else None
 
     # --- memo ----------------------------------------------------------------------------------
     def _put(self, idx: int, value: Any) -> None:
@@ -184,6 +88,8 @@ class _Machine:
         elif idx < len(memo):
             memo[idx] = value
             self.fast.forget()  # an overwritten entry: cached meanings of references may be stale
+            if self.crun is not None:
+                self.crun.forget()
         else:
             if idx > len(memo) + 1_000_000:
                 raise SnapshotRefused(f"memo index {idx} is far beyond the {len(memo)} objects stored so far")
@@ -283,10 +189,10 @@ class _Machine:
                 stack.append(int.from_bytes(take(n), "little", signed=True))
             elif op == 0x8C:  # SHORT_BINUNICODE
                 self._count()
-                stack.append(_utf8(take(take(1)[0])))
+                stack.append(utf8(take(take(1)[0])))
             elif op == 0x58:  # BINUNICODE
                 self._count()
-                stack.append(_utf8(take(self._check_len(struct.unpack("<I", take(4))[0], "string"))))
+                stack.append(utf8(take(self._check_len(struct.unpack("<I", take(4))[0], "string"))))
             elif op == 0x75 or op == 0x73 or op == 0x65 or op == 0x61:  # SETITEMS, SETITEM, APPENDS, APPEND
                 if op == 0x75 or op == 0x65:
                     if not marks:
@@ -352,7 +258,10 @@ class _Machine:
                 elif op == 0x6C:
                     stack.append(items)
                 elif op == 0x91:
-                    stack.append(frozenset(items))
+                    try:
+                        stack.append(frozenset(items))
+                    except TypeError as exc:
+                        raise SnapshotRefused(f"a set item is not hashable ({exc})") from None
                 else:
                     if len(items) % 2:
                         raise SnapshotRefused("DICT with an odd number of items")
@@ -414,7 +323,7 @@ class _Machine:
                 stack.append(int.from_bytes(take(n), "little", signed=True))
             elif op == 0x8D:  # BINUNICODE8
                 self._count()
-                stack.append(_utf8(take(self._check_len(struct.unpack("<Q", take(8))[0], "string"))))
+                stack.append(utf8(take(self._check_len(struct.unpack("<Q", take(8))[0], "string"))))
             elif op == 0x43:  # SHORT_BINBYTES
                 self._count()
                 stack.append(take(take(1)[0]))
@@ -427,15 +336,15 @@ class _Machine:
                 stack.append(bytearray(data) if op == 0x96 else data)
             elif op == 0x55:  # SHORT_BINSTRING (protocol 2 str), decoded as torch's reader would: ASCII
                 self._count()
-                stack.append(_ascii(take(take(1)[0])))
+                stack.append(ascii_text(take(take(1)[0])))
             elif op == 0x54:  # BINSTRING
                 self._count()
                 n = struct.unpack("<i", take(4))[0]
-                stack.append(_ascii(take(self._check_len(n, "string"))))
+                stack.append(ascii_text(take(self._check_len(n, "string"))))
             elif op in _TEXT_OPS:
                 stack.append(self._text(op))
             elif op == 0x67 or op == 0x70:  # GET, PUT (text)
-                idx = _text_int(self._line())
+                idx = text_int(self._line())
                 if op == 0x67:
                     stack.append(self._get(idx))
                 else:
@@ -450,28 +359,52 @@ class _Machine:
                 raise SnapshotRefused(f"unknown pickle opcode 0x{op:02x} at byte {self.consumed + pos}")
 
     def _fast(self, buf: bytes, pos: int, stack: list, marks: list) -> int:
-        """Take the run of events at ``pos`` through the vectorised parser; 0 if there is none.
+        """Take the run of events at ``pos`` through the fast parser (C, or numpy); 0 if there is none.
 
         A run may span batches of list items: each ``APPENDS MARK`` inside it is applied here,
         as the interpreter would (items since the mark appended to the list below it).
         """
-        sc = self.scan
-        if sc is None or self.scan_buf is not buf or self.scan_layouts != len(self.layouts) \
-                or pos > self.scan_hi:
-            # one scan covers the buffer from here on; it is redone after a refill or a new layout
-            sc = self.scan = scan(buf, pos, self.layouts)
-            self.scan_buf = buf
-            self.scan_layouts = len(self.layouts)
-            self.scan_hi = len(buf)
-        i = sc.index_at(pos)
-        if i < 0:
-            return 0
+        if not buf.startswith(b"}\x94(", pos) or not any(buf.startswith(x.raw_refs[0], pos + 3)
+                                                         for x in self.layouts):
+            return 0  # not the start of an event of a learned layout
+        # events the interpreter built since the last rows of this list (the trace's first events, whose
+        # layout was being learned, or one with an action string seen for the first time) become rows
+        # right before this run's: each device's trace is then one contiguous range of rows
+        if marks and marks[-1] >= 1:
+            k = marks[-1]
+            target = stack[k - 1]
+            j = len(stack)
+            while j > k + 1 and stack[j - 1] is not _ROW:
+                j -= 1
+            tail = stack[j:]
+            hit = self.rows.trace_refs.get(id(target))
+            if tail and type(target) is list and ((hit is not None and hit[0] is target) or (
+                    not target and hit is None)) and all(type(x) is dict and isinstance(x.get("action"), str)
+                                                         for x in tail):
+                for x in tail:
+                    self.rows.add_dict(x)
+                stack[j:] = [_ROW] * len(tail)
         first_row = self.rows.count
-        n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast)
-        if not n:
-            return 0
-        self.pos = int(sc.end[i + n - 1])
-        cuts = (np.flatnonzero(sc.batch_end[i:i + n - 1]) + 1).tolist()
+        if self.crun is not None:
+            n, end, cuts = self.crun.run(buf, pos, self.layouts)
+            if not n:
+                return 0
+            self.pos = end
+        else:
+            sc = self.scan
+            if sc is None or self.scan_buf is not buf or self.scan_layouts != len(self.layouts) \
+                    or pos > self.scan_hi:
+                # one scan covers the buffer from here on; it is redone after a refill or a new layout
+                sc = self.scan = scan(buf, pos, self.layouts)
+                self.scan_buf = buf
+                self.scan_layouts = len(self.layouts)
+                self.scan_hi = len(buf)
+            i = sc.index_at(pos)
+            n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast) if i >= 0 else 0
+            if not n:
+                return 0
+            self.pos = int(sc.end[i + n - 1])
+            cuts = (np.flatnonzero(sc.batch_end[i:i + n - 1]) + 1).tolist()
         if cuts:
             if not marks or marks[-1] < 1:
                 raise SnapshotRefused("list items without a MARK")
@@ -491,38 +424,7 @@ class _Machine:
     def _append(self, target: Any, items: list, rows_end: int | None = None) -> None:
         if type(target) is not list:
             raise SnapshotRefused("APPENDS on something that is not a list")
-        traces = self.rows.trace_refs
-        hit = traces.get(id(target))
-        if hit is None and _ROW not in items:
-            if len(target) + len(items) > self.limits.max_container:
-                raise SnapshotRefused(f"a list of more than {self.limits.max_container:,} items")
-            target.extend(items)
-            return
-        if hit is None:
-            # the first events of a device trace turned into rows: from now on the list's items
-            # are kept in a TraceRef (the list object stays, empty, where the file put it)
-            ref = TraceRef()
-            ref.first_row = (self.rows.count if rows_end is None else rows_end) - items.count(_ROW)
-            ref.items.extend(target)
-            target.clear()
-            traces[id(target)] = (target, ref)
-        else:
-            ref = hit[1]
-        n = items.count(_ROW)
-        if n == len(items):
-            if ref.items and isinstance(ref.items[-1], int):
-                ref.items[-1] += n
-            else:
-                ref.items.append(n)
-            return
-        for x in items:
-            if x is _ROW:
-                if ref.items and isinstance(ref.items[-1], int):
-                    ref.items[-1] += 1
-                else:
-                    ref.items.append(1)
-            else:
-                ref.items.append(x)
+        self.rows.append_items(target, items, rows_end)
 
     def _text(self, op: int) -> Any:
         line = self._line()
@@ -530,9 +432,9 @@ class _Machine:
         if op == 0x49:  # INT
             if line in (b"00", b"01"):
                 return line == b"01"
-            return _text_int(line)
+            return text_int(line)
         if op == 0x4C:  # LONG
-            return _text_int(line.rstrip(b"L"))
+            return text_int(line.rstrip(b"L"))
         if op == 0x46:  # FLOAT
             try:
                 return float(line)
@@ -546,52 +448,33 @@ class _Machine:
         try:
             import codecs
 
-            return _ascii(codecs.escape_decode(line[1:-1])[0])
+            return ascii_text(codecs.escape_decode(line[1:-1])[0])
         except ValueError:
             raise SnapshotRefused("a STRING opcode holds a bad escape") from None
 
 
 _TEXT_OPS = {0x49, 0x4C, 0x46, 0x56, 0x53}  # INT, LONG, FLOAT, UNICODE, STRING
-_ROW = object()
+_ROW = ROW
 _MARK = _Mark()
 
 
-def _utf8(data: bytes) -> str:
-    try:
-        return data.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        raise SnapshotRefused("a string is not valid UTF-8") from None
-
-
-def _ascii(data: bytes) -> str:
-    try:
-        return data.decode("ascii")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
-
-
-def _text_int(line: bytes) -> int:
-    if len(line) > 40:
-        raise SnapshotRefused("a text integer is longer than 40 digits")
-    try:
-        return int(line)
-    except ValueError:
-        raise SnapshotRefused("a text integer opcode holds no number") from None
-
-
-def read_pickle(fh: BinaryIO, *, limits: Limits | None = None,
-                progress: Callable[[int], None] | None = None) -> tuple[Any, EventRows]:
+def read_pickle(fh: BinaryIO, *, limits: Limits | None = None, progress: Callable[[int], None] | None = None,
+                c_reader: bool = True) -> tuple[Any, EventRows]:
     """Read a plain-data pickle, turning trace events into rows; returns ``(top object, rows)``.
 
     In the top object, each list of trace events is replaced by a :class:`TraceRef`; pass it to
-    :meth:`EventRows.rows_of` for its row indices.
+    :meth:`EventRows.rows_of` for its row indices. ``c_reader=False`` reads runs of events with numpy
+    even where the C reader was built (:mod:`tbmem.snapshot.pickle_crun`; the same rows).
 
     Raises:
         tbmem.snapshot.safe_pickle.UnsafePickleError: the file names a Python object.
         SnapshotRefused: malformed, truncated, or over a limit.
     """
-    machine = _Machine(fh, limits or Limits(), progress)
-    top = machine.run()
+    machine = _Machine(fh, limits or Limits(), progress, c_reader)
+    try:
+        top = machine.run()
+    finally:
+        machine.close()
     if top is _ROW:
         raise SnapshotRefused("the pickle holds a single allocator event, not a snapshot")
     return top, machine.rows

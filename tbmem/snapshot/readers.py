@@ -26,15 +26,17 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from typing import Any, Callable
+import zlib
+from typing import Any, BinaryIO, Callable
 
 from tbmem.snapshot.cuda import convert_rows
 from tbmem.snapshot.pickle_rows import Limits, SnapshotRefused
 from tbmem.snapshot.pickle_stream import read_pickle
 from tbmem.snapshot.safe_pickle import load_plain, looks_like_pickle
 from tbmem.snapshot.schema import NotASnapshot, Snapshot, read_json_gz
+from tbmem.snapshot.stats import format_bytes, stats_doc, stats_text
 
-__all__ = ["load_snapshot", "load_torch_pickle", "is_pickle_path", "format_bytes", "snapshot_stats",
+__all__ = ["load_snapshot", "read_snapshot", "load_torch_pickle", "is_pickle_path", "format_bytes", "snapshot_stats",
            "stats_json", "SnapshotRefused", "Limits"]
 
 _PICKLE_EXTS = (".pickle", ".pkl", ".pt")
@@ -47,7 +49,7 @@ def is_pickle_path(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(_PICKLE_EXTS)
 
 
-def load_torch_pickle(path: str | os.PathLike[str]) -> Any:
+def load_torch_pickle(path: str | os.PathLike[str] | BinaryIO) -> Any:
     """The whole snapshot pickle as plain Python data (dicts and lists); nothing in it can run.
 
     This materialises every event (about 550 bytes each): for ``--torch`` and small files.
@@ -57,10 +59,10 @@ def load_torch_pickle(path: str | os.PathLike[str]) -> Any:
         tbmem.snapshot.safe_pickle.UnsafePickleError: the file names a Python object.
         ValueError: the file is plain data but not a snapshot.
     """
-    path = os.fspath(path)
-    data = load_plain(path)
+    source = path if hasattr(path, "read") else os.fspath(path)  # type: ignore[arg-type]
+    data = load_plain(source)
     if not (isinstance(data, dict) and "segments" in data) and not isinstance(data, list):
-        raise ValueError(f"{path} is not a torch.cuda.memory._snapshot() pickle")
+        raise ValueError(f"{getattr(path, 'name', path)} is not a torch.cuda.memory._snapshot() pickle")
     return data
 
 
@@ -81,45 +83,50 @@ def load_snapshot(path: str | os.PathLike[str], *, allow_pickle: bool = True, li
         OSError: the file cannot be read.
     """
     path = os.fspath(path)
-    limits = limits or Limits()
     with open(path, "rb") as fh:
-        head = fh.read(2)
-    if is_pickle_path(path) or looks_like_pickle(head):
-        if not allow_pickle:
-            raise ValueError(f"not reading {path}: pickles were not allowed by the caller")
-        with open(path, "rb") as fh:
-            top, rows = read_pickle(fh, limits=limits, progress=progress)
-        return convert_rows(top, rows, kind="snapshot", step=0, limits=limits)
+        return read_snapshot(fh, path, allow_pickle=allow_pickle, limits=limits, progress=progress)
+
+
+def read_snapshot(fh: BinaryIO, name: str, *, allow_pickle: bool = True, limits: Limits | None = None,
+                  progress: Callable[[int], None] | None = None) -> Snapshot:
+    """:func:`load_snapshot` of a file already open (binary, seekable, at its start): the one reader
+    of the CLI and the Memory tab, which opens a file once and reads what it checked.
+
+    ``name`` names the file in messages (and says by its ending whether it is gzip or a pickle).
+    Whatever the file holds, a document of the wrong shape included, ends as one of the errors
+    :func:`load_snapshot` lists, never as a TypeError from inside a summary.
+    """
+    limits = limits or Limits()
+    head = fh.read(2)
+    fh.seek(0)
     try:
-        return read_json_gz(path, max_bytes=limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio)
-    except (EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
-        raise SnapshotRefused(f"{path} is truncated or not gzip JSON ({exc}); {_FORMATS}") from None
+        if is_pickle_path(name) or looks_like_pickle(head):
+            if not allow_pickle:
+                raise ValueError(f"not reading {name}: pickles were not allowed by the caller")
+            top, rows = read_pickle(fh, limits=limits, progress=progress)
+            return convert_rows(top, rows, kind="snapshot", step=0, limits=limits)
+        return read_json_gz(name, max_bytes=limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio,
+                            fileobj=fh)
+    except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as exc:
+        raise SnapshotRefused(f"{name} is truncated or not gzip JSON ({exc}); {_FORMATS}") from None
     except (json.JSONDecodeError, NotASnapshot):
-        raise SnapshotRefused(f"{path} is not a snapshot: {_FORMATS}") from None
+        raise SnapshotRefused(f"{name} is not a snapshot: {_FORMATS}") from None
+    except RecursionError:
+        raise SnapshotRefused(f"{name} is nested too deeply to be a snapshot") from None
     except ValueError as exc:
         if isinstance(exc, SnapshotRefused):
             raise
-        raise SnapshotRefused(str(exc)) from None
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable binary size (``1.5 MiB``)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
+        raise SnapshotRefused(str(exc) if str(exc).startswith(f"{name} ") else
+                              f"{name} is not a valid snapshot: {exc}") from None
+    except (TypeError, KeyError, IndexError, AttributeError) as exc:  # a shape no check foresaw
+        raise SnapshotRefused(f"{name} is not a valid snapshot ({type(exc).__name__}: {exc})") from None
 
 
 def snapshot_stats(snap: Snapshot, *, top: int = 10, device: str | None = None, cpp: bool = False) -> str:
     """Per device: reserved, allocated, peak, OOMs, top allocations, frames and categories (text)."""
-    from tbmem.snapshot.stats import stats_text
-
     return stats_text(snap, top=top, device=device, cpp=cpp)
 
 
 def stats_json(snap: Snapshot, *, top: int = 10, device: str | None = None) -> dict[str, Any]:
     """The ``tbmem snapshot stats --json`` document (schema in docs/snapshots.md)."""
-    from tbmem.snapshot.stats import stats_doc
-
     return stats_doc(snap, top=top, device=device)

@@ -13,7 +13,10 @@ million events stay small and decode fast in Python and in the browser::
      "default_device": 0, "meta": {...},
      "devices": [{"device": "cuda:0", "n_events": 4, "has_time": true, "dropped": 0,
                   "reserved_bytes": 2097152 | null, "segments": 1, "time_us": COLUMN,
-                  "allocs": {"start", "end", "size", "category", "stack", "addr", "flags": COLUMN},
+                  "allocs": {"start", "end", "size", "category", "stack", "addr", "flags",
+                             "freereq", "round": COLUMN},
+                  "segs": {"addr", "size", "start", "end", "stream", "pool", "stack", "flags": COLUMN},
+                  "streams": [stream id], "pools": [[int, int]],
                   "ooms": [{"event", "requested_bytes", "free_bytes", "time_us"}],
                   "markers": [{"event", "label", "kind"}]}]}
 
@@ -21,7 +24,13 @@ million events stay small and decode fast in Python and in the browser::
 to 2**53). ``time_us`` is relative to ``t0_unix`` (null: the trace has no clock, and
 ``has_time`` is false). Allocation ``flags``: 1 = its stack was recorded at the free, not
 the allocation; 2 = its free was requested but not completed when the snapshot was taken.
-Nothing in this format is executable, and :func:`from_json` validates every index.
+``freereq`` is the event of an allocation's ``free_requested`` (-1: none, or not known) and
+``round`` the allocator's rounding (its block's size minus the requested ``size``); files
+without them read as -1 and 0. ``segs`` (optional; absent where the capture has no allocator
+segments) holds the *segment pieces*: device memory reserved from ``start`` to ``end`` at
+``addr`` (one per ``cudaMalloc``, or per mapped range of an expandable segment), with the
+index of its stream and memory pool, the stack of its allocation and flags (1 expandable,
+2 small pool, 4 large pool). Nothing in this format is executable, and :func:`from_json` validates every index.
 
 Example:
     >>> from tbmem.snapshot.schema import SnapshotBuilder, from_json, to_json
@@ -35,205 +44,24 @@ Example:
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from tbmem.snapshot.columns import decode_column, encode_column
+from tbmem.snapshot.model import (COLUMNS, EXTRA_COLUMNS, FLAG_FREE_SITE, FLAG_PENDING_FREE, SEGMENT_COLUMNS, Device,
+                                  Frame, Snapshot, empty_columns)
+from tbmem.snapshot.shape import check_document
+
 __all__ = ["SCHEMA", "VERSION", "NotASnapshot", "Snapshot", "Device", "SnapshotBuilder", "Frame", "to_json", "from_json",
            "read_json_gz", "encode_json_gz", "encode_column", "decode_column", "FLAG_FREE_SITE",
-           "FLAG_PENDING_FREE", "COLUMNS"]
+           "FLAG_PENDING_FREE", "COLUMNS", "EXTRA_COLUMNS", "SEGMENT_COLUMNS"]
 
 SCHEMA = "tbmem.snapshot"
 VERSION = 2
-Frame = tuple[str, int, str]  # (filename, line, function name)
-COLUMNS = ("start", "end", "size", "category", "stack", "addr", "flags")
-FLAG_FREE_SITE = 1
-FLAG_PENDING_FREE = 2
-
-
-def _sum_by(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` grouped by ``index`` (0 <= index < length)."""
-    out = np.zeros(length, dtype=np.int64)
-    if index.shape[0] == 0:
-        return out
-    if np.bincount(index, minlength=length).max() <= 1:  # each event starts or ends one allocation
-        out[index] = values
-        return out
-    order = np.argsort(index, kind="stable")
-    idx, vals = index[order], values[order]
-    starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
-    out[idx[starts]] = np.add.reduceat(vals, starts)
-    return out
-
-
-@dataclass
-class Device:
-    """One device's allocations and events."""
-
-    name: str
-    time_us: np.ndarray
-    allocs: dict[str, np.ndarray]
-    has_time: bool = True
-    dropped: int = 0
-    reserved_bytes: int | None = None
-    segments: int = 0
-    ooms: list[dict[str, Any]] = field(default_factory=list)
-    markers: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def n_events(self) -> int:
-        """Events on this device's axis."""
-        return int(self.time_us.shape[0])
-
-    @property
-    def n_allocs(self) -> int:
-        """Allocations (intervals)."""
-        return int(self.allocs["size"].shape[0])
-
-    def baseline_bytes(self) -> int:
-        """Bytes of allocations made before the first event (alive when the trace began)."""
-        a = self.allocs
-        return int(a["size"][a["start"] < 0].sum())
-
-    def timeline(self) -> np.ndarray:
-        """Bytes alive after each event (length ``n_events``), the baseline included."""
-        a = self.allocs
-        s, e, size = a["start"], a["end"], a["size"]
-        n = self.n_events
-        # integer sums: bincount would go through float64, inexact past 2**53 bytes in total
-        up = np.zeros(n + 1, dtype=np.int64)
-        live = s >= 0
-        up += _sum_by(s[live], size[live], n + 1)
-        ended = e >= 0
-        up -= _sum_by(e[ended], size[ended], n + 1)
-        return self.baseline_bytes() + np.cumsum(up[:-1])
-
-    def peak(self) -> tuple[int, int]:
-        """(event, bytes) at the highest point; (-1, baseline) when there are no events."""
-        if self.n_events == 0:
-            return -1, int(self.allocs["size"][self.allocs["end"] < 0].sum())
-        tl = self.timeline()
-        i = int(np.argmax(tl))
-        return i, int(tl[i])
-
-    def peak_bytes(self) -> int:
-        """Highest bytes alive."""
-        return self.peak()[1]
-
-    def final_bytes(self) -> int:
-        """Bytes alive after the last event (when the snapshot was taken)."""
-        return int(self.allocs["size"][self.allocs["end"] < 0].sum())
-
-    def alive_at(self, event: int) -> np.ndarray:
-        """Indices of the allocations alive right after ``event``."""
-        a = self.allocs
-        return np.nonzero((a["start"] <= event) & ((a["end"] < 0) | (a["end"] > event)))[0]
-
-
-@dataclass
-class Snapshot:
-    """A decoded snapshot: shared tables plus one :class:`Device` per device.
-
-    The attributes ``device``, ``n_events``, ``time_us``, ``allocs``, ``dropped`` and the
-    methods ``timeline``, ``peak``, ``peak_bytes`` and ``alive_at`` are those of the default
-    device (the one with an out-of-memory event, else the largest peak).
-    """
-
-    source: str
-    kind: str
-    rank: int
-    step: int
-    t0_unix: float | None
-    strings: list[str]
-    frames: list[list[int]]
-    stacks: list[list[int]]
-    categories: list[str]
-    devices: list[Device]
-    meta: dict[str, Any] = field(default_factory=dict)
-    default_device: int = 0
-
-    # --- the default device ------------------------------------------------------------------
-    @property
-    def main(self) -> Device:
-        """The default device."""
-        return self.devices[self.default_device]
-
-    @property
-    def device(self) -> str:
-        """Name of the default device."""
-        return self.main.name
-
-    @property
-    def n_events(self) -> int:
-        """Events of the default device."""
-        return self.main.n_events
-
-    @property
-    def time_us(self) -> np.ndarray:
-        """Event times of the default device."""
-        return self.main.time_us
-
-    @property
-    def allocs(self) -> dict[str, np.ndarray]:
-        """Allocation columns of the default device."""
-        return self.main.allocs
-
-    @property
-    def dropped(self) -> int:
-        """Events dropped before the trace (default device)."""
-        return self.main.dropped
-
-    @property
-    def n_allocs(self) -> int:
-        """Allocations of the default device."""
-        return self.main.n_allocs
-
-    def timeline(self) -> np.ndarray:
-        """:meth:`Device.timeline` of the default device."""
-        return self.main.timeline()
-
-    def peak(self) -> tuple[int, int]:
-        """:meth:`Device.peak` of the default device."""
-        return self.main.peak()
-
-    def peak_bytes(self) -> int:
-        """:meth:`Device.peak_bytes` of the default device."""
-        return self.main.peak_bytes()
-
-    def alive_at(self, event: int) -> np.ndarray:
-        """:meth:`Device.alive_at` of the default device."""
-        return self.main.alive_at(event)
-
-    # --- tables -------------------------------------------------------------------------------
-    def frame(self, frame_id: int) -> Frame:
-        """(filename, line, name) of a frame id."""
-        f = self.frames[frame_id]
-        return self.strings[f[0]], int(f[1]), self.strings[f[2]]
-
-    def stack_frames(self, stack_id: int) -> list[Frame]:
-        """The frames of a stack id, innermost first ([] for -1)."""
-        return [] if stack_id < 0 else [self.frame(f) for f in self.stacks[stack_id]]
-
-    def device_index(self, name: str) -> int:
-        """Index of a device by name (``cuda:1``, or ``1``); ValueError names the devices."""
-        names = [d.name for d in self.devices]
-        for candidate in (name, f"cuda:{name}"):
-            if candidate in names:
-                return names.index(candidate)
-        raise ValueError(f"no device {name!r} in this snapshot (devices: {', '.join(names) or 'none'})")
-
-    def choose_default(self) -> int:
-        """The out-of-memory device, else the one with the largest peak (ties: the lowest index)."""
-        for i, d in enumerate(self.devices):
-            if d.ooms:
-                return i
-        peaks = [d.peak_bytes() for d in self.devices]
-        return int(np.argmax(peaks)) if peaks else 0
 
 
 class SnapshotBuilder:
@@ -370,69 +198,18 @@ class SnapshotBuilder:
         return snap
 
 
-# --- columns -----------------------------------------------------------------------------------
-def _dtype_for(arr: np.ndarray) -> str:
-    if arr.size == 0:
-        return "<i4"
-    lo, hi = int(arr.min()), int(arr.max())
-    if -2**7 <= lo and hi < 2**7:
-        return "<i1"
-    if -2**15 <= lo and hi < 2**15:
-        return "<i2"
-    if -2**31 <= lo and hi < 2**31:
-        return "<i4"
-    if -2**53 <= lo and hi <= 2**53:
-        return "<f8"
-    raise ValueError("a column holds values beyond 2**53, which the format cannot store exactly")
-
-
-def encode_column(arr: np.ndarray, *, compress: bool = False) -> dict[str, str]:
-    """A column as ``{"dtype", "b64"}`` (or ``"z"``: zlib-compressed, for the viewer page)."""
-    dtype = _dtype_for(arr)
-    raw = np.ascontiguousarray(arr, dtype=dtype).tobytes()
-    if compress:
-        import zlib
-
-        return {"dtype": dtype, "z": base64.b64encode(zlib.compress(raw, 1)).decode("ascii")}
-    return {"dtype": dtype, "b64": base64.b64encode(raw).decode("ascii")}
-
-
-def decode_column(doc: Any, name: str, length: int | None = None) -> np.ndarray:
-    """The int64 array of an encoded column (or a plain list of integers)."""
-    if isinstance(doc, list):
-        try:
-            arr = np.asarray(doc, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(f"snapshot field {name} must hold integers") from exc
-        if arr.ndim != 1:
-            raise ValueError(f"snapshot field {name} must be a flat list of integers")
-    elif isinstance(doc, dict) and doc.get("dtype") in ("<i1", "<i2", "<i4", "<f8") and "b64" in doc:
-        try:
-            raw = base64.b64decode(doc["b64"], validate=True)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"snapshot field {name} is not valid base64") from exc
-        width = int(doc["dtype"][2])
-        if len(raw) % width:
-            raise ValueError(f"snapshot field {name} has a partial value")
-        arr = np.frombuffer(raw, dtype=doc["dtype"])
-        if doc["dtype"] == "<f8":
-            if not np.all(np.isfinite(arr)) or np.any(np.abs(arr) > 2**53) or np.any(arr != np.round(arr)):
-                raise ValueError(f"snapshot field {name} holds values that are not exact integers")
-        arr = arr.astype(np.int64)
-    else:
-        raise ValueError(f"snapshot field {name} must be a list of integers or an encoded column")
-    if length is not None and arr.shape[0] != length:
-        raise ValueError(f"snapshot field {name} has {arr.shape[0]} values, expected {length}")
-    return arr
-
-
 # --- JSON ----------------------------------------------------------------------------------------
 def _device_json(d: Device, compress: bool) -> dict[str, Any]:
-    return {"device": d.name, "n_events": d.n_events, "has_time": bool(d.has_time), "dropped": int(d.dropped),
-            "reserved_bytes": d.reserved_bytes, "segments": int(d.segments),
-            "time_us": encode_column(d.time_us, compress=compress),
-            "allocs": {k: encode_column(d.allocs[k], compress=compress) for k in COLUMNS},
-            "ooms": d.ooms, "markers": d.markers}
+    out = {"device": d.name, "n_events": d.n_events, "has_time": bool(d.has_time), "dropped": int(d.dropped),
+           "reserved_bytes": d.reserved_bytes, "segments": int(d.segments),
+           "time_us": encode_column(d.time_us, compress=compress),
+           "allocs": {k: encode_column(d.allocs[k], compress=compress) for k in (*COLUMNS, *EXTRA_COLUMNS)},
+           "ooms": d.ooms, "markers": d.markers}
+    if d.segs is not None:
+        out["segs"] = {k: encode_column(d.segs[k], compress=compress) for k in SEGMENT_COLUMNS}
+        out["streams"] = [int(s) for s in d.streams]
+        out["pools"] = [list(p) for p in d.pools]
+    return out
 
 
 def to_json(snap: Snapshot, *, compress: bool = False) -> dict[str, Any]:
@@ -463,11 +240,12 @@ def _device_from_json(raw: Any, n_cat: int, n_stacks: int, i: int) -> Device:
         raise ValueError(f"snapshot field devices[{i}].allocs is missing")
     sizes = decode_column(allocs_raw.get("size", []), f"devices[{i}].allocs.size")
     m = sizes.shape[0]
+    defaults = {**{c: 0 for c in COLUMNS}, **EXTRA_COLUMNS}
     a = {c: decode_column(allocs_raw[c], f"devices[{i}].allocs.{c}", m) if c in allocs_raw
-         else np.zeros(m, dtype=np.int64) for c in COLUMNS}
-    if m and (a["start"].min() < -1 or a["start"].max() >= n or a["end"].min() < -1 or a["end"].max() >= n
-              or a["size"].min() < 0 or a["category"].min() < 0 or a["category"].max() >= max(n_cat, 1)
-              or a["stack"].min() < -1 or a["stack"].max() >= n_stacks):
+         else np.full(m, default, dtype=np.int64) for c, default in defaults.items()}
+    if m and (_outside(a["start"], -1, n) or _outside(a["end"], -1, n) or a["size"].min() < 0
+              or _outside(a["category"], 0, max(n_cat, 1)) or _outside(a["stack"], -1, n_stacks)
+              or _outside(a["freereq"], -1, n) or a["round"].min() < 0):
         raise ValueError(f"snapshot columns devices[{i}].allocs.* hold out-of-range indices")
     ooms = raw.get("ooms", [])
     markers = raw.get("markers", [])
@@ -477,10 +255,41 @@ def _device_from_json(raw: Any, n_cat: int, n_stacks: int, i: int) -> Device:
             isinstance(mk, dict) and isinstance(mk.get("label"), str) and isinstance(mk.get("event"), int)
             and -1 <= mk["event"] < max(n, 1) for mk in markers):
         raise ValueError(f"snapshot field devices[{i}].markers must be [{{event, label, kind}}] within the events")
+    segs, streams, pools = _segments_from_json(raw, n, n_stacks, i)
     return Device(name=str(raw.get("device", f"device{i}")), time_us=time_us, allocs=a,
                   has_time=bool(raw.get("has_time", True)), dropped=_int(raw.get("dropped", 0), "dropped", lo=0),
                   reserved_bytes=_int(raw.get("reserved_bytes"), "reserved_bytes", lo=0, none=True),
-                  segments=_int(raw.get("segments", 0), "segments", lo=0), ooms=ooms, markers=markers)
+                  segments=_int(raw.get("segments", 0), "segments", lo=0), ooms=ooms, markers=markers,
+                  segs=segs, streams=streams, pools=pools)
+
+
+def _outside(col: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether a non-empty column holds a value outside ``lo <= v < hi``."""
+    return bool(col.shape[0]) and (int(col.min()) < lo or int(col.max()) >= hi)
+
+
+def _segments_from_json(raw: dict[str, Any], n: int, n_stacks: int, i: int) -> tuple[Any, list[int], list[list[int]]]:
+    """A device's optional segment table (None where the file has none), streams and pools, validated."""
+    if raw.get("segs") is None:
+        return None, [], []
+    where = f"devices[{i}]"
+    seg_raw = raw["segs"]
+    streams, pools = raw.get("streams", []), raw.get("pools", [])
+    if not isinstance(seg_raw, dict) or not all(c in seg_raw for c in SEGMENT_COLUMNS):
+        raise ValueError(f"snapshot field {where}.segs must hold the columns {', '.join(SEGMENT_COLUMNS)}")
+    if not isinstance(streams, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in streams):
+        raise ValueError(f"snapshot field {where}.streams must be a list of integers")
+    if not isinstance(pools, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+            for p in pools):
+        raise ValueError(f"snapshot field {where}.pools must be a list of [integer, integer] pairs")
+    k = decode_column(seg_raw["size"], f"{where}.segs.size").shape[0]
+    segs = {c: decode_column(seg_raw[c], f"{where}.segs.{c}", k) for c in SEGMENT_COLUMNS}
+    if k and (_outside(segs["start"], -1, n) or _outside(segs["end"], -1, n) or segs["size"].min() < 0
+              or segs["addr"].min() < 0 or _outside(segs["stream"], -1, len(streams))
+              or _outside(segs["pool"], -1, len(pools)) or _outside(segs["stack"], -1, n_stacks)):
+        raise ValueError(f"snapshot columns {where}.segs.* hold out-of-range indices")
+    return segs, streams, pools
 
 
 def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -509,6 +318,7 @@ def from_json(doc: Any) -> Snapshot:
     """Validate a parsed JSON document and decode it; ValueError names what is wrong."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise NotASnapshot(f"not a {SCHEMA} document")
+    check_document(doc)  # the fields used as they are (tbmem.snapshot.shape)
     if doc.get("version") == 1:
         doc = _v1_to_v2(doc)
     elif doc.get("version") != VERSION:
@@ -531,8 +341,7 @@ def from_json(doc: Any) -> Snapshot:
         raise ValueError("snapshot field devices must be a list")
     devices = [_device_from_json(d, len(categories), len(stacks), i) for i, d in enumerate(raw_devices)]
     if not devices:
-        devices = [Device(name="", time_us=np.zeros(0, dtype=np.int64),
-                          allocs={c: np.zeros(0, dtype=np.int64) for c in COLUMNS})]
+        devices = [Device(name="", time_us=np.zeros(0, dtype=np.int64), allocs=empty_columns(COLUMNS))]
     t0 = doc.get("t0_unix")
     if t0 is not None and (isinstance(t0, bool) or not isinstance(t0, (int, float))):
         raise ValueError("snapshot field t0_unix must be a number or null")
@@ -553,11 +362,13 @@ def encode_json_gz(snap: Snapshot) -> bytes:
     return gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)
 
 
-def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | None = None) -> Snapshot:
+def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | None = None,
+                 fileobj: Any = None) -> Snapshot:
     """Load and validate a ``.json.gz`` (or plain ``.json``) snapshot file.
 
     ``max_bytes``/``max_ratio`` bound the decompressed size (whole or per compressed byte past
-    64 MiB); a file over either is refused with ValueError before it is parsed.
+    64 MiB); a file over either is refused with ValueError before it is parsed. ``fileobj``: the
+    file already open (binary, at its start); ``path`` then only names it.
     """
     import os
 
@@ -566,16 +377,19 @@ def read_json_gz(path: str, *, max_bytes: int | None = None, max_ratio: float | 
     limits = Limits()
     max_bytes = limits.max_decompressed_bytes if max_bytes is None else max_bytes
     max_ratio = limits.max_gzip_ratio if max_ratio is None else max_ratio
-    size = os.path.getsize(path)
+    size = os.fstat(fileobj.fileno()).st_size if fileobj is not None else os.path.getsize(path)
     if not str(path).endswith(".gz"):
         if size > max_bytes:
             raise ValueError(f"{path} is {size:,} bytes, over the limit of {max_bytes:,}")
-        with open(path, "rb") as fh:
-            data = fh.read()
+        if fileobj is not None:
+            data = fileobj.read(max_bytes + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
     else:
         allowed = min(max_bytes, max(64 * 2**20, int(size * max_ratio)))
         chunks, total = [], 0
-        with gzip.open(path, "rb") as fh:
+        with gzip.GzipFile(path, "rb", fileobj=fileobj) as fh:
             while True:
                 chunk = fh.read(1 << 20)
                 if not chunk:

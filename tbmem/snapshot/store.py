@@ -15,6 +15,13 @@ Pruning removes only files this store wrote (tracked as they are written, never
 found by pattern), oldest first; out-of-memory snapshots (kind ``oom``) are
 never pruned.
 
+A temporary file is named after the process writing it (``.tmp-<pid>-<host>-*.part``).
+A write that a signal ends is not unwound: on SIGTERM tbmem's handler removes the
+files being written (:func:`remove_partial_files`) before the process dies, and the
+temporary files of a process that was killed outright (SIGKILL, the OOM killer) are
+removed by the next store opened on the folder, on the same host, once that process is
+gone.
+
 Example:
     >>> import tempfile
     >>> from tbmem.snapshot.store import SnapshotStore
@@ -32,16 +39,65 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
 import tempfile
+import threading
 from typing import Callable, Sequence
 
-__all__ = ["SnapshotStore", "PLUGIN_DIR", "FILE_RE"]
+# the names are the logdir layout's (PLUGIN_DIR and FILE_RE here too, for the store's readers)
+from tbmem.logdir.layout import PLUGIN_DIR, SNAPSHOT_EXTS, TEMP_FILE, snapshot_name, temp_prefix
+from tbmem.logdir.layout import SNAPSHOT_FILE as FILE_RE
 
-PLUGIN_DIR = os.path.join("plugins", "tbmem")
-FILE_RE = re.compile(r"^(?P<kind>[a-z]+)_rank(?P<rank>\d+)_step(?P<step>\d{9,})(?:-(?P<dup>\d+))?"
-                     r"\.(?P<ext>json\.gz|html|pickle)$")
-_EXTS = ("json.gz", "html", "pickle")
+__all__ = ["SnapshotStore", "PLUGIN_DIR", "FILE_RE", "remove_partial_files"]
+
 _MAX_DUPS = 1000
+_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:40] or "host"
+# temporary files being written by this process, for remove_partial_files
+_writing: set[str] = set()
+_writing_lock = threading.Lock()
+
+
+def remove_partial_files() -> None:
+    """Remove the temporary files this process is writing (SIGTERM: the writes will not finish)."""
+    with _writing_lock:
+        paths = list(_writing)
+        _writing.clear()
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` (on this host) no longer runs; a zombie is gone too."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _remove_stale_temps(folder: str) -> None:
+    """Remove temporary files left in ``folder`` by processes of this host that were killed mid-write."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = TEMP_FILE.match(name)
+        if m is None or m["host"] != _HOST or int(m["pid"]) == os.getpid() or not _gone(int(m["pid"])):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def _umask() -> int:
@@ -75,11 +131,11 @@ class SnapshotStore:
         self.max_snapshots = max_snapshots
         self.max_bytes = int(max_disk_mb * 2**20)
         self._mine: dict[tuple[str, int], list[str]] = {}  # (kind, step) -> paths this store wrote
+        _remove_stale_temps(self.folder)
 
     def path(self, kind: str, step: int, ext: str, dup: int = 1) -> str:
         """The final path of one artifact (``dup`` > 1: the name taken when another writer holds it)."""
-        suffix = f"-{dup}" if dup > 1 else ""
-        return os.path.join(self.folder, f"{kind}_rank{self.rank}_step{step:09d}{suffix}.{ext}")
+        return os.path.join(self.folder, snapshot_name(kind, rank=self.rank, step=step, ext=ext, dup=dup))
 
     def write_bytes(self, path: str, data: bytes) -> str:
         """Write ``data`` atomically; OSError (full disk, read-only, name taken) propagates, no temp left."""
@@ -91,7 +147,9 @@ class SnapshotStore:
         ``exclusive``: raise FileExistsError instead of replacing a file already at ``path``.
         """
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".part")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=temp_prefix(os.getpid(), _HOST), suffix=".part")
+        with _writing_lock:
+            _writing.add(tmp)
         try:
             # mkstemp makes the file 0600; a snapshot is shared like the event files beside it
             os.fchmod(fd, 0o666 & ~_umask())
@@ -109,6 +167,9 @@ class SnapshotStore:
             except OSError:
                 pass
             raise
+        finally:
+            with _writing_lock:
+                _writing.discard(tmp)
         self._track(path)
         return path
 
@@ -128,7 +189,7 @@ class SnapshotStore:
             return [], exc
         dup = 1
         while dup <= _MAX_DUPS:
-            taken = any(os.path.lexists(self.path(kind, step, ext, dup)) for ext in _EXTS)
+            taken = any(os.path.lexists(self.path(kind, step, ext, dup)) for ext in SNAPSHOT_EXTS)
             if taken:
                 dup += 1
                 continue

@@ -15,6 +15,7 @@ import torch
 from tbmem import MemoryWriter
 from tbmem.analysis import load_scalars
 from tbmem.analysis.hints import HINT_KINDS, find_hints, format_hints
+from tbmem.analysis.table import format_bytes
 from tbmem.cli import main
 from tbmem.forecast.budget import cpu_budget, cuda_budget
 from tbmem.forecast.report import FORECAST_TEXT_TAG
@@ -54,7 +55,9 @@ def test_activations_dominating_the_peak(tmp_path):
     total = _value(tmp_path, "Memory/Tensor_Census/total_MB", hint.step)
     assert acts >= 0.5 * total and acts > 30  # 4096 x 1024 float32 activations: 16 MB each
     assert hint.saving_mb == pytest.approx(acts / 2)
-    assert f"saving about {acts / 2:.1f} MB" in hint.advice and "torch.utils.checkpoint" in hint.advice
+    # sizes written as the report's table writes them (binary units that fit), never "MB" beside "MiB"
+    assert f"saving about {format_bytes(acts / 2 * MB)}" in hint.advice and "torch.utils.checkpoint" in hint.advice
+    assert not re.search(r"\d MB\b", hint.advice + hint.evidence)
     assert "activation_checkpointing" not in _by_kind(find_hints(tmp_path, min_saving_mb=acts))  # not worth it
 
 
@@ -130,7 +133,7 @@ def test_growing_other_of_one_repeated_shape(tmp_path):
             kept.append(torch.randn(64, 512))  # outputs stored for later
             w.log_memory(step)
     hint = _by_kind(find_hints(tmp_path))["growing_other"]
-    assert re.search(r"full of `Tensor` 64x512 float32 on cpu \(0\.12 MB each, \d+ of its 10 rows\)", hint.advice)
+    assert re.search(r"full of `Tensor` 64x512 float32 on cpu \(12\d KiB each, \d+ of its 10 rows\)", hint.advice)
 
 
 def test_headroom_from_a_logged_forecast(tmp_path):

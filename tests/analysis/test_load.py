@@ -30,7 +30,7 @@ def test_find_runs_names_runs_relative_to_logdir(two_runs):
     runs = find_runs(two_runs)
     assert sorted(runs) == ["b", "exp/a"]
     assert all(len(files) == 1 and files[0].name.startswith("events.out.tfevents") for files in runs.values())
-    assert list(find_runs(two_runs / "b")) == ["."]
+    assert list(find_runs(two_runs / "b")) == ["b"]  # a logdir that is itself a run: named by its folder
 
 
 def test_symlink_loops_end_and_each_real_directory_is_one_run(two_runs):

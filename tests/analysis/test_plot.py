@@ -82,3 +82,16 @@ def test_plot_lines_and_stacked_center_a_single_step(tmp_path):
     df = load_scalars(tmp_path)
     assert plot_lines(df, "one", [("RSS", RSS)]).get_xlim() == (4.0, 6.0)
     assert plot_stacked(df, "one").get_xlim() == (4.0, 6.0)
+
+
+def test_categories_have_the_memory_tabs_colours(demo_like):
+    """One palette (tbmem.palette): report.png's category colours are the Memory tab's."""
+    from matplotlib.colors import to_hex
+
+    from tbmem.palette import CATEGORY_COLORS
+
+    census_ax = plot_timeline(load_scalars(demo_like)).axes[0]
+    handles, labels = census_ax.get_legend_handles_labels()
+    drawn = {label: to_hex(h.get_facecolor()[0] if h.get_facecolor().ndim > 1 else h.get_facecolor(),
+                           keep_alpha=False) for h, label in zip(handles, labels)}
+    assert drawn == {c: CATEGORY_COLORS[c] for c in ("parameters", "activations", "other")}

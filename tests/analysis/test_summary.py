@@ -105,4 +105,4 @@ def test_census_cost_is_its_share_of_the_run(tmp_path):
     # the step-0 census precedes the first timed interval; 2 x 5 ms inside 400 ms
     assert s.census_cost == {"censuses": 3.0, "median_ms": 5.0, "percent": pytest.approx(2.5)}
     row = next(r for r in format_table([s]).splitlines() if r.startswith("census cost"))
-    assert row.split(None, 2)[2].strip() == "5 ms median, 2.5% of the run"
+    assert row.split(None, 2)[2].strip() == "5 ms median, 2.5%"

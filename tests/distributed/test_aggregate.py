@@ -54,9 +54,10 @@ def test_margin_charts_pair_mean_with_min_and_max():
     margins = {t: c[1] for t, c in charts.items() if c[0] == "Margin"}
     assert margins["Peak VRAM allocated across ranks (GB): mean, min..max"] == [
         ranks_tag(s, TAGS["vram_peak_allocated"].tag) for s in ("mean", "min", "max")]
-    assert charts["Rank holding the maximum Process RSS (rank)"] == ["Multiline", [ranks_tag("argmax", RSS)]]
+    # one reading per chart, unsmoothed (a margin chart whose band is its line)
+    assert charts["Rank holding the maximum Process RSS (rank)"] == ["Margin", [ranks_tag("argmax", RSS)] * 3]
     assert charts["Rank holding the maximum Peak VRAM allocated (rank)"] == [
-        "Multiline", [ranks_tag("argmax", TAGS["vram_peak_allocated"].tag)]]  # one reading per chart
+        "Margin", [ranks_tag("argmax", TAGS["vram_peak_allocated"].tag)] * 3]
     assert "tbmem: ranks" not in custom_scalars_layout()
 
 

@@ -1,10 +1,11 @@
-"""Logdirs for the plugin tests, written by MemoryWriter on CPU (census, snapshots) plus real pickles."""
+"""Logdirs for the plugin tests, written by MemoryWriter on CPU (census, snapshots) plus PyTorch snapshot
+pickles recorded by the test (tests/_torch_snapshot.py): nothing from outside the clone."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,13 +18,14 @@ import torch
 
 from tbmem import MemoryWriter
 from tbmem.snapshot import SnapshotConfig
+from tests._torch_snapshot import write_torch_pickle
 
-__all__ = ["REAL", "REAL_PICKLE", "SPIKE", "OOM_STEP", "Planted", "write_oom", "write_training_run", "write_ranks", "write_long",
+__all__ = ["SECRET_FRAME", "SPIKE", "OOM_STEP", "Planted", "write_oom", "write_training_run", "write_ranks", "write_long",
            "build_logdir", "build_logdir_isolated", "Server",
            "get", "get_json", "MARKER"]
 
-REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "snapshots" / "real"
-REAL_PICKLE = "magma27_memory_snapshot.pickle"
+#: A file name in every stack of the pickle outside the logdir: no response may ever contain it.
+SECRET_FRAME = "OUTSIDE-SECRET-FRAME.py"
 #: The file the planted pickle's __reduce__ would create if it ever ran.
 MARKER = "PLANTED_PICKLE_RAN"
 
@@ -110,10 +112,12 @@ def write_oom(run_dir: Path, steps: int = 10) -> None:
 def build_logdir(root: Path) -> dict[str, Path]:
     """The logdir of the plugin tests, and things around it a server must never serve.
 
-    Layout: ``logs/train`` (MemoryWriter run: census, tbmem snapshots, a real PyTorch pickle
-    under ``memory_snapshot/iteration_20/``, a planted malicious pickle, symlinks to a secret
-    outside), ``logs/leaky`` (a census every step, 256 KiB kept per step), ``logs/exp/rank0``,
-    ``logs/exp/rank1``; ``outside/secret.pickle`` and ``outside/secret.txt`` next to the logdir.
+    Layout: ``logs/train`` (MemoryWriter run: census, tbmem snapshots, a PyTorch snapshot pickle
+    recorded here under ``memory_snapshot/iteration_20/``, a planted malicious pickle, symlinks to a
+    secret outside), ``logs/leaky`` (a census every step, 256 KiB kept per step), ``logs/exp/rank0``,
+    ``logs/exp/rank1``; ``outside/secret.pickle`` (its stacks name SECRET_FRAME) and
+    ``outside/secret.txt`` next to the logdir; ``facts.json`` (the pickle's peak bytes, computed
+    from its events) beside them.
     """
     paths = _paths(root)
     logdir, train, real, outside, marker = (paths[k] for k in ("logdir", "train", "real", "outside", "marker"))
@@ -124,11 +128,11 @@ def build_logdir(root: Path) -> dict[str, Path]:
     write_ranks(logdir / "exp")
     write_long(logdir / "long")
     write_oom(logdir / "oom")
-    real.parent.mkdir(parents=True)
-    shutil.copyfile(REAL / REAL_PICKLE, real)
+    peak = write_torch_pickle(real)
     outside.mkdir()
     secret = outside / "secret.pickle"
-    shutil.copyfile(REAL / REAL_PICKLE, secret)
+    write_torch_pickle(secret, origin="/outside/" + SECRET_FRAME)
+    paths["facts"].write_text(json.dumps({"real_peak_bytes": peak}))
     (outside / "secret.txt").write_text("TOP-SECRET-CONTENT")
     os.symlink(secret, train / "linked_secret.pickle")
     os.symlink(outside, train / "linked_dir")
@@ -154,7 +158,7 @@ def _paths(root: Path) -> dict[str, Path]:
     """The places :func:`build_logdir` writes under ``root``, by name."""
     train = root / "logs" / "train"
     return {"logdir": root / "logs", "train": train, "outside": root / "outside", "marker": root / MARKER,
-            "real": train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"}
+            "facts": root / "facts.json", "real": train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"}
 
 
 def _free_port() -> int:

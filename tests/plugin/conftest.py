@@ -5,13 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tests._browser import chromium
-from tests.plugin._logdir import REAL, REAL_PICKLE, Server, build_logdir_isolated
+from tests.plugin._logdir import Server, build_logdir_isolated
 
 
 @pytest.fixture(scope="session")
 def logdir_paths(tmp_path_factory):
-    if not (REAL / REAL_PICKLE).exists():
-        pytest.fail(f"the real snapshots are missing: {REAL}")
     # In a fresh process: the census counts every tensor of the process, and tensors other tests
     # leave alive (an int32 index kept by a cache) would enter the expected breakdowns.
     return build_logdir_isolated(tmp_path_factory.mktemp("plugin"))

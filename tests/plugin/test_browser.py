@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from tests._browser import wait_until
-
-# Measured independently on the file (tests/../shared/snapshots/real/README.md): peak of allocated bytes.
-MAGMA27_PEAK = 13_923_997_700
 
 
 def _coloured_pixels(frame, selector: str) -> int:
@@ -59,7 +57,7 @@ def page(browser, server):
     context.close()
 
 
-def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path):
+def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path, logdir_paths):
     page, foreign, errors, local = page
     tab = _frame(page, "plugin_entry.html")
     tab.wait_for_selector("#chart canvas", timeout=60_000)
@@ -67,11 +65,12 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path):
     wait_until(tab, "() => window.tbmemMemoryTab && window.tbmemMemoryTab.run === 'train'"
                           " && window.tbmemMemoryTab.overview && window.tbmemMemoryTab.overview.run === 'train'")
     tab.wait_for_selector("#snapshots button.open")
-    # the stacked census is drawn: six category bands, coloured pixels on the chart canvas
-    assert tab.evaluate("window.tbmemMemoryTab.plot.series.length") == 1 + 6 + 2
-    assert _coloured_pixels(tab, "#chart canvas") > 5000
+    # the stacked census is drawn: six category bands, coloured pixels on its canvas; RSS in a panel under it
+    assert tab.evaluate("window.tbmemMemoryTab.chart.census.series.length") == 1 + 6
+    assert tab.evaluate("window.tbmemMemoryTab.chart.lines.series.map(s => s.label)") == ["step", "RSS", "peak RSS"]
+    assert _coloured_pixels(tab, "#census-panel canvas") > 5000
     # a click on the chart shows the census at that step and the record's readings
-    box = tab.locator("#chart .u-over").bounding_box()
+    box = tab.locator("#census-panel .u-over").bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.45, box["y"] + box["height"] * 0.6)
     tab.wait_for_selector("#at-box:not([hidden]) .census-table")
     rows = tab.locator(".census-table tbody tr").all_inner_texts()
@@ -81,13 +80,15 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path):
     assert len(top) == 5 and "0.weight" in top[0] and "256×64" in top[0] and "float32" in top[0]
     assert "Memory/RAM/process_rss_GB" in tab.inner_text(".readings-table")
     page.screenshot(path=str(tmp_path / "memory-tab.png"))
-    # open the real PyTorch pickle: the offline viewer draws it inside the tab
+    # open the PyTorch pickle: the offline viewer draws it inside the tab
     row = tab.locator("#snapshots tr", has_text="rank0_memory_snapshot.pickle")
     row.locator("button.open").click()
     tab.wait_for_selector("#viewer-box:not([hidden])")
     viewer = _frame(page, "/data/plugin/tbmem/snapshot?")
     wait_until(viewer, "window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=60)
-    assert viewer.evaluate("window.tbmemViewer.stats().peak") == MAGMA27_PEAK
+    # the peak computed from the pickle's events when it was written (tests/_torch_snapshot.py)
+    peak = json.loads(logdir_paths["facts"].read_text())["real_peak_bytes"]
+    assert viewer.evaluate("window.tbmemViewer.stats().peak") == peak
     assert _coloured_pixels(viewer, "#timeline") > 5000
     tab.locator("#viewer").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "memory-tab-snapshot.png"))

@@ -57,7 +57,10 @@ def test_every_route_works_without_torch_and_pandas(logdir_paths, tmp_path):
         # leak findings need only numpy; the report's summary names the extra it needs
         assert any(f["tag"] == "Memory/Tensor_Category/other_MB" for f in leaky["leaks"])
         assert leaky["summary_text"] is None and "pip install 'tbmem[analysis]'" in leaky["summary_error"]
-        for asset in ("index.js", "static/uPlot.iife.min.js", "static/style.css", "static/uPlot.min.css"):
+        # the compare view runs `tbmem compare`'s code, which needs pandas: it says so
+        assert "pip install 'tbmem[analysis]'" in get_json(f"{url}/compare?run=train&run=leaky")["error"]
+        for asset in ("index.js", "chart.js", "compare.js", "util.js", "static/uPlot.iife.min.js", "static/style.css",
+                      "static/uPlot.min.css"):
             assert get(f"{url}/{asset}")[0] == 200
     finally:
         srv.stop()

@@ -7,7 +7,7 @@ import os
 from types import SimpleNamespace
 
 from tbmem.plugin.paths import RunDirs, spec_paths
-from tbmem.plugin.snapshots import find_snapshots
+from tbmem.logdir.snapshots import find_snapshots
 
 
 def _ctx(logdir="", spec="", multiplexer=None):

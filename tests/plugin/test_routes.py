@@ -9,7 +9,7 @@ import pytest
 
 from tbmem.analysis import load_scalars, load_texts
 from tbmem.analysis.leaks import detect_leaks
-from tbmem.plugin.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem.logdir.census_log import CensusLog, census_log_path, parse_census_markdown
 from tbmem.tags import TAGS
 from tests.plugin._logdir import OOM_STEP, SPIKE, get, get_json
 
@@ -28,11 +28,16 @@ def test_plugin_is_listed_and_enabled(server):
     assert listing["tbmem"]["loading_mechanism"] == {"type": "IFRAME", "module_path": "/data/plugin/tbmem/index.js"}
 
 
-def test_runs_group_ranks(plugin_url):
+def test_runs_group_ranks(plugin_url, scalars):
     groups = {g["group"]: g for g in get_json(f"{plugin_url}/runs")["groups"]}
     assert [m["run"] for m in groups["exp"]["members"]] == ["exp/rank0", "exp/rank1"]
     assert [m["rank"] for m in groups["exp"]["members"]] == [0, 1]
-    assert groups["train"]["members"] == [{"run": "train", "rank": None, "memory": True}]
+    (train,) = groups["train"]["members"]
+    assert {k: train[k] for k in ("run", "rank", "memory", "census")} == {"run": "train", "rank": None, "memory": True,
+                                                                         "census": True}
+    # what the page opens on: the most recent run with a census (the wall time of its latest scalar)
+    assert train["last_time"] == pytest.approx(scalars[scalars.run == "train"].wall_time.max())
+    assert groups["long"]["census"] is False and groups["long"]["memory"] is True
 
 
 def test_overview_stacks_the_census_exactly(plugin_url, scalars):
@@ -171,8 +176,8 @@ def test_snapshot_pages_embed_the_snapshot_with_a_strict_policy(plugin_url):
         assert "script-src 'self' 'unsafe-eval' 'sha256-" in csp and "'unsafe-inline'" not in csp.split("script-src")[1]
         page = body.decode()
         assert 'id="tbmem-data"' in page and "default-src 'none'" in page
-        data = json.loads(re.search(r'<script type="application/json" id="tbmem-data">(.*?)</script>', page, re.S)[1])
-        assert data["step"] == s["step"]
+        head = json.loads(re.search(r'<script type="application/json" id="tbmem-head">(.*?)</script>', page, re.S)[1])
+        assert head["snapshots"][0]["step"] == s["step"]
 
 
 def test_findings_match_tbmem_report(plugin_url, scalars):
@@ -208,3 +213,12 @@ def test_static_assets(plugin_url):
     js = get(f"{plugin_url}/index.js")[1].decode()
     # nothing the page loads comes from elsewhere: every URL it names is relative
     assert not re.search(r"https?://", js)
+    for module in ("chart.js", "util.js"):  # what index.js imports, beside it
+        status, body, headers = get(f"{plugin_url}/{module}")
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+        assert not re.search(rb"https?://", body)
+    # the colours are tbmem.palette's, given to the page when it is served (one definition everywhere)
+    from tbmem import palette
+
+    injected = json.loads(re.search(r"const COLORS = (\{.*?\});", js)[1])
+    assert injected == palette.as_json() and injected["categories"]["parameters"] == "#4e79a7"

@@ -39,7 +39,7 @@ def test_the_wheel_ships_the_static_files_and_the_entry_point(tmp_path):
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    for f in ("index.js", "style.css", "vendor/uplot/uPlot.iife.min.js", "vendor/uplot/uPlot.min.css",
+    for f in ("index.js", "chart.js", "util.js", "style.css", "vendor/uplot/uPlot.iife.min.js", "vendor/uplot/uPlot.min.css",
               "vendor/uplot/LICENSE"):
         assert f"tbmem/plugin/static/{f}" in names
     assert "[tensorboard_plugins]\ntbmem = tbmem.plugin.loader:MemoryPluginLoader" in entry_points

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 from tbmem.snapshot.schema import Snapshot, SnapshotBuilder
+from tests import _shared
 from tests._extensions import not_built
 
 __all__ = ["small_snapshot", "EVIL", "torch_dict", "REAL", "real_files", "native_module", "require_backend"]
 
 EVIL = "<script>alert(1)</script>"
-#: The real snapshots captured on GPUs by others (provenance and facts in their README.md).
-REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "snapshots", "real")
+#: The real snapshots captured on GPUs by others (provenance and facts in their README.md); tests that
+#: read them call :func:`tests._shared.require_shared` first (a skip in a clone, a failure in CI).
+REAL = str(_shared.REAL)
 
 
 def real_files() -> list[str]:
-    """The real snapshot pickles, or [] where ../shared is not present."""
-    if not os.path.isdir(REAL):
+    """The real snapshot pickles, or [] where ../shared is not present (for collection-time use only:
+    a test given none must still call :func:`tests._shared.require_shared`)."""
+    if not _shared.shared_present():
         return []
-    return sorted(os.path.join(REAL, n) for n in os.listdir(REAL) if n.endswith(".pickle"))
+    return [str(p) for p in _shared.real_pickles()]
 
 
 def native_module() -> ModuleType:

@@ -41,12 +41,12 @@ def test_stats_json_schema_every_device(tmp_path, capsys):
     assert list(doc) == ["devices"]
     assert [d["device"] for d in doc["devices"]] == ["cuda:0", "cuda:1"]
     for d in doc["devices"]:
-        assert set(d) == {"device", "reserved_bytes", "allocated_bytes", "peak_bytes", "trace_events", "ooms",
-                          "top_allocations"}
+        assert set(d) == {"device", "reserved_bytes", "allocated_bytes", "requested_bytes", "peak_bytes", "peak_event",
+                          "baseline_bytes", "trace_events", "ooms", "top_allocations", "explain"}
         sizes = [t["bytes"] for t in d["top_allocations"]]
         assert sizes == sorted(sizes, reverse=True)
         for t in d["top_allocations"]:
-            assert set(t) == {"bytes", "category", "frame", "alive_at_peak"}
+            assert set(t) == {"bytes", "category", "frame", "generated", "alive_at_peak"}
     one = doc["devices"][1]
     assert one["ooms"] == [{"requested_bytes": 1 << 30, "free_bytes": 4096, "time_us": 1_757_000_000_000_009}]
     assert main(["snapshot", "stats", str(src), "--json", "--device", "1"]) == 0

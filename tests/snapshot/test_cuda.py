@@ -93,8 +93,9 @@ def test_list_of_segments_is_accepted():
         {"device": 1, "address": 0x900, "total_size": 1 << 22, "blocks": []}]
     snap = convert_torch_snapshot(segs, kind="snapshot", step=0)
     doc = stats_doc(snap)["devices"]
-    assert [(d["device"], d["reserved_bytes"], d["allocated_bytes"]) for d in doc] == [
-        ("cuda:0", 1 << 21, 1000), ("cuda:1", 1 << 22, 0)]
+    # allocated: the block as the allocator rounded it (torch's memory_allocated); requested: what was asked
+    assert [(d["device"], d["reserved_bytes"], d["allocated_bytes"], d["requested_bytes"]) for d in doc] == [
+        ("cuda:0", 1 << 21, 1 << 20, 1000), ("cuda:1", 1 << 22, 0, 0)]
 
 
 def test_every_device_and_the_default_is_the_largest_peak():
@@ -188,8 +189,11 @@ def test_real_cuda_capture_marks_steps_and_finds_this_file(tmp_path):
     snap = load_snapshot(tmp_path / "plugins/tbmem/snapshot_rank0_step000000002.json.gz")
     assert snap.source == "cuda" and snap.n_events > 0 and snap.device.startswith("cuda:")
     assert any(m["kind"] == "step" for m in snap.main.markers)
-    top = stats_doc(snap)["devices"][0]["top_allocations"][0]
-    assert top["frame"]["filename"] == os.path.abspath(__file__)
+    # the largest block this thread made inside the window: blocks alive before the recording (cuBLAS's
+    # workspace, earlier tests' tensors) and autograd's thread carry no Python frames
+    rows = stats_doc(snap, top=50)["devices"][0]["top_allocations"]
+    top = next((t for t in rows if t["category"] == "python code"), None)
+    assert top is not None and top["frame"]["filename"] == os.path.abspath(__file__), stats_text(snap)
     assert (tmp_path / "plugins/tbmem/snapshot_rank0_step000000002.pickle").exists()
     raw = load_snapshot(tmp_path / "plugins/tbmem/snapshot_rank0_step000000002.pickle")
     assert raw.peak_bytes() == snap.peak_bytes()

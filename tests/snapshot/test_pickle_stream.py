@@ -14,7 +14,7 @@ from tbmem.snapshot.pickle_rows import ACTIONS, NO_TIME, Limits, SnapshotRefused
 from tbmem.snapshot.pickle_stream import read_pickle
 from tbmem.snapshot.readers import load_snapshot
 from tbmem.snapshot.safe_pickle import UnsafePickleError, load_plain
-from tests.snapshot._helpers import real_files
+from tests._shared import REAL_PICKLES, require_shared
 
 
 def _events_equal(path_or_bytes):
@@ -38,9 +38,9 @@ def _events_equal(path_or_bytes):
     return top, rows
 
 
-@pytest.mark.parametrize("path", real_files(), ids=os.path.basename)
-def test_real_snapshots_read_as_unpickling_reads_them(path):
-    _events_equal(path)
+@pytest.mark.parametrize("name", REAL_PICKLES)
+def test_real_snapshots_read_as_unpickling_reads_them(name):
+    _events_equal(str(require_shared() / name))
 
 
 def test_synthetic_snapshot_fast_path_equals_unpickling():
@@ -81,6 +81,7 @@ def test_planted_global_is_refused_before_anything_runs(tmp_path):
     (b"\x80\x04X\xff\xff\xff\x7f", "over the limit"),
     (b"\x80\x04e.", "without a MARK"),
     (b"not a pickle at all", "not a pickle"),
+    (b"\x80\x04(}\x91.", "not hashable"),  # FROZENSET of a dict (raised TypeError)
 ])
 def test_malformed_pickles_say_why(data, message):
     with pytest.raises(SnapshotRefused, match=message):
@@ -146,9 +147,9 @@ def test_memory_per_event_is_columnar(tmp_path, monkeypatch):
     here keeps that fixed cost out of the difference between the two sizes.
     """
     from benchmarks.bench_snapshot import write_torch_pickle
-    from tbmem.snapshot import pickle_stream
+    from tbmem.snapshot import pickle_input, pickle_stream
 
-    monkeypatch.setattr(pickle_stream, "_CHUNK", 1 << 20)
+    monkeypatch.setattr(pickle_input, "_CHUNK", 1 << 20)
     monkeypatch.setattr(pickle_stream, "_MARGIN", 1 << 18)
 
     paths = {}
@@ -166,3 +167,35 @@ def test_memory_per_event_is_columnar(tmp_path, monkeypatch):
     per_event = (ours[1] - ours[0]) / 200_000
     unpickled = (theirs[1] - theirs[0]) / 200_000
     assert per_event < 150 and per_event < unpickled / 3, (per_event, unpickled)
+
+
+def test_a_trace_is_one_range_of_rows_with_events_the_interpreter_built_inside_it():
+    """An event whose action string appears for the first time mid-trace (the first segment_free, an
+    oom) is built by the interpreter; its row comes where it is in the trace, so a trace stays one
+    range of rows (the conversion then takes its columns as views instead of copying them)."""
+    ev = {"action": "alloc", "addr": 512, "size": 512, "stream": 0, "time_us": 1, "frames": []}
+    trace = [dict(ev, addr=512 * i) for i in range(3000)]
+    trace[1500] = {"action": "segment_free", "addr": 0, "size": 2 << 20, "stream": 0, "time_us": 1, "frames": []}
+    data = pickle.dumps({"segments": [], "device_traces": [trace, [dict(e) for e in trace[:2000]]]}, protocol=4)
+    top, rows = read_pickle(io.BytesIO(data))
+    for i, want in enumerate((trace, trace[:2000])):
+        idx = rows.rows_of(top["device_traces"][i])
+        assert idx.tolist() == list(range(int(idx[0]), int(idx[0]) + len(want)))
+        assert [ACTIONS[a] for a in rows.column("action")[idx]] == [e["action"] for e in want]
+        assert rows.column("addr")[idx].tolist() == [e["addr"] for e in want]
+
+
+def test_an_integer_in_a_trace_is_not_taken_for_rows():
+    """A hostile trace holding a bare integer among its events is refused, not read as that many rows."""
+    ev = {"action": "alloc", "addr": 512, "size": 512, "stream": 0, "time_us": 1, "frames": []}
+    trace = [dict(ev, addr=512 * i) for i in range(50)]
+    trace.insert(30, 7)
+    data = pickle.dumps({"segments": [], "device_traces": [trace]}, protocol=4)
+    with pytest.raises(SnapshotRefused, match="holds a int"):
+        load_snapshot_bytes(data)
+
+
+def load_snapshot_bytes(data: bytes):
+    from tbmem.snapshot.readers import read_snapshot
+
+    return read_snapshot(io.BytesIO(data), "t.pickle")

@@ -10,9 +10,13 @@ import pytest
 
 from tbmem.cli import main
 from tests._browser import chromium
-from tests.snapshot._helpers import REAL
+from tests._shared import REAL, require_shared
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(REAL), reason="../shared/snapshots/real is not present")
+
+@pytest.fixture(autouse=True)
+def _real_snapshots():
+    require_shared(REAL)  # a skip with its reason in a clone, a failure in CI
+
 MiB = 2**20
 
 # From README.md of the real snapshots: (device, reserved bytes, peak of allocated bytes)

@@ -11,8 +11,8 @@ import pytest
 
 from tbmem.snapshot.readers import load_snapshot, load_torch_pickle
 from tbmem.snapshot.safe_pickle import UnsafePickleError, load_plain
+from tests._shared import real_pickles
 
-REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "snapshots", "real")
 
 
 class _Planted:
@@ -52,12 +52,11 @@ def test_allow_pickle_false_still_refuses(tmp_path):
         load_snapshot(path, allow_pickle=False)
 
 
-@pytest.mark.skipif(not os.path.isdir(REAL), reason="../shared/snapshots/real is not present")
 def test_real_snapshots_are_plain_data():
-    names = sorted(n for n in os.listdir(REAL) if n.endswith(".pickle"))
-    assert len(names) >= 4
-    for name in names:
-        data = load_torch_pickle(os.path.join(REAL, name))
+    paths = real_pickles()
+    assert len(paths) >= 4
+    for path in paths:
+        data = load_torch_pickle(path)
         assert "segments" in data
 
 

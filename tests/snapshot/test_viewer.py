@@ -9,6 +9,9 @@ import pytest
 from tests._browser import CHROMIUM, chromium, wait_until
 from tbmem.snapshot.viewer import render_html
 from tests.snapshot._helpers import EVIL, small_snapshot
+from tests.snapshot._page import _open, drawn_pixels, hover_peak
+
+__all__ = ["_open", "drawn_pixels", "hover_peak"]  # test_real.py imports them from here
 
 # Skipped only on a developer machine without Debian's chromium; CI sets TBMEM_REQUIRE_BROWSER=1.
 pytestmark = pytest.mark.skipif(
@@ -20,46 +23,6 @@ pytestmark = pytest.mark.skipif(
 def browser():
     with chromium() as b:
         yield b
-
-
-def _open(browser, path):
-    """Open a file page with every request except the page itself blocked; return page, requests, errors."""
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    requests, errors = [], []
-    url = "file://" + str(path)
-
-    def route(r):
-        if r.request.url == url:
-            r.continue_()
-        else:
-            requests.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url)
-    wait_until(page, "window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=120)
-    return page, requests, errors
-
-
-def hover_peak(page) -> str:
-    """Move the mouse over the peak column; the tooltip's text."""
-    pt = page.evaluate("window.tbmemViewer.peakPoint()")
-    box = page.locator("#timeline").bounding_box()
-    page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
-    page.wait_for_selector("#tooltip:not([hidden])")
-    return page.inner_text("#tooltip")
-
-
-def drawn_pixels(page) -> int:
-    return page.evaluate("""() => {
-        const c = document.getElementById('timeline');
-        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-        let n = 0;
-        for (let i = 0; i < d.length; i += 4) if (Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) n++;  // coloured, not white/grey
-        return n;
-    }""")
 
 
 def test_timeline_renders_and_hover_shows_frame(browser, tmp_path):
@@ -111,7 +74,7 @@ def test_script_in_frame_name_renders_as_text(browser, tmp_path):
     page, requests, errors = _open(browser, path)
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    assert page.locator("#peak script").count() == 0 and page.locator("body script").count() == 2
+    assert page.locator("#peak script").count() == 0 and page.locator("body script").count() == 3
     assert EVIL in page.inner_text("#peak")
     pt = page.evaluate("window.tbmemViewer.peakPoint()")
     box = page.locator("#timeline").bounding_box()
@@ -186,8 +149,9 @@ def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
     from tests.snapshot._helpers import torch_dict
 
     data = torch_dict()
-    cpp = {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"}
-    data["device_traces"][1][0]["frames"] = [cpp] + data["device_traces"][1][0]["frames"]
+    unwind = {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"}
+    cpp = {"filename": "??", "line": 0, "name": "at::native::empty_cuda()"}
+    data["device_traces"][1][0]["frames"] = [unwind, cpp] + data["device_traces"][1][0]["frames"]
     page, requests, errors = _page(browser, tmp_path, convert_torch_snapshot(data, kind="oom", step=3))
     assert page.evaluate("window.tbmemViewer.device()") == "cuda:1"  # the OOM device first
     assert "OUT OF MEMORY" in page.inner_text("#summary") and "1.00 GiB" in page.inner_text("#summary")
@@ -196,12 +160,11 @@ def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
         for (let i = 0; i < d.length; i += 4) if (d[i] > 190 && d[i + 1] < 40 && d[i + 2] < 40) n++; return n; }""")
     assert red > 50  # the OOM marker
     tip = hover_peak(page)
-    assert "C++ frames hidden" in tip and "torch::unwind" not in tip
+    assert "C++ frames hidden" in tip and "at::native::empty_cuda" not in tip and "torch::unwind" not in tip
     page.check("#cpp")
-    assert "torch::unwind" in hover_peak(page) or True  # same position: re-hover below
-    page.mouse.move(0, 0)
     tip = hover_peak(page)
-    assert "torch::unwind::unwind()" in tip
+    # the stack capture's own frames stay hidden even with C++ frames shown, as memory_viz hides them
+    assert "at::native::empty_cuda()" in tip and "torch::unwind" not in tip and "stack capture" in tip
     page.select_option("#device", "0")
     wait_until(page, "window.tbmemViewer.device() === 'cuda:0'", timeout_s=120)
     assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 1536
@@ -216,9 +179,17 @@ def test_time_axis_and_step_markers(browser, tmp_path):
         b.mark(f"step {step}", kind="step")
         b.alloc(1 << 20, category="activation", time_us=step * 1_000_000)
     page, _r, errors = _page(browser, tmp_path, b.build(kind="snapshot", step=0))
-    markers = page.evaluate("window.tbmemViewer.data.devices[0].markers")
+    markers = page.evaluate("window.tbmemViewer.head.snapshots[0].devices[0].markers")
     assert [m["label"] for m in markers] == ["step 0", "step 1", "step 2"]
     text = page.evaluate("""() => { const c = document.getElementById('timeline'); return c.toDataURL().length; }""")
     assert text > 1000 and errors == []
     page.select_option("#axis", "event")
     assert page.evaluate("window.tbmemViewer.stats()")["peak"] == 3 << 20
+
+
+def test_the_viewer_takes_its_category_colours_from_the_one_palette():
+    from tbmem import palette
+    from tbmem.snapshot import viewer
+
+    assert viewer.PALETTE == palette.CATEGORY_COLORS
+    assert viewer.category_colours(["activation"])["activation"] == palette.CATEGORY_COLORS["activations"]

@@ -85,7 +85,7 @@ def test_run_py_stops_at_start_naming_the_key(tmp_path):
 
 # --- the command line before Hydra: misspelt keys, folders of failed starts, no torch for a config error ---
 
-from trainers.overrides import check_overrides, config_groups  # noqa: E402
+from trainers.overrides import check_overrides, config_groups, config_names  # noqa: E402
 
 GROUPS = config_groups(ROOT / "conf")
 
@@ -143,3 +143,22 @@ def test_an_earlier_run_keeps_its_experiment_folder(tmp_path):
     proc = _run_py(tmp_path, "trainer_params.epochs=0")
     assert proc.returncode == 2
     assert [p.name for p in (tmp_path / "runs" / "burgers_quick_test").iterdir()] == ["earlier"]
+
+
+def test_a_misspelt_group_choice_or_config_name_gets_the_closest_name(tmp_path):
+    """Hydra's own answers ("Could not find 'trainer/synthetic_with_memroy'", exit 1) become the key
+    typos' treatment: one line naming the closest choice, exit 2, no run folder."""
+    proc = _run_py(tmp_path, "trainer=synthetic_with_memroy")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "config error: unknown trainer 'synthetic_with_memroy' (did you mean 'synthetic_with_memory'?)\n"
+    proc = subprocess.run([sys.executable, "run.py", "--config-name", "burgers_quik_test", f"runs_dir={tmp_path / 'runs'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "config error: unknown config name 'burgers_quik_test' (did you mean 'burgers_quick_test'?)\n"
+    assert not (tmp_path / "runs").exists()
+    names = ", ".join(sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
+    with pytest.raises(ConfigError, match=rf"^unknown model 'resnet'; model is one of: {names}$"):
+        check_overrides(["model=resnet"], groups=GROUPS)
+    assert check_overrides(["--config-name=heat_physical_experiment.yaml", "data=heat_2d"], groups=GROUPS,
+                           configs=config_names(ROOT / "conf")) == ["--config-name=heat_physical_experiment.yaml",
+                                                                    "data=heat_2d"]

@@ -34,6 +34,9 @@ def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
     n_params = sum(p.numel() for p in torch.load(result.checkpoints[0], weights_only=True)["model"].values())
     assert params_mb == pytest.approx(n_params * 4 / 2**20, rel=1e-6)
     assert [e.step for e in acc.Scalars("Perf/batch_time_s")] == list(range(0, result.steps, every))
+    norms = acc.Scalars("Train/grad_norm")  # the spike detector's gradient norm, with the other per-batch scalars
+    assert [e.step for e in norms] == list(range(0, result.steps, every))
+    assert all(0 < e.value < float("inf") for e in norms) and norms[-1].value < 0.5 * norms[0].value
 
     # synthetic_with_memory turns snapshots on: windowed recordings at the due steps, with the viewer
     snap = cfg.tbmem.snapshot

@@ -1,79 +1,23 @@
 // tbmem's Memory tab. TensorBoard loads this ES module in the plugin's iframe (base URL
 // data/plugin/tbmem/) and calls render(). Every request goes to this plugin's own routes;
-// charts are uPlot's (vendored, static/uPlot.iife.min.js). Strings from the logdir are only
-// ever set as textContent.
+// charts are uPlot's (vendored, static/uPlot.iife.min.js), drawn by chart.js. Strings from the
+// logdir are only ever set as textContent.
 
-const CATEGORY_COLORS = {
-  parameters: '#4e79a7', gradients: '#f28e2b', optimizer_state: '#e15759', buffers: '#76b7b2',
-  activations: '#59a14f', other: '#edc948', unattributed: '#bab0ac',
-};
-const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
-  '#ff9da7', '#9c755f', '#bab0ac', '#86bcb6', '#d37295'];
-const LINE_COLORS = ['#222222', '#7b3294', '#c51b7d'];
-// tick steps of the byte axes: 1, 2, 5, 10, ... times B, KiB, MiB, GiB, TiB (round binary labels)
-const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
+import { drawChart } from './chart.js';
+import { compareRuns, createCompare } from './compare.js';
+import { api, el, fmtBytes, fmtValue, loadScript, setUrlState, table, urlState } from './util.js';
+
+// tbmem.palette, injected by the plugin when it serves this file: one colour per category everywhere
+const COLORS = /*tbmem:palette*/{ categories: {}, series: ['#4e79a7'], lines: ['#222222'], losses: ['#b35806'], runs: ['#222222'], marks: { snapshot: '#7b3294' } }/*end*/;
 
 const state = {
   groups: [], group: null, run: null, breakdown: 'category', lines: null,
-  overview: null, plot: null, step: null, snapshots: [],
+  overview: null, chart: null, step: null, snapshots: [], compare: null,
 };
-
-// --- small helpers ------------------------------------------------------------------------
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === 'text') node.textContent = v;
-    else if (k === 'class') node.className = v;
-    else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) if (c != null) node.append(c);
-  return node;
-}
-
-function fmtBytes(n) {
-  if (n == null || !isFinite(n)) return '–';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  let v = Math.abs(n);
-  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
-  const s = (n < 0 ? '-' : '') + (i === 0 ? v.toFixed(0) : v.toFixed(v >= 100 ? 1 : 2));
-  return `${s} ${units[i]}`;
-}
-
-function fmtValue(row) {
-  if (row.bytes != null) return fmtBytes(row.bytes);
-  const v = row.value;
-  const s = Math.abs(v) >= 1000 || Number.isInteger(v) ? String(Math.round(v * 100) / 100) : v.toPrecision(4);
-  return row.unit ? `${s} ${row.unit}` : s;
-}
-
-async function api(route, params = {}) {
-  const response = await fetch(`${route}?${new URLSearchParams(params)}`);
-  const body = await response.json().catch(() => null);
-  if (!response.ok) throw new Error((body && body.error) || `${route}: HTTP ${response.status}`);
-  return body;
-}
+// the sections of the one-run view, hidden while the compare view is shown
+const RUN_VIEW = ['run-label', 'rank-label', 'breakdown-label', 'lines-label', 'refresh', 'chart-box', 'at-box', 'ranks-box', 'snap-box', 'findings-box'];
 
 function status(text) { document.getElementById('status').textContent = text; }
-
-function loadScript(src) {
-  return new Promise((resolve, reject) => {
-    const s = el('script', { src });
-    s.addEventListener('load', resolve);
-    s.addEventListener('error', () => reject(new Error(`could not load ${src}`)));
-    document.head.append(s);
-  });
-}
-
-function table(headers, rows, cls) {
-  const t = el('table', { class: cls || '' });
-  t.append(el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', { text: h })))));
-  const body = el('tbody');
-  for (const r of rows) body.append(el('tr', {}, ...r.map((c) => (c instanceof Node ? el('td', {}, c) : el('td', { text: c ?? '–' })))));
-  t.append(body);
-  return t;
-}
 
 // --- layout -------------------------------------------------------------------------------
 function layout() {
@@ -83,13 +27,18 @@ function layout() {
   document.body.append(
     el('header', {},
       sel('run', 'Run ', onGroup), sel('rank', 'Rank ', onRank), sel('breakdown', 'Breakdown ', onBreakdown),
-      sel('lines', 'Lines ', onLines), sel('axes', 'Axes ', draw),
+      sel('lines', 'Lines ', onLines),
       el('button', { id: 'refresh', type: 'button', onclick: () => selectRun(state.run), text: 'Refresh' }),
+      el('button', { id: 'compare-toggle', type: 'button', onclick: () => showCompare(!state.compare), text: 'Compare runs' }),
       el('span', { id: 'status' })),
+    el('section', { id: 'compare-box', hidden: '' }),
     el('section', { id: 'chart-box' },
       el('h2', { id: 'chart-title', text: 'Memory over time' }),
       el('div', { id: 'chart' }),
-      el('p', { class: 'hint', id: 'chart-note' })),
+      el('p', { class: 'hint', id: 'chart-note' }),
+      el('p', { class: 'hint', id: 'smoothing-note', text: 'Every record is drawn as logged, never smoothed. TensorBoard\'s '
+        + 'Time Series and Scalars smooth their lines by default (0.6: a memory step becomes a ramp, a count reads '
+        + '20.9983); set Smoothing to 0 in their settings, or open TensorBoard at /?smoothing=0, to read exact values.' })),
     el('section', { id: 'at-box', hidden: '' },
       el('h2', { id: 'at-title' }),
       el('div', { class: 'cols' }, el('div', { id: 'census' }), el('div', { id: 'readings' })),
@@ -112,25 +61,60 @@ function fillSelect(id, options, value) {
 }
 
 // --- runs ---------------------------------------------------------------------------------
+// The run shown first: the one named in the address (the user's last choice), else the most recent
+// run with a census, else the most recent with memory tags (never simply the first by name).
+function firstRun(groups) {
+  const wanted = urlState().run;
+  for (const g of groups) { const m = g.members.find((r) => r.run === wanted); if (m) return [g, m]; }
+  const members = groups.flatMap((g) => g.members.map((m) => [g, m]));
+  const latest = (pairs) => pairs.reduce((a, b) => (a == null || (b[1].last_time ?? 0) > (a[1].last_time ?? 0) ? b : a), null);
+  return latest(members.filter(([, m]) => m.census)) || latest(members.filter(([, m]) => m.memory)) || members[0];
+}
+
 async function loadRuns() {
   const doc = await api('runs');
   state.groups = doc.groups;
   if (!state.groups.length) { status('No runs in this logdir yet.'); return; }
-  fillSelect('run', state.groups.map((g) => [g.group, g.group + (g.memory ? '' : ' (no memory tags)')]));
-  const first = state.groups.find((g) => g.memory) || state.groups[0];
-  document.getElementById('run').value = first.group;
-  await onGroup();
+  fillSelect('run', state.groups.map((g) => [g.group, g.group + (g.memory ? (g.census ? '' : ' (no census)') : ' (no memory tags)')]));
+  const [group, member] = firstRun(state.groups);
+  document.getElementById('run').value = group.group;
+  await onGroup(member.run);
+  const wanted = compareRuns(urlState().compare);  // the compare view, when the address names its runs
+  if (wanted.length) await showCompare(true, wanted);
+}
+
+// --- the compare view (compare.js) ----------------------------------------------------------
+async function showCompare(on, runs) {
+  if (on && !state.compare) {
+    state.compare = createCompare(document.getElementById('compare-box'),
+      { palette: COLORS, runs: state.groups.flatMap((g) => g.members) });
+    state.compare.setAlign(urlState().align);
+  }
+  for (const id of RUN_VIEW) {  // hidden while comparing; afterwards as the one-run view had them
+    const node = document.getElementById(id);
+    if (on && node.dataset.wasHidden === undefined) {
+      node.dataset.wasHidden = node.hidden ? '1' : '';
+      node.hidden = true;
+    } else if (!on && node.dataset.wasHidden !== undefined) {
+      node.hidden = node.dataset.wasHidden === '1';
+      delete node.dataset.wasHidden;
+    }
+  }
+  document.getElementById('compare-box').hidden = !on;
+  document.getElementById('compare-toggle').textContent = on ? 'Back to one run' : 'Compare runs';
+  if (on) await state.compare.run(runs);
+  else { setUrlState({ compare: null, align: null }); state.compare = null; document.getElementById('compare-box').replaceChildren(); }
 }
 
 function currentGroup() { return state.groups.find((g) => g.group === document.getElementById('run').value); }
 
-async function onGroup() {
+async function onGroup(run) {
   const g = currentGroup();
   state.group = g;
   const ranked = g.members.length > 1 || g.members[0].rank != null;
   document.getElementById('rank-label').hidden = !ranked;
   fillSelect('rank', g.members.map((m) => [m.run, m.rank == null ? `${m.run} (aggregate)` : `rank ${m.rank}`]));
-  const member = g.members.find((m) => m.memory) || g.members[0];
+  const member = g.members.find((m) => m.run === run) || g.members.find((m) => m.census) || g.members.find((m) => m.memory) || g.members[0];
   document.getElementById('rank').value = member.run;
   document.getElementById('ranks-box').hidden = !(g.members.filter((m) => m.rank != null).length > 1);
   if (!document.getElementById('ranks-box').hidden) loadRanks(g.group);
@@ -139,18 +123,12 @@ async function onGroup() {
 
 async function onRank() { await selectRun(document.getElementById('rank').value); }
 async function onBreakdown() { state.breakdown = document.getElementById('breakdown').value; await loadOverview(); }
-function onLines() { state.lines = document.getElementById('lines').value; defaultAxes(); draw(); }
-
-// VRAM lines and the census count the same tensors: one axis. RSS also holds the interpreter and
-// its libraries (hundreds of MiB), which would flatten the census: an axis of its own.
-function defaultAxes() {
-  fillSelect('axes', [['shared', 'one y axis'], ['separate', 'census left, lines right']],
-    state.lines === 'device' ? 'shared' : 'separate');
-}
+function onLines() { state.lines = document.getElementById('lines').value; draw(); }
 
 async function selectRun(run) {
   state.run = run;
   state.step = null;
+  setUrlState({ run });  // the choice survives a reload and goes with a copied address
   document.getElementById('at-box').hidden = true;
   closeViewer();
   await Promise.all([loadOverview(), loadSnapshots()]);
@@ -168,23 +146,22 @@ async function loadOverview() {
   let doc = await api('overview', { ...params, quick: 1 });
   if (run !== state.run || breakdown !== state.breakdown) return;
   if (doc.sampled.length) {
-    showOverview(doc, run);
+    showOverview(doc);
     status(`drawn from a sample of ${doc.sampled.length} long series; loading every record…`);
     doc = await api('overview', params);
     if (run !== state.run || breakdown !== state.breakdown) return;
   }
-  showOverview(doc, run);
+  showOverview(doc);
   status('');
 }
 
-function showOverview(doc, run) {
+function showOverview(doc) {
   state.overview = doc;
   fillSelect('breakdown', Object.entries(doc.breakdowns).map(([b, has]) => [b, has ? b : `${b} (none logged)`]), doc.breakdown);
   const groups = Object.keys(doc.lines);
   if (!groups.includes(state.lines)) state.lines = groups.includes('device') ? 'device' : groups[0] || null;
   fillSelect('lines', groups.map((g) => [g, g === 'device' ? 'VRAM' : 'RSS']), state.lines);
   document.getElementById('lines-label').hidden = groups.length < 2;
-  if (!document.getElementById('axes').options.length || run !== state.axesRun) { defaultAxes(); state.axesRun = run; }
   const n = Object.values(doc.records).reduce((a, b) => Math.max(a, b), 0);
   document.getElementById('chart-note').textContent =
     `${doc.census_steps.length} censuses, ${n} records${doc.sampled.length ? ' (a sample)' : ''} (drawn: lowest and highest record per pixel; hover shows each drawn record exactly). Click the chart for the census and readings at a step.`;
@@ -192,112 +169,25 @@ function showOverview(doc, run) {
 }
 
 function stackColor(label, i) {
-  return state.breakdown === 'category' && CATEGORY_COLORS[label] ? CATEGORY_COLORS[label] : PALETTE[i % PALETTE.length];
-}
-
-// For each x index, the index of the nearest non-null value of a column: the legend and the hover
-// of a census series show the census nearest to the cursor, not a gap between two censuses.
-function nearestNonNull(col) {
-  const n = col.length;
-  const prev = new Int32Array(n);
-  const out = new Int32Array(n);
-  let last = -1;
-  for (let i = 0; i < n; i++) { if (col[i] != null) last = i; prev[i] = last; }
-  let next = -1;
-  for (let i = n - 1; i >= 0; i--) {
-    if (col[i] != null) next = i;
-    const p = prev[i];
-    out[i] = p < 0 ? next : next < 0 ? p : (i - p <= next - i ? p : next);
-  }
-  return out;
+  return state.breakdown === 'category' && COLORS.categories[label] ? COLORS.categories[label] : COLORS.series[i % COLORS.series.length];
 }
 
 function draw() {
   const doc = state.overview;
   const box = document.getElementById('chart');
-  if (state.plot) { state.plot.destroy(); state.plot = null; }
+  if (state.chart) { state.chart.destroy(); state.chart = null; }
   box.replaceChildren();
   if (!doc || !doc.x.length) { box.append(el('p', { class: 'empty', text: 'This run has no memory records yet.' })); return; }
-  const x = doc.x;
-  const raw = doc.stack.map((s) => doc.columns[s.tag]);
-  const acc = x.map(() => 0);
-  const stacked = raw.map((col) => col.map((v, j) => (v == null ? null : (acc[j] += v))));
-  const lines = (doc.lines[state.lines] || []);
-  const separate = document.getElementById('axes').value === 'separate';
-  const lineScale = separate && doc.stack.length ? 'lines' : 'y';
-  const series = [{ label: 'step' }];
-  doc.stack.forEach((s, i) => {
-    const c = stackColor(s.label, i);
-    series.push({ label: s.label, stroke: c, fill: c + 'b0', width: 1, spanGaps: true, points: { show: false },
-      value: (u, v, si, idx) => (idx == null ? '–' : fmtBytes(raw[si - 1][idx])) });
-  });
-  lines.forEach((l, i) => series.push({ label: l.label, stroke: LINE_COLORS[i % LINE_COLORS.length], width: 2,
-    scale: lineScale, dash: l.label.includes('peak') ? [6, 4] : undefined, spanGaps: true, points: { show: false },
-    value: (u, v) => fmtBytes(v) }));
-  const data = [x, ...stacked, ...lines.map((l) => doc.columns[l.tag])];
-  const nearest = data.map((col, i) => (i === 0 ? null : nearestNonNull(col)));
-  const bands = [];
-  for (let i = 2; i <= doc.stack.length; i++) bands.push({ series: [i, i - 1] });
-  const fromZero = (u, min, max) => [0, max > 0 ? max * 1.05 : 1];
-  const axes = [{ label: 'step' }, { values: (u, ticks) => ticks.map(fmtBytes), size: 80, incrs: BYTE_INCRS,
-    label: lineScale === 'lines' ? 'census (stacked)' : undefined }];
-  if (lineScale === 'lines') {
-    axes.push({ scale: 'lines', side: 1, grid: { show: false }, values: (u, ticks) => ticks.map(fmtBytes), size: 80,
-      incrs: BYTE_INCRS, label: lines.map((l) => l.label).join(', ') });
-  }
-  const opts = {
-    width: box.clientWidth || 1000, height: 380, series, bands, axes,
-    scales: { x: { time: false }, y: { range: fromZero }, lines: { range: fromZero } },
-    cursor: { points: { show: false }, dataIdx: (u, si, closest) => (nearest[si] ? nearest[si][closest] : closest) },
-    legend: { live: true },
-    plugins: [marksPlugin()],
-  };
-  state.plot = new window.uPlot(opts, data, box);
-  state.plot.over.addEventListener('click', onChartClick);
-  box.dataset.drawn = String(x.length);
-}
-
-function marksPlugin() {
-  return {
-    hooks: {
-      draw: [(u) => {
-        const { ctx, bbox } = u;
-        const marks = (state.overview.marks || []).map((m) => ({ ...m }));
-        if (state.step != null) marks.push({ step: state.step, kind: 'selected' });
-        ctx.save();
-        for (const m of marks) {
-          const px = Math.round(u.valToPos(m.step, 'x', true));
-          if (px < bbox.left || px > bbox.left + bbox.width) continue;
-          ctx.strokeStyle = m.kind === 'oom' ? '#d7191c' : m.kind === 'selected' ? '#000' : '#7b3294';
-          ctx.lineWidth = (m.kind === 'oom' ? 2 : 1) * devicePixelRatio;
-          ctx.setLineDash(m.kind === 'snapshot' ? [4 * devicePixelRatio, 3 * devicePixelRatio] : []);
-          ctx.beginPath(); ctx.moveTo(px, bbox.top); ctx.lineTo(px, bbox.top + bbox.height); ctx.stroke();
-          if (m.kind !== 'selected') {
-            ctx.fillStyle = ctx.strokeStyle;
-            ctx.font = `${11 * devicePixelRatio}px sans-serif`;
-            ctx.fillText(m.kind === 'oom' ? 'OOM' : 'snapshot', px + 3 * devicePixelRatio, bbox.top + 12 * devicePixelRatio);
-          }
-        }
-        ctx.restore();
-      }],
-    },
-  };
-}
-
-function onChartClick() {
-  const u = state.plot;
-  const idx = u.cursor.idx;
-  if (idx == null) return;
-  const left = u.cursor.left;
-  const near = (state.overview.marks || []).find((m) => m.id && Math.abs(u.valToPos(m.step, 'x') - left) <= 5);
-  if (near) openSnapshot(state.snapshots.find((s) => s.id === near.id));
-  selectStep(u.data[0][idx]);
+  state.chart = drawChart(box, doc, { palette: COLORS, lines: state.lines, stackColor, width: box.clientWidth || 1000,
+    selected: () => state.step,
+    onClick: (step, mark) => { if (mark) openSnapshot(state.snapshots.find((s) => s.id === mark.id)); selectStep(step); } });
+  box.dataset.drawn = String(doc.x.length);
 }
 
 // --- at a step ----------------------------------------------------------------------------
 async function selectStep(step) {
   state.step = step;
-  if (state.plot) state.plot.redraw(false);
+  if (state.chart) state.chart.redraw();
   const run = state.run;
   const doc = await api('at', { run, step });
   if (run !== state.run) return;
@@ -421,7 +311,7 @@ async function loadRanks(group) {
 export async function render() {
   layout();
   new ResizeObserver(() => {
-    if (state.plot) state.plot.setSize({ width: document.getElementById('chart').clientWidth, height: 380 });
+    if (state.chart) state.chart.setWidth(document.getElementById('chart').clientWidth);
   }).observe(document.getElementById('chart'));
   try {
     await loadScript('static/uPlot.iife.min.js');

@@ -1,0 +1,56 @@
+"""Checks shared by tbmem's keyword-only configuration dataclasses.
+
+Below every configuration class (:class:`tbmem.config.MemoryWriterConfig`,
+:class:`tbmem.alerts.AlertConfig`, :class:`tbmem.ranks.RanksConfig`,
+:class:`tbmem.snapshot.SnapshotConfig`), so that each can check its fields without importing
+another: ``MemoryWriterConfig`` builds the others from mappings.
+
+Example:
+    >>> from tbmem._fields import seconds
+    >>> seconds(2, "timeout_s")
+    2.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+__all__ = ["seconds", "unknown_keys"]
+
+
+def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> float:
+    """``value`` as a float number of seconds; ValueError naming ``label`` when it is not a finite
+    number >= ``low`` (a bool, a string, NaN, infinity).
+
+    Example:
+        >>> seconds(2, "timeout_s")
+        2.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+        raise ValueError(f"{label} must be a number of seconds >= {low:g}{hint}, got {value!r}")
+    return float(value)
+
+
+def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:
+    """A message naming the keys of ``values`` that ``cls`` has no field for, the closest match of
+    each and every valid key; None when all are known.
+
+    Example:
+        >>> from tbmem.config import MemoryWriterConfig
+        >>> print(unknown_keys(MemoryWriterConfig, {"evry": 5}))  # doctest: +ELLIPSIS
+        unknown MemoryWriterConfig key 'evry' (did you mean 'every'?); valid keys: alerts, census_every, ...
+    """
+    import difflib
+
+    known = sorted(f.name for f in dataclasses.fields(cls))
+    unknown = sorted(str(k) for k in values if k not in known)
+    if not unknown:
+        return None
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return (f"unknown {cls.__name__} key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+            f"valid keys: {', '.join(known)}")

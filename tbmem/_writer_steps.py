@@ -1,0 +1,173 @@
+"""The step hooks of :class:`tbmem.MemoryWriter`: what a training loop calls at each step.
+
+:meth:`~StepHooks.log_memory` notes the step and writes a record, a census or a snapshot when one
+is due (:mod:`tbmem._writer_record`); :meth:`~StepHooks.next_due` lets a loop skip the calls in
+between; :meth:`~StepHooks.monitored_step`, :meth:`~StepHooks.begin_step` and
+:meth:`~StepHooks.step_failed` bracket a step, so an out-of-memory error gets its snapshot and
+record (:meth:`tbmem.MemoryWriter.handle_oom`) before it goes on unchanged. These run at every
+step, inside the training loop: each does as little as it can when nothing is due.
+
+:class:`tbmem.MemoryWriter` is this class together with its record pipeline and its lifecycle
+(:mod:`tbmem.writer`, which sets the attributes used here).
+
+Example:
+    >>> import tempfile
+    >>> from tbmem import MemoryWriter
+    >>> with MemoryWriter(tempfile.mkdtemp(), every=5, census_every=0) as w:
+    ...     [w.log_memory(step) for step in range(6)], w.next_due(6)
+    ([True, False, False, False, False, True], 10)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tbmem import _torch_private as tp
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from tbmem.config import MemoryWriterConfig
+    from tbmem.ranks.support import RankSupport
+    from tbmem.writer import MemoryWriter
+
+__all__ = ["StepHooks"]
+
+
+class StepHooks:
+    """The per-step calls of :class:`tbmem.MemoryWriter`.
+
+    The attributes are the writer's (set in :meth:`tbmem.MemoryWriter.__init__`), as are the
+    methods these call (the record pipeline's ``_read``, ``_write_record`` and ``_take_census``,
+    the lifecycle's ``flush``, ``handle_oom`` and fault helpers).
+    """
+
+    config: MemoryWriterConfig
+    closed: bool
+    _active: bool
+    _ranks: RankSupport | None
+    _last_step: int | None
+    _snapshots: Any
+    _alerts: Any
+    _census_on: bool
+
+    def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
+                   where: str | None = None) -> bool:
+        """Write the memory readings if ``step`` is due; return whether anything was written.
+
+        Args:
+            step: The global step (x axis in TensorBoard).
+            roots: Tensors (a loss before ``backward``) whose autograd graph the
+                census walks to count saved activations.
+            force: Write a record even if ``step`` is not due.
+            where: When in the step this is called (``"after backward, before zero_grad"``), said
+                in the census table: what the census can see depends on it.
+        """
+        if self.closed:
+            self._after_close("log_memory")
+            return False
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.on_log(step)
+        if not self._active:
+            if ranks is not None:  # every rank joins the record's collective, monitoring on or off
+                ranks.on_record(step, None)
+            return False
+        last = self._last_step  # self._saw(step), inline: this runs at every step
+        if last is None or step > last:
+            self._last_step = step
+        if self._snapshots is not None:
+            self._call_snapshots("on_step", step)
+        cfg = self.config
+        due = force or step % cfg.every == 0
+        census_due = self._census_on and step % cfg.census_every == 0
+        if not (due or census_due):
+            return False
+        written = False  # on this thread, after every event queued before it
+        if due:
+            readings = self._read(step)
+            if ranks is not None:
+                ranks.on_record(step, readings)
+            written = self._write_record(readings, step) and ranks is None
+            if self._alerts is not None:
+                written = False  # an alert may queue events of its own: flushed below
+                if not self._guard_call("alerts", self._alerts.on_record, step, readings):
+                    self._alerts = None
+        if census_due and not self._take_census(step, roots, where or "where the training loop called log_memory"):
+            written = False  # its table was queued: flushed below
+        if cfg.flush_each_record and not written:  # a record written on this thread is in the file
+            self.flush()
+        return True
+
+    def next_due(self, step: int) -> int:
+        """The first step from ``step`` on at which :meth:`log_memory` does more than note the step.
+
+        It is ``step`` itself while snapshots, ranks or a closed writer need every call. A loop
+        that skips the calls in between must call :meth:`begin_step` at each step instead (the
+        trainers do: a call costs microseconds inside a training step, where the caches are cold).
+        """
+        if self.closed or not self._active or self._ranks is not None or self._snapshots is not None:
+            return step
+        cfg = self.config
+        due = -(-step // cfg.every) * cfg.every
+        if self._census_on:
+            due = min(due, -(-step // cfg.census_every) * cfg.census_every)
+        return due
+
+    def monitored_step(self, step: int, *, log: bool = True) -> contextlib.AbstractContextManager[None]:
+        """Run one training step; log memory after it, and on an out-of-memory error save a
+        snapshot, write a record, flush, and re-raise the original exception unchanged.
+
+        Args:
+            step: The global step.
+            log: False when the step calls ``log_memory(step, roots=...)`` itself (mid-step, so
+                the census sees the activations); the OOM handling stays.
+        """
+        return _MonitoredStep(self, step, log)
+
+    def begin_step(self, step: int) -> None:
+        """A training step begins (what :meth:`monitored_step` does on entry, for a loop that
+        handles its own exceptions with :meth:`step_failed`): it becomes the last step, the one a
+        snapshot of another rank's out-of-memory error names."""
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.last_step = step
+        last = self._last_step
+        if last is None or step > last:
+            self._last_step = step
+
+    def step_failed(self, step: int, exc: BaseException) -> None:
+        """``exc`` is leaving training step ``step`` (what :meth:`monitored_step` does on an exception):
+        an out-of-memory error gets its snapshot and record (:meth:`handle_oom`), any other the events
+        flushed. Never raises; the caller re-raises ``exc``.
+
+        A ``try``/``except`` in the loop costs nothing until something is raised (Python 3.11+),
+        where a context manager is two calls per step.
+        """
+        if isinstance(exc, tp.OutOfMemoryError):
+            self.handle_oom(step, exc)
+        else:
+            self._flush_quietly()
+
+
+class _MonitoredStep:
+    """What :meth:`MemoryWriter.monitored_step` returns: a plain context manager, not a generator,
+    because it wraps every training step (a generator-based one costs several times as much),
+    and an exception leaves it as it came in, with no frame of tbmem added to its traceback."""
+
+    __slots__ = ("writer", "step", "log")
+
+    def __init__(self, writer: MemoryWriter, step: int, log: bool) -> None:
+        self.writer, self.step, self.log = writer, step, log
+
+    def __enter__(self) -> None:
+        self.writer.begin_step(self.step)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            if self.log:
+                self.writer.log_memory(self.step, where="after the step (monitored_step)")
+        elif exc is not None:
+            self.writer.step_failed(self.step, exc)
+        # None: the exception, if any, goes on unchanged

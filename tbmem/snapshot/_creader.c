@@ -1,0 +1,34 @@
+/* tbmem.snapshot._creader: the snapshot reader's optional compiled parts (what each does: _creader.h). */
+#include "_creader.h"
+
+static PyMethodDef methods[] = {
+    {"count", tbmem_count, METH_VARARGS,
+     "count(buf, lo, hi) -> int\n\nHow many candidate events (the bytes ``}\\x94(``) start in ``buf[lo:hi]``."},
+    {"scan", tbmem_scan, METH_VARARGS,
+     "scan(buf, lo, hi, spec, outs, str_pos, str_len) -> tuple\n\npickle_fast.scan into the given arrays "
+     "(pickle_fast.scan_c passes them); returns how many candidates each layout took."},
+    {"new_runner", tbmem_runner_new, METH_NOARGS, "new_runner() -> capsule\n\nThe caches of run()."},
+    {"forget", tbmem_runner_forget, METH_O, "forget(runner)\n\nDrop the stacks cached by reference bytes."},
+    {"run", tbmem_runner_run, METH_VARARGS,
+     "run(runner, (action, frames, meta, stack, string, meta_inline, refslot), buf, pos, hi, spec, memo_slots, base,"
+     " outs) -> (events, end, cuts, memo entries)\n\nThe run of trace events from ``pos`` as rows "
+     "(tbmem/snapshot/pickle_crun.py; _pickle_run.c says what each callback answers)."},
+    {"pair", tbmem_pair, METH_VARARGS,
+     "pair(act, addr, outs) -> (lone_done, lone_req, reused)\n\ncuda_replay.pair_allocations in one pass "
+     "(tbmem/snapshot/_pair.c)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_creader",
+                                    "The snapshot reader's compiled parts (tbmem/snapshot/_creader.h).", -1, methods};
+
+PyMODINIT_FUNC PyInit__creader(void) {
+    PyObject *m = PyModule_Create(&module);
+    PyObject *all = m ? Py_BuildValue("[ssssss]", "count", "scan", "new_runner", "forget", "run", "pair") : NULL;
+    if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
+        Py_XDECREF(all);
+        Py_XDECREF(m);
+        return NULL;
+    }
+    return m;
+}

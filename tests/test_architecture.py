@@ -1,0 +1,295 @@
+"""The structure of tbmem read from its source with ``ast``: no import cycle, the core below the
+readers, ``tbmem.logdir`` at the bottom and torch-free, no module over 500 lines (docs/architecture.md).
+
+What counts as an import (the rule docs/architecture.md states):
+
+* every ``import`` and ``from ... import`` in a file, at module level or inside a function or a
+  class (a deferred import is still a dependency: it runs, and a cycle made of deferred imports is
+  still a cycle, only one that fails later); imports under ``if TYPE_CHECKING:`` do not run and
+  do not count;
+* an import names the module it loads: ``import a.b.c`` and ``from a.b.c import x`` depend on
+  ``a.b.c``; ``from a.b import c`` depends on ``a.b.c`` when ``c`` is a module, else on ``a.b``
+  (the package's ``__init__``, which must then have defined ``c``: a re-export);
+* the parent packages Python initialises on the way (``a`` and ``a.b`` for ``import a.b.c``) are
+  not edges: every module would depend on its package's ``__init__``, and a package that
+  re-exports its submodules would form a cycle with each of them, one Python resolves (the
+  package exists before its submodules run). A submodule that imports a *name* from its own
+  package's ``__init__`` is an edge, and the cycle it makes with a re-exporting ``__init__`` is
+  a real one (which of the two runs first decides whether the name exists yet);
+* names resolved at run time from strings (``tbmem._lazy.lazy_exports`` tables,
+  ``importlib.import_module``, ``sys.modules`` lookups) are not imports.
+
+Run ``python tests/test_architecture.py`` for the whole report (cycles, upward imports, sizes).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("tbmem", "trainers")
+#: The readers: they read a logdir (the Memory tab, ``tbmem report`` and the analysis API, forecasts,
+#: the command line). Nothing of the core imports them.
+READERS = ("tbmem.plugin", "tbmem.analysis", "tbmem.forecast", "tbmem.cli")
+#: Adapters above everything of tbmem: nothing of tbmem imports them but the command lines that run them.
+ADAPTERS = ("trainers",)
+#: What ``tbmem`` runs: may import anything (``tbmem forecast`` builds the trainer of a Hydra config).
+ENTRY_POINTS = ("tbmem.cli", "tbmem.forecast.cli")
+#: The run layout and its formats: imports nothing of tbmem but itself, the tag table and the
+#: private helpers (``tbmem._*``), and no torch.
+LOGDIR = "tbmem.logdir"
+MAX_LINES = 500
+#: Where the 500-line rule applies: every Python file of these folders, and the JavaScript of tbmem's
+#: pages (the third-party code under ``vendor/`` excepted).
+SIZE_ROOTS = ("tbmem", "trainers", "tests", "benchmarks", "scripts")
+
+# --- Known remaining violations, removed as the work that fixes them is merged -----------------------
+# Each entry names the issue whose branch changes these files; the test fails on anything not listed
+# here and on an entry that no longer applies (then delete it).
+KNOWN_EDGES: dict[tuple[str, str], str] = {}
+KNOWN_LONG: dict[str, str] = {}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of :data:`PACKAGES`: each ``.py``, and each C
+    extension by its source (``tbmem/census/_gcwalk.c`` is ``tbmem.census._gcwalk``; it imports nothing)."""
+    mods = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")) + sorted((ROOT / pkg).rglob("*.c")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = path
+    return mods
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """The dotted names ``path``'s imports load (``from a import b`` gives ``a.b`` and ``a``; the
+    caller keeps what is a module), outside ``if TYPE_CHECKING:``."""
+    is_pkg = path.name == "__init__.py"
+    package = module if is_pkg else module.rpartition(".")[0]
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child.test):
+                for sub in child.orelse:  # the else branch of `if TYPE_CHECKING:` runs
+                    visit(ast.Module(body=[sub], type_ignores=[]))
+                continue
+            if isinstance(child, ast.Import):
+                names.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    up = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    base = ".".join(up + ([child.module] if child.module else []))
+                for alias in child.names:
+                    names.add(f"{base}.{alias.name}\0{base}")  # the submodule, else the package
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of tbmem and trainers it imports (the rule in this module's docstring)."""
+    mods = module_files()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        deps = set()
+        for name in imported_names(path, mod) if path.suffix == ".py" else ():
+            sub, _, base = name.partition("\0")
+            target = sub if sub in mods else resolve(base or sub)
+            if target is not None and target != mod:
+                deps.add(target)
+        graph[mod] = deps
+    return graph
+
+
+def third_party(path: Path, module: str) -> set[str]:
+    """Top-level names of what ``path`` imports from outside tbmem and trainers."""
+    tops = set()
+    for name in imported_names(path, module):
+        top = name.partition("\0")[0].split(".")[0]
+        if top and top not in PACKAGES:
+            tops.add(top)
+    return tops
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        comp.append(top)
+                        if top == node:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return sorted(found)
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a reader or an adapter from the core, of an adapter from tbmem (but its command lines),
+    and out of the logdir package's floor."""
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if _under(mod, ENTRY_POINTS):
+                continue
+            if _under(dep, ADAPTERS) and not _under(mod, ADAPTERS):
+                bad.append(f"{mod} -> {dep}: tbmem imports the trainers")
+            elif _under(dep, READERS) and not _under(mod, READERS + ADAPTERS):
+                bad.append(f"{mod} -> {dep}: the core imports a reader")
+            elif _under(mod, (LOGDIR,)) and not (_under(dep, (LOGDIR,)) or dep == "tbmem.tags"
+                                                  or dep.startswith("tbmem._")):
+                bad.append(f"{mod} -> {dep}: tbmem.logdir imports above itself")
+    return bad
+
+
+def torch_reached(graph: dict[str, set[str]], start: str) -> list[str]:
+    """The modules below ``start`` (itself and everything it imports, transitively) that import torch."""
+    mods = module_files()
+    seen, todo = set(), [m for m in graph if _under(m, (start,))]
+    while todo:
+        mod = todo.pop()
+        if mod not in seen:
+            seen.add(mod)
+            todo.extend(graph[mod])
+    return sorted(m for m in seen if mods[m].suffix == ".py" and "torch" in third_party(mods[m], m))
+
+
+def long_files() -> dict[str, int]:
+    """Repository path -> lines, for every file of :data:`SIZE_ROOTS` over :data:`MAX_LINES`."""
+    out = {}
+    for folder in SIZE_ROOTS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            rel = path.relative_to(ROOT).as_posix()
+            wanted = path.suffix == ".py" or (path.suffix == ".js" and folder == "tbmem" and "/vendor/" not in rel)
+            if not wanted or not path.is_file():
+                continue
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MAX_LINES:
+                out[rel] = lines
+    for path in sorted(ROOT.glob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES:
+            out[path.name] = lines
+    return out
+
+
+# --- the tests ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_no_import_cycle(graph):
+    listed = {edge for edge in KNOWN_EDGES if edge[1] in graph.get(edge[0], ())}
+    pruned = {m: {d for d in deps if (m, d) not in KNOWN_EDGES} for m, deps in graph.items()}
+    found = cycles(pruned)
+    assert not found, "import cycles (docs/architecture.md says how to break one):\n" + "\n".join(
+        "  " + " <-> ".join(c) for c in found)
+    stale = sorted(set(KNOWN_EDGES) - listed)
+    assert not stale, f"KNOWN_EDGES entries no longer imported (remove them): {stale}"
+    needed = [e for e in sorted(listed) if not cycles({**pruned, e[0]: pruned[e[0]] | {e[1]}})]
+    assert not needed, f"KNOWN_EDGES entries that no longer close a cycle (remove them): {needed}"
+
+
+def test_core_never_imports_the_readers(graph):
+    bad = upward_imports(graph)
+    assert not bad, "upward imports (docs/architecture.md):\n" + "\n".join("  " + b for b in bad)
+
+
+def test_logdir_is_torch_free(graph):
+    assert torch_reached(graph, LOGDIR) == []
+
+
+def test_no_module_over_500_lines():
+    found = long_files()
+    new = {p: n for p, n in found.items() if p not in KNOWN_LONG}
+    assert not new, f"modules over {MAX_LINES} lines (split them by what they do): {new}"
+    stale = sorted(set(KNOWN_LONG) - set(found))
+    assert not stale, f"KNOWN_LONG entries now at most {MAX_LINES} lines (remove them): {stale}"
+
+
+# --- the checker checked: each rule fails where it should ------------------------------------------------
+def test_rules_on_a_made_up_graph():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    bad = upward_imports({"tbmem.writer": {"tbmem.plugin.paths"}, "tbmem.logdir.x": {"tbmem.snapshot"},
+                          "tbmem.analysis.load": {"tbmem.logdir.x"}, "tbmem.tags": {"trainers.config"},
+                          "tbmem.forecast.cli": {"trainers.config"}})
+    assert bad == ["tbmem.logdir.x -> tbmem.snapshot: tbmem.logdir imports above itself",
+                   "tbmem.tags -> trainers.config: tbmem imports the trainers",
+                   "tbmem.writer -> tbmem.plugin.paths: the core imports a reader"]
+
+
+def test_import_rule(tmp_path):
+    """Deferred imports count, TYPE_CHECKING ones do not; ``from pkg import name`` is the package
+    unless ``name`` is a submodule."""
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tbmem.plugin\n"
+                   "def f():\n    from tbmem.census import take_census\n    from tbmem import tags\n")
+    names = {n.partition("\0")[0] for n in imported_names(src, "tbmem.m")}
+    assert "tbmem.plugin" not in names and {"tbmem.census.take_census", "tbmem.tags"} <= names
+
+
+if __name__ == "__main__":  # the report, by hand
+    g = import_graph()
+    print("cycles:", *(" <-> ".join(c) for c in cycles(g)) or ["none"], sep="\n  ")
+    print("upward imports:", *upward_imports(g) or ["none"], sep="\n  ")
+    print("torch below tbmem.logdir:", torch_reached(g, LOGDIR) or "none")
+    print(f"over {MAX_LINES} lines:", *(f"{p}: {n}" for p, n in long_files().items()) or ["none"], sep="\n  ")
+    sys.exit(0)
