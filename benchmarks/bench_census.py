@@ -1,8 +1,8 @@
 """Census cost vs pytorch_memlab's MemReporter: fresh processes, calls interleaved, and how stable the ratio is.
 
 Run: ``.venv/bin/python benchmarks/bench_census.py [--rounds 5] [--repeats 11] [--quick]``.
-The acceptance bar (issues 3 and 12) is a full census <= 1/3 of
-``MemReporter(model).report()`` on the same heap. Without pytorch_memlab installed, a
+The acceptance bar is a full census <= 0.15 of ``MemReporter(model).report()`` on the same
+heap (issue 26; 1/3 in issues 3 and 12). Without pytorch_memlab installed, a
 faithful copy of its scan loop (``gc.get_objects()`` + ``isinstance(obj, torch.Tensor)`` +
 per-tensor storage stats) stands in, and the output says so.
 
@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = ["main"]
 
+BAR = 0.15  # a full census at most this fraction of MemReporter's time on the base heap (issue 26)
 VARIANTS = ("memlab", "census", "census_all", "census_off", "census_inc", "scan", "get_objects", "referrers")
 _LAYOUT: list[Any] = []  # allocations of random sizes: each round's heap layout differs, as separate runs' do
 
@@ -169,7 +170,7 @@ def _run_round(seed: int, repeats: int, targets: list[int]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the comparison table; return 0 when the census meets the 1/3 bar on the base heap."""
+    """Print the comparison table; return 0 when the census meets the bar (``BAR``) on the base heap."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds of 5 calls, without the 1M-object heap")
     parser.add_argument("--rounds", type=int, default=None, help="fresh processes (default 5, quick 3)")
@@ -213,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
               f"| {min(ratios):.3f}-{max(ratios):.3f} | {ms['scan'] / ms['memlab']:.3f} |")
         if extra == 0:
             base = (ratio, lo, hi)
-    ok = base[0] <= 1 / 3
-    print(f"bar: census <= 1/3 of memlab on the base heap: {'met' if ok else 'NOT met'} "
+    ok = base[0] <= BAR
+    print(f"bar: census <= {BAR} of memlab on the base heap: {'met' if ok else 'NOT met'} "
           f"(median over rounds {base[0]:.3f}, 90% interval {base[1]:.3f}-{base[2]:.3f})")
-    print(f"RESULT name=census.vs_memlab_base_heap ratio={base[0]:.4f} limit={1 / 3:.4f}")
+    print(f"RESULT name=census.vs_memlab_base_heap ratio={base[0]:.4f} limit={BAR:.4f}")
     return 0 if ok else 1
 
 

@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -47,6 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 __all__ = ["Hint", "find_hints", "format_hints", "HINT_KINDS"]
+
+_SUBSCRIPT = re.compile(r"\[[^\[\]]*\]$")  # the last index of a name: kept[3] -> kept[...]
 
 HINT_KINDS = ("activation_checkpointing", "optimizer_precision", "expandable_segments", "growing_other",
               "batch_headroom")
@@ -180,9 +183,10 @@ def _growing(s: RunSummary, texts: "pd.DataFrame | None") -> Hint | None:
     last = [t for t in sorted(tables) if t <= finding.end_step]
     new: list[dict[str, Any]] = []
     if first and last and last[-1] > first[0]:
-        before = [(r["name"], r["shape"], r["dtype"]) for r in tables[first[0]] if r["category"] == "other"]
+        # not by name: a name is what holds the tensor (``kept[3]``) when the census found it, else its type
+        before = [(r["shape"], r["dtype"], r["device"]) for r in tables[first[0]] if r["category"] == "other"]
         for r in tables[last[-1]]:
-            key = (r["name"], r["shape"], r["dtype"])
+            key = (r["shape"], r["dtype"], r["device"])
             if r["category"] != "other":
                 continue
             if key in before:
@@ -211,10 +215,14 @@ def _crowded(rows: list[dict[str, Any]]) -> str:
     """What to say when no new storage shows: one shape filling the table is the likely culprit."""
     from collections import Counter
 
-    other = [(r["name"], r["shape"], r["dtype"], r["device"], r["mb"]) for r in rows if r["category"] == "other"]
+    other = [(r["shape"], r["dtype"], r["device"], r["mb"]) for r in rows if r["category"] == "other"]
     if other:
-        (name, shape, dtype, device, mb), count = Counter(other).most_common(1)[0]
+        (shape, dtype, device, mb), count = Counter(other).most_common(1)[0]
         if count >= 3 and count * 2 >= len(rows):
+            # rows named by what holds them (kept[0], kept[1], ...) are one holder: `kept[...]`
+            names = Counter(_SUBSCRIPT.sub("[...]", r["name"]) for r in rows if r["category"] == "other" and
+                            (r["shape"], r["dtype"], r["device"], r["mb"]) == (shape, dtype, device, mb))
+            name = names.most_common(1)[0][0]
             return (f"The census's largest-tensor table is full of `{name}` {shape} {dtype} on {device} "
                     f"({_b(mb)} each, {count} of its {len(rows)} rows): many storages of that shape are "
                     "alive, most likely the ones that accumulate.")

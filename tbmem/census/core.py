@@ -19,30 +19,48 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import gc
+import operator
 import time
 from itertools import compress
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Literal
 
+import numpy as np
 import torch
 
 from tbmem import _torch_private as tp
-from tbmem._log import report_once
-from tbmem.census import heap, scan, walk
+from tbmem.census import facts, heap, held, names, scan, table, walk
 from tbmem.census.categorize import Ledger
+from tbmem.census.held import AUTOCAST_CACHE
 from tbmem.census.report import Census
 
 __all__ = ["take_census", "AUTOCAST_CACHE"]
 
 NumpyScan = Literal["reachable", "all", "off"]
-#: Blind spot: upper bound of CPU autocast's weight-cast cache while a census runs inside its region.
-AUTOCAST_CACHE = "cpu_autocast_cache_max"
 _Param = torch.nn.Parameter
 # torch's own accessors: a subclass's property of the same name (user code) cannot intercept them.
 _grad, _grad_fn, _requires_grad, _is_leaf, _retains_grad, _dtype, _device = (
     scan.tensor_attr[n] for n in ("grad", "grad_fn", "requires_grad", "is_leaf", "retains_grad", "dtype", "device"))
 _is_view = torch.Tensor._is_view
+_IS_TENSOR = functools.partial(operator.is_, torch.Tensor)
+
+
+def _flagged(tensors: list[Any], got: facts.TensorFacts | None, flag: int, test: Callable[[Any], Any]) -> list[Any]:
+    """The tensors whose facts carry ``flag`` (without facts: for which torch's getter ``test`` gives something
+    true; a C function, no Python call per tensor)."""
+    if got is not None:
+        return list(compress(tensors, (got.rows[:, 3] & flag != 0).tolist()))
+    return list(compress(tensors, map(test, tensors)))
+
+
+def _facts(ledger: Ledger, tensors: list[Any]) -> facts.TensorFacts | None:
+    try:
+        return facts.tensor_facts(tensors)
+    except Exception as exc:  # noqa: BLE001 - then each phase asks each tensor itself
+        ledger._note("facts", "the tensors could not be read together (read one by one)", exc)
+        return None
 
 
 def _label(kind: str, i: int) -> str:
@@ -66,7 +84,9 @@ def take_census(
         models: Models whose parameters, gradients and buffers are named.
         optimizers: Optimizers whose state is named after the parameters.
         roots: Tensors (a loss before ``backward``) or autograd nodes whose graphs
-            hold saved activations.
+            hold saved activations, or objects holding tensors (a batch dict, a cache): the
+            tensors below them are found even where the heap pass cannot see them (objects
+            frozen by ``gc.freeze()`` on Python 3.12+) and named after the path (``root['x']``).
         large_tensor_bytes: Storages at or above this size are large tensors.
         top_k: Rows of :meth:`Census.to_markdown`.
         device: CUDA device for ``unattributed_bytes``; None is the current device.
@@ -89,15 +109,20 @@ def take_census(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
             with tp.disable_torch_function_subclass():
-                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan)
-                records = ledger.records()
+                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan, top_k)
+                records = ledger.table()
+                ledger.release()
     finally:
         if gc_was_enabled:
             gc.enable()
-    unattributed = _unattributed(ledger, device)
-    return Census.from_records(records, large_tensor_bytes=large_tensor_bytes, top_k=top_k,
-                               duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
-                               notes=ledger.notes, heap_scan=method, blind_spots=ledger.blind_spots)
+    unattributed = held.unattributed(ledger, device)
+    notes, blind_spots, blind_spot_notes = ledger.notes, ledger.blind_spots, ledger.blind_spot_notes
+    del ledger
+    if len(records) >= table.TRIM_AFTER:
+        table.give_back_heap()
+    return Census.from_table(records, large_tensor_bytes=large_tensor_bytes, top_k=top_k,
+                             duration_s=time.perf_counter() - start, unattributed_bytes=unattributed,
+                             notes=notes, heap_scan=method, blind_spots=blind_spots, blind_spot_notes=blind_spot_notes)
 
 
 def _guarded(ledger: Ledger, what: str, fn: Any, *args: Any) -> None:
@@ -125,37 +150,44 @@ def _is_flagged_parameter(t: Any) -> bool:
         return False
 
 
-def _tensors_in(value: Any, ttypes: set[type], depth: int = 3) -> Iterator[tuple[Any, str]]:
-    """``(tensor, suffix)`` for tensors in ``value`` or in its lists, tuples and dicts (LBFGS's history)."""
-    kind = type(value)
-    if kind in ttypes:
-        yield value, ""
-    elif depth and kind in (list, tuple):
-        for i, item in enumerate(value):
-            for t, suffix in _tensors_in(item, ttypes, depth - 1):
-                yield t, f"[{i}]{suffix}"
-    elif depth and kind is dict:
-        for key, item in list(value.items()):
-            for t, suffix in _tensors_in(item, ttypes, depth - 1):
-                yield t, f"[{key!r}]{suffix}"
-
-
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
-         numpy_scan: NumpyScan, full_scan: bool) -> tuple[Ledger, str]:
+         numpy_scan: NumpyScan, full_scan: bool, top_k: int = 10) -> tuple[Ledger, str]:
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
     ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
     stypes, ntypes = found.storage_types, found.node_types
     objs, kinds = found.objects, list(map(type, found.objects))
-    tensors, storages, nodes, holders = (list(compress(objs, map(types.__contains__, kinds)))
-                                         for types in (ttypes, stypes, ntypes, htypes))
+    is_tensor = list(map(ttypes.__contains__, kinds))  # most are tensors: the rest are sorted apart
+    tensors = list(compress(objs, is_tensor))
+    objs = list(compress(objs, map(operator.not_, is_tensor)))
+    kinds = list(map(type, objs))
+    storages, nodes, holders, modules = (list(compress(objs, map(types.__contains__, kinds)))
+                                         for types in (stypes, ntypes, htypes, found.module_types))
+    del is_tensor
     del found, kinds, objs
     ledger = Ledger(ttypes)
+    walk.own_types(refresh=True)
+    got = _facts(ledger, tensors)  # what every phase asks of every tensor, read once (None: asked one by one)
+    if got is not None:
+        ledger.use_facts(tensors, got)
+        plain_kind = got.rows[:, 3] & facts.PLAIN != 0
+        got_plain = got._replace(rows=got.rows[plain_kind])
+        plain_kind = plain_kind.tolist()
+    else:
+        plain_kind, got_plain = list(map(_IS_TENSOR, map(type, tensors))), None
+    subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
+    plain = list(compress(tensors, plain_kind))
+    del plain_kind
     frozen = heap.frozen_objects()
-    if frozen:
-        ledger._note("frozen", f"{frozen} objects frozen by gc.freeze(), which no scan can see")
+    if frozen and not heap.FROZEN_READABLE:
+        ledger._note("frozen", f"{frozen} objects frozen by gc.freeze() are out of the heap pass's sight here (it reads "
+                               "them on CPython 3.10 and 3.11 with the C extension): their tensors count where the "
+                               "models, optimizers and roots handed to the census reach them, and the others are "
+                               "not counted", warn=False)
     param_types = {t for t in ttypes if issubclass(t, _Param)}
     cpp_nodes = heap.cpp_node_types()
+    py_nodes = ntypes - cpp_nodes  # the nodes of custom autograd.Functions: their ctx
     named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
+    root_tensors: list[tuple[Any, str]] = []  # tensors handed over as roots, or below them, without a graph
     grads: list[torch.Tensor] = []
 
     def parameters() -> None:
@@ -174,10 +206,11 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
         def found_parameter(t: Any) -> None:
             kind = type(t)
-            if kind in param_types or (kind is not torch.Tensor and _is_flagged_parameter(t)):
+            if kind in param_types or _is_flagged_parameter(t):
                 ledger.claim(t, "parameters", kind.__name__)
 
-        _each(ledger, "parameters", tensors, found_parameter)
+        held.held_parameters(ledger, modules)  # TorchScript modules' and quantized modules' packed weights
+        _each(ledger, "parameters", subclassed, found_parameter)
 
     def gradients() -> None:
         def named_grad(entry: tuple[torch.Tensor, str, str | None]) -> None:
@@ -195,25 +228,29 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                     grads.append(g)
 
         _each(ledger, "gradients", list(named.values()), named_grad)
-        _each(ledger, "gradients", tensors, leaf_grad)
+        _each(ledger, "gradients", _flagged(tensors, got, facts.REQUIRES_GRAD, _requires_grad), leaf_grad)
 
     def optimizer_state() -> None:
-        for k, opt in enumerate(optimizers):
-            label = _label("optimizer", k)
+        for k, outer in enumerate(optimizers):
+            for path, opt in walk.optimizers_in(outer):  # ZeroRedundancyOptimizer keeps its state in .optim
+                label = _label("optimizer", k) + path
 
-            def state_of(item: tuple[Any, Any]) -> None:
-                p, state = item
-                entry = named.get(id(p))
-                _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
-                prefix = f"{label}.state[{pname}]."
-                for key, value in list(state.items()):
-                    if type(value) in ttypes:  # the usual entry (exp_avg, step): what _tensors_in yields first
-                        ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
-                        continue
-                    for t, suffix in _tensors_in(value, ttypes):
-                        ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
+                def state_of(item: tuple[Any, Any]) -> None:
+                    p, state = item
+                    entry = named.get(id(p))
+                    _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
+                    prefix = f"{label}.state[{pname}]."
+                    if type(state) is not dict and not issubclass(type(state), dict):
+                        state = {"": state}
+                    for key, value in list(state.items()):
+                        if type(value) in ttypes:  # the usual entry (exp_avg, step)
+                            ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
+                            continue
+                        # lists (LBFGS's history), dicts, objects (a dataclass of preconditioners): whatever it holds
+                        for t, suffix in walk.named_below(value, ttypes, depth=4):
+                            ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
 
-            _each(ledger, "optimizer state", list(opt.state.items()), state_of)
+                _each(ledger, "optimizer state", list(opt.state.items()), state_of)
 
     def buffers() -> None:
         for i, model in enumerate(models):
@@ -224,6 +261,7 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 qual = name if i == 0 else f"{label}.{name}"
                 module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
                 ledger.claim(b, "buffers", qual, module)
+        held.held_buffers(ledger, modules)
 
     def activations() -> None:
         starts: list[Any] = []
@@ -234,8 +272,18 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 if fn is not None:
                     ledger.claim(r, "activations", "root")
                     starts.append(fn)
+                else:
+                    root_tensors.append((r, "root"))
             elif hasattr(type(r), "next_functions"):
                 starts.append(r)
+            else:  # an object holding tensors (a batch dict, a cache): found even where the heap pass cannot see
+                for t, path in walk.named_below(r, ttypes, depth=3):
+                    fn = _grad_fn(t)
+                    if fn is not None:
+                        ledger.claim(t, "activations", f"root{path}")
+                        starts.append(fn)
+                    else:
+                        root_tensors.append((t, f"root{path}"))
 
         def output(t: Any) -> None:
             fn = _grad_fn(t)
@@ -249,36 +297,49 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                 starts.append(fn)
 
         def walk_from(from_nodes: list[Any]) -> None:
+            walked = len(keep)
             for saved, name in scan.walk_autograd(from_nodes, visited, keep, errors):
                 if type(saved) in ttypes:
                     ledger.claim(saved, "activations", name)
                 elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
                     for t in walk.tensors_below(saved, ttypes):
                         ledger.claim(t, "activations", f"{name} (packed)")
+            # A custom autograd.Function's ctx is its node: what forward kept there (ctx.mask = h > 0) is
+            # held for backward like what it saved (and after backward, as long as the graph is held).
+            for node in compress(keep[walked:], map(py_nodes.__contains__, map(type, keep[walked:]))):
+                for t, path in walk.named_below(walk.instance_dict(node), ttypes, depth=2):
+                    ledger.claim(t, "activations", f"{type(node).__name__}.ctx{walk.attribute_path(path)}")
 
         _each(ledger, "activations", roots, root)
-        _each(ledger, "activations", tensors, output)
+        _each(ledger, "activations", _flagged(tensors, got, facts.HAS_GRAD_FN, _grad_fn), output)
         _each(ledger, "activations", grads, grad_graph)
         visited: set[int] = set()
         keep: list[Any] = []
         errors: list[BaseException] = []
         walk_from(starts)
-        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++
-        # node can be found again only by a full scan (see heap.forget).
+        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++ node can be
+        # found again only by a full scan (see heap.forget), which is needed where such a graph holds
+        # something this census counted: not for the nodes torch.compile's tracing leaves behind, whose
+        # saved tensors were released (or never held memory), which would make every census a full one.
         orphans = [n for n in nodes if id(n) not in visited]
-        if any(type(n) in cpp_nodes for n in orphans):
+        counted = ledger.count()
+        walk_from([n for n in orphans if type(n) in cpp_nodes])
+        if ledger.count() != counted:
             heap.forget()
-        walk_from(orphans)
+        walk_from([n for n in orphans if type(n) not in cpp_nodes])
         if errors:
             ledger._note("graph", "an autograd node could not be read", errors[0])
 
     def other() -> None:
+        for t, name in root_tensors:  # handed over by the caller: named after what holds them
+            ledger.claim(t, "other", name)
         # Subclass instances first: a wrapper (DTensor, a nested tensor) names the memory of its inner tensors.
-        for t in sorted(tensors, key=lambda t: type(t) is torch.Tensor):
+        for t in subclassed:
             if not ledger.seen(t):
                 ledger.claim(t, "other", type(t).__name__)
-        for s in storages:  # storages held without a tensor
-            ledger.claim_storage(s, type(s).__name__)
+        for position, t in ledger.claim_plain(plain, "other", got_plain):  # in bulk; the odd ones one by one
+            ledger.claim(t, "other", type(t).__name__, position=position)
+        ledger.claim_storages(storages)  # storages held without a tensor
 
     def arrays() -> None:
         atypes = heap.array_types()
@@ -289,58 +350,29 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         for arr, name in sources:
             ledger.claim_array(arr, name)
 
+    def holder_names() -> None:  # the largest tensors named only by their type: named after what holds them
+        rows = ledger.unnamed(top_k)
+        found = names.holder_names([t for _, t, _ in rows]) if rows else {}
+        for _, t, handle in rows:
+            if id(t) in found:
+                ledger.rename(handle, found[id(t)])
+
     def autocast_cache() -> None:
-        _autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
+        held.autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
 
     phases = [("parameters", parameters), ("gradients", gradients), ("optimizer state", optimizer_state),
-              ("buffers", buffers), ("activations", activations), ("other tensors", other)]
+              ("buffers", buffers), ("activations", activations), ("other tensors", other),
+              ("DDP's gradient buckets", lambda: held.ddp_buckets(ledger, modules + [m for m in models
+                                                                                   if m not in modules]))]
     if numpy_scan != "off":
         phases.append(("numpy arrays", arrays))
+    phases.append(("what holds unnamed tensors", holder_names))
     phases.append(("the autocast cache", autocast_cache))
     for what, fn in phases:
         _guarded(ledger, what, fn)
     return ledger, "full" if method != "young" else "incremental"
 
 
-def _autocast_blind_spot(ledger: Ledger, tensors: list[Any]) -> None:
-    """Inside a CPU autocast region, bound what its weight-cast cache (C++ only) may hold."""
-    dtype = tp.autocast_cache_dtype("cpu")
-    if dtype is None:
-        return
-    seen: set[int] = set()
-    bound = 0
-
-    def cacheable(t: Any) -> None:
-        nonlocal bound
-        # autocast caches a cast of a float32 leaf that requires grad and is not a view
-        if (id(t) not in seen and _dtype(t) is torch.float32 and _device(t).type == "cpu" and _requires_grad(t)
-                and _is_leaf(t) and not _is_view(t)):
-            seen.add(id(t))
-            bound += t.numel() * dtype.itemsize
-
-    _each(ledger, "the autocast cache", tensors, cacheable)
-    if bound:
-        ledger.blind_spots[AUTOCAST_CACHE] = bound
-        ledger._note("autocast", f"inside a CPU autocast region: its cache of {str(dtype).removeprefix('torch.')} "
-                                 f"weight copies is invisible to any scan ({AUTOCAST_CACHE}: at most "
-                                 f"{bound / 2**20:.2f} MB; casts also saved for backward are counted as "
-                                 "activations)", warn=False)
-
-
 def _chain(*its: Iterable[Any]) -> Iterable[Any]:
     for it in its:
         yield from it
-
-
-def _unattributed(ledger: Ledger, device: int | None) -> int | None:
-    if not tp.cuda_ready():
-        return None
-    try:
-        index = tp.cuda_current_device() if device is None else device
-        stats = tp.cuda_memory_stats(index) if index is not None else None
-    except RuntimeError as exc:
-        report_once("census:unattributed", "tbmem census: could not read the CUDA allocator", exc=exc)
-        return None
-    if not stats:
-        return None
-    return int(stats.get("allocated_bytes.all.current", 0)) - ledger.bytes_on(f"cuda:{index}")

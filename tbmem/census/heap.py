@@ -77,11 +77,27 @@ try:  # apart: an extension built from an older _gcwalk.c still gives the full p
     from tbmem.census._gcwalk import select_listed as _select_listed
 except ImportError:
     _select_listed = None
+try:
+    from tbmem.census._gcwalk import weak_refs as _weak_refs_c
+except ImportError:
+    _weak_refs_c = None
+try:
+    from tbmem.census._gcwalk import select_tracked_from as _select_from
+except ImportError:
+    _select_from = None
+try:  # the permanent generation (gc.freeze()), where the extension can read it (CPython 3.10, 3.11)
+    from tbmem.census._gcwalk import select_frozen as _select_frozen
+
+    _select_frozen(())
+except (ImportError, NotImplementedError):
+    _select_frozen = None
+#: Whether full scans also see the objects frozen by ``gc.freeze()`` (else no scan does).
+FROZEN_READABLE = _select_frozen is not None
 #: Whether full scans walk the heap in C (False: ``gc.get_objects()``, as fast as numpy makes it).
 C_HEAP_PASS = _select_tracked is not None
 
 __all__ = [  # the type listings are re-exported from tbmem.census.kinds
-    "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "tensor_types", "storage_types", "node_types", "array_types",
+    "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "MAX_INDEXED", "FROZEN_READABLE", "tensor_types", "storage_types", "node_types", "array_types",
     "holder_types", "cpp_node_types", "find_instances", "frozen_objects", "forget", "start_capture", "stop_capture",
 ]
 
@@ -94,9 +110,14 @@ INCREMENTAL_SUPPORTED = (sys.implementation.name == "cpython" and sys.version_in
 def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
     """Weak references to ``objs``, less the C++ nodes' objects, which cannot have one (see :func:`forget`).
 
+    In C where it was built: the same references, untracked by the collector (a weak reference without
+    a callback is in no reference cycle), so that the index adds nothing to the user's collections.
+
     Raises:
         TypeError: another object cannot be weakly referenced.
     """
+    if _weak_refs_c is not None:
+        return _weak_refs_c(objs, _CPP_NODE_TYPES)
     weak = map(operator.not_, map(_CPP_NODE_TYPES.__contains__, map(type, objs)))
     return list(map(weakref.ref, itertools.compress(objs, weak)))
 
@@ -115,6 +136,7 @@ class Found(NamedTuple):
     method: str  # "objects" (full scan) or "young" (incremental)
     storage_types: frozenset[type] = frozenset()
     node_types: frozenset[type] = frozenset()
+    module_types: frozenset[type] = frozenset()
 
 
 class _Marker:
@@ -143,7 +165,9 @@ _lock = threading.Lock()
 # Written by the gc callback: promoting collections seen, and the instances they were about to promote.
 _observed = 0
 _promoted: list[weakref.ref[Any]] = []
-_MAX_PROMOTED = 1_000_000  # beyond this, forget the index (a full scan is cheaper than the list)
+#: At most this many weak references in the index (survivors and promoted instances, about 90 bytes each);
+#: a heap holding more instances is scanned fully each time, so that the census keeps no more than 1 MB.
+MAX_INDEXED = 10_000
 _forgotten = 0  # times the callback dropped the index: a scan running meanwhile must not store its own
 _new_class = False  # the callback saw a class made since the last scan: list the types afresh
 _capture_users = 0
@@ -193,7 +217,7 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         if new_kinds(classes, last.classes, last.kinds):
             _new_class = True
         _promoted.extend(_weak_refs(instances))
-        if len(_promoted) > _MAX_PROMOTED:
+        if len(_promoted) + len(last.survivors) > MAX_INDEXED:
             raise OverflowError("too many promoted instances")
     except Exception:  # noqa: BLE001 - a gc callback must never raise; the next census scans fully
         _last = None
@@ -251,7 +275,8 @@ def find_instances(holders: bool = True, *, incremental: bool = True) -> Found:
         fresh = _remember(found, promotions, observed, frozen, holders, kinds, classes)
         _last = fresh if _forgotten == forgotten else None
         return found._replace(tensor_types=kinds.tensor_types, holder_types=kinds.holder_types,
-                              storage_types=kinds.storage_types, node_types=kinds.node_types)
+                              storage_types=kinds.storage_types, node_types=kinds.node_types,
+                              module_types=kinds.module_types)
 
 
 def _select(objs: list[Any], types: frozenset[type]) -> list[Any]:
@@ -300,7 +325,7 @@ def _young(types: frozenset[type], known: list[weakref.ref[Any]], instances: lis
 
 def _remember(found: Found, promotions: tuple[int, int], observed: int, frozen: int, holders: bool,
               kinds: Kinds, classes: list[type]) -> _LastScan | None:
-    if not INCREMENTAL_SUPPORTED:
+    if not INCREMENTAL_SUPPORTED or len(found.objects) > MAX_INDEXED:
         return None
     try:
         survivors = _weak_refs(found.objects)
@@ -324,7 +349,33 @@ def forget() -> None:
         _last = None
 
 
+#: Stretches of the oldest generation walked side by side (see ``select_tracked_from`` in _gcwalk.c).
+STRETCHES = 32
+_anchors: list[weakref.ref[Any]] = []  # objects along the oldest generation, picked by the last full walk
+_spacing = 0
+
+
 def _full(types: frozenset[type]) -> Found:
+    found = _tracked(types)
+    if FROZEN_READABLE and gc.get_freeze_count():
+        found.objects.extend(_select_frozen(tuple(types)))
+    return found
+
+
+def _tracked(types: frozenset[type]) -> Found:
+    global _anchors, _spacing
+    if _select_from is not None:
+        held = [a for a in map(weakref.ref.__call__, _anchors) if a is not None]
+        try:
+            objs, candidates, length = _select_from(tuple(types), held, _spacing)
+        except (NotImplementedError, MemoryError, RuntimeError):
+            pass
+        else:
+            del held
+            step = max(1, len(candidates) // STRETCHES)
+            _anchors = _weak_refs(candidates[step::step][:STRETCHES - 1])
+            _spacing = max(1, length // (4 * STRETCHES))
+            return Found(objs, set(), set(), "objects")
     if _select_tracked is not None:
         try:
             return Found(_select_tracked(tuple(types)), set(), set(), "objects")

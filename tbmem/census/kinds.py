@@ -43,13 +43,28 @@ except ImportError:
     _subclasses_c = None
 
 __all__ = [
-    "Kinds", "list_kinds", "subclasses", "tensor_types", "storage_types", "cpp_node_types", "node_types",
+    "Kinds", "list_kinds", "subclasses", "tensor_types", "module_types", "storage_types", "cpp_node_types", "node_types",
     "array_types", "holder_types", "metaclasses", "split_classes", "new_kinds", "outdated",
 ]
 
-# Subclasses whose instances never own memory of their own outside tracing/tests:
-# fake tensors live on the meta device, functional tensors wrap a tensor found anyway.
-_SKIPPED_MODULE_PREFIXES = ("torch._subclasses.", "torch.testing.")
+# Subclasses whose instances never own memory of their own: fake tensors live on the meta device, functional
+# tensors (only while tracing) wrap a tensor found anyway. Every other subclass counts, torch's own included
+# (torch.testing's TwoTensor, DTensor): a wrapper's optimizer state is optimizer state.
+_SKIPPED_TENSOR_TYPES = (("torch._subclasses.fake_tensor", "FakeTensor"),
+                         ("torch._subclasses.functional_tensor", "FunctionalTensor"))
+# Modules whose memory only C++ holds: what the census reads of them is in tbmem/_torch_private_census.py.
+_MODULE_HOLDERS = (("torch.jit._script", "RecursiveScriptModule"),
+                   ("torch.nn.parallel.distributed", "DistributedDataParallel"),
+                   ("torch.ao.nn.quantized.modules.linear", "LinearPackedParams"),
+                   ("torch.ao.nn.sparse.quantized.linear", "LinearPackedParams"),
+                   ("torch.ao.nn.quantized.modules.embedding_ops", "EmbeddingPackedParams"),
+                   ("torch.ao.nn.quantized.modules.conv", "_ConvNd"))
+
+
+def _defined(where: tuple[tuple[str, str], ...]) -> list[type]:
+    """The classes named, among the modules imported now (none is imported here)."""
+    found = (getattr(sys.modules.get(module), name, None) for module, name in where)
+    return [cls for cls in found if isinstance(cls, type)]
 
 
 def subclasses(root: type) -> set[type]:
@@ -66,8 +81,17 @@ def subclasses(root: type) -> set[type]:
 
 
 def tensor_types() -> set[type]:
-    """``torch.Tensor`` and every subclass defined now (nn.Parameter, DTensor, user subclasses)."""
-    return {t for t in subclasses(torch.Tensor) if not t.__module__.startswith(_SKIPPED_MODULE_PREFIXES)}
+    """``torch.Tensor`` and every subclass defined now (nn.Parameter, DTensor, user subclasses), less fake
+    and functional tensors."""
+    skipped = set().union(*map(subclasses, _defined(_SKIPPED_TENSOR_TYPES)))
+    return subclasses(torch.Tensor) - skipped
+
+
+def module_types() -> set[type]:
+    """Modules whose memory only C++ holds, and their subclasses: TorchScript modules (parameters and
+    buffers live in the C++ module), quantized modules' packed weights, DistributedDataParallel (its
+    gradient buckets), among the modules imported now."""
+    return set().union(*map(subclasses, _defined(_MODULE_HOLDERS)))
 
 
 def storage_types() -> set[type]:
@@ -124,7 +148,7 @@ class Kinds:
 
     Attributes:
         holders: Whether PhiML's array holders are among them.
-        tensor_types, storage_types, node_types, holder_types: As the functions of these names.
+        tensor_types, storage_types, node_types, holder_types, module_types: As the functions of these names.
         types: Their union: what the scan selects.
         metaclasses: Every metaclass when these were listed (a class made since is an instance of one).
         watch: ``types | metaclasses``: what the incremental scan selects among the young objects.
@@ -138,6 +162,8 @@ class Kinds:
     types: frozenset[type]
     metaclasses: frozenset[type]
     watch: frozenset[type]
+    module_types: frozenset[type] = frozenset()
+    module_roots: frozenset[type] = frozenset()  # those of _MODULE_HOLDERS imported when listed
 
 
 def list_kinds(holders: bool) -> Kinds:
@@ -145,8 +171,10 @@ def list_kinds(holders: bool) -> Kinds:
     metas = metaclasses()
     ttypes, stypes, ntypes = frozenset(tensor_types()), frozenset(storage_types()), frozenset(node_types())
     htypes = frozenset(holder_types()) if holders else frozenset()
-    types = frozenset().union(ttypes, stypes, ntypes, htypes)
-    return Kinds(holders, ttypes, stypes, ntypes, htypes, types, metas, types | metas)
+    roots = frozenset(_defined(_MODULE_HOLDERS))
+    mtypes = frozenset(module_types())
+    types = frozenset().union(ttypes, stypes, ntypes, htypes, mtypes)
+    return Kinds(holders, ttypes, stypes, ntypes, htypes, types, metas, types | metas, mtypes, roots)
 
 
 def split_classes(picked: list[Any], kinds: Kinds) -> tuple[list[Any], list[type]]:
@@ -182,5 +210,6 @@ def new_kinds(classes: list[type], known: dict[int, weakref.ref[type]], kinds: K
 
 def outdated(classes: list[type], known: dict[int, weakref.ref[type]], kinds: Kinds) -> bool:
     """Whether ``kinds`` must be listed again: a new class may be a type looked for, or PhiML's
-    holder class appeared (imported since: a root of its own)."""
-    return new_kinds(classes, known, kinds) or (kinds.holders and frozenset(holder_types()) != kinds.holder_types)
+    holder class or a module class whose memory C++ holds appeared (imported since: roots of their own)."""
+    return (new_kinds(classes, known, kinds) or (kinds.holders and frozenset(holder_types()) != kinds.holder_types)
+            or frozenset(_defined(_MODULE_HOLDERS)) != kinds.module_roots)

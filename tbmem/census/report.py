@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Sequence
 
+from tbmem.census.table import Records, TensorRecord
 from tbmem.tags import tag_for, to_unit
 
 __all__ = ["CATEGORIES", "TensorRecord", "Census"]
@@ -24,37 +26,13 @@ __all__ = ["CATEGORIES", "TensorRecord", "Census"]
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_state", "buffers", "activations", "other")
 
 
-@dataclass(frozen=True)
-class TensorRecord:
-    """One storage, counted once, named after the first (highest-priority) tensor that uses it.
-
-    Attributes:
-        name: ``encoder.conv1.weight``, ``encoder.conv1.weight.grad``,
-            ``optimizer.state[encoder.conv1.weight].exp_avg``, ``MmBackward0.saved_self``,
-            ``numpy <function>:<variable>``, or the type name for anonymous tensors.
-        category: One of :data:`CATEGORIES`.
-        shape: Shape of the tensor that named it (a view may be smaller than its storage).
-        dtype: ``float32``, ``int64``, ... (numpy arrays: numpy's dtype name).
-        device: ``cpu``, ``cuda:0``, ...
-        bytes: Bytes of the whole storage.
-        module: ``model.encoder`` for tensors of a watched model's top-level submodule, else None.
-    """
-
-    name: str
-    category: str
-    shape: tuple[int, ...]
-    dtype: str
-    device: str
-    bytes: int
-    module: str | None = None
-
-
 @dataclass
 class Census:
     """What holds memory right now: every live storage found, counted once.
 
     Attributes:
-        records: One record per storage, largest first.
+        records: One record per storage, largest first (a sequence that makes the records as they
+            are read: a census of 100k small storages does not pay for 100k record objects).
         total_bytes: Sum over all records.
         by_category: Bytes per category (every category present, zeros included).
         by_dtype, by_device, by_module: Bytes per dtype, device and watched top-level submodule.
@@ -68,11 +46,13 @@ class Census:
         notes: What could not be counted (reported once on the ``tbmem`` logger too).
         heap_scan: ``"full"`` (the whole heap was traversed) or ``"incremental"`` (the
             survivors of the last census plus the objects created since; same result).
-        blind_spots: Named limitations -> the bytes they concern, each also explained in
-            ``notes``: ``cpu_autocast_cache_max`` (inside a CPU autocast region, at most this
-            many bytes of low-precision weight copies live in autocast's cache, which torch
-            does not expose), ``foreign_memory_owner_not_found`` (counted bytes of tensors over
-            memory torch did not allocate whose owner, which may hold more, was not found).
+        blind_spots: Named limitations -> the bytes they concern (docs/census.md, "Blind spots"):
+            ``cpu_autocast_cache_max`` (inside a CPU autocast region, at most this many bytes of
+            low-precision weight copies live in autocast's cache, which torch does not expose),
+            ``foreign_memory_owner_not_found`` (counted bytes of tensors over memory torch did not
+            allocate whose owner, which may hold more, was not found), and the others listed there.
+        blind_spot_notes: The same names -> one plain sentence each, with the bytes (also in
+            ``notes``, which the table shows apart from them).
 
     Example:
         >>> import torch
@@ -83,7 +63,7 @@ class Census:
         True
     """
 
-    records: list[TensorRecord]
+    records: Sequence[TensorRecord]
     total_bytes: int
     by_category: dict[str, int]
     by_dtype: dict[str, int]
@@ -99,31 +79,52 @@ class Census:
     notes: list[str] = field(default_factory=list)
     heap_scan: str = "full"
     blind_spots: dict[str, int] = field(default_factory=dict)
+    blind_spot_notes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_records(cls, records: list[TensorRecord], *, large_tensor_bytes: int, top_k: int,
+    def from_records(cls, records: Sequence[TensorRecord], *, large_tensor_bytes: int, top_k: int,
                      duration_s: float = 0.0, unattributed_bytes: int | None = None,
                      notes: list[str] | None = None, heap_scan: str = "full",
-                     blind_spots: dict[str, int] | None = None) -> "Census":
+                     blind_spots: dict[str, int] | None = None,
+                     blind_spot_notes: dict[str, str] | None = None) -> "Census":
         """Aggregate storage records into a census."""
-        ordered = sorted(records, key=lambda r: r.bytes, reverse=True)
+        named = list(records)
+        return cls.from_table(Records(named, list(range(len(named))), []), large_tensor_bytes=large_tensor_bytes,
+                              top_k=top_k, duration_s=duration_s, unattributed_bytes=unattributed_bytes, notes=notes,
+                              heap_scan=heap_scan, blind_spots=blind_spots, blind_spot_notes=blind_spot_notes)
+
+    @classmethod
+    def from_table(cls, records: Records, *, large_tensor_bytes: int, top_k: int, duration_s: float = 0.0,
+                   unattributed_bytes: int | None = None, notes: list[str] | None = None, heap_scan: str = "full",
+                   blind_spots: dict[str, int] | None = None,
+                   blind_spot_notes: dict[str, str] | None = None) -> "Census":
+        """Aggregate records kept as named records and blocks of columns (:mod:`tbmem.census.table`)."""
         by_category = dict.fromkeys(CATEGORIES, 0)
         by_dtype: dict[str, int] = {}
         by_device: dict[str, int] = {}
         by_module: dict[str, int] = {}
-        for rec in ordered:
+        for rec in records.named:
             nbytes = rec.bytes
             by_category[rec.category] = by_category.get(rec.category, 0) + nbytes
             by_dtype[rec.dtype] = by_dtype.get(rec.dtype, 0) + nbytes
             by_device[rec.device] = by_device.get(rec.device, 0) + nbytes
             if rec.module is not None:
                 by_module[rec.module] = by_module.get(rec.module, 0) + nbytes
-        return cls(records=ordered, total_bytes=sum(by_category.values()), by_category=by_category,
+        for block in records.blocks:
+            by_category[block.category] = by_category.get(block.category, 0) + int(block.nbytes.sum())
+            for table, column in ((by_dtype, "dtype"), (by_device, "device")):
+                for key, nbytes in block.sums(column).items():
+                    table[key] = table.get(key, 0) + nbytes
+            if block.module is not None:
+                by_module[block.module] = by_module.get(block.module, 0) + int(block.nbytes.sum())
+        return cls(records=records, total_bytes=sum(by_category.values()), by_category=by_category,
                    by_dtype=by_dtype, by_device=by_device, by_module=by_module,
-                   large_tensors=[r for r in ordered if r.bytes >= large_tensor_bytes],
+                   large_tensors=records.at_least(large_tensor_bytes),
                    large_tensor_bytes=large_tensor_bytes, unattributed_bytes=unattributed_bytes,
-                   duration_s=duration_s, top_k=top_k, notes=list(notes or ()), heap_scan=heap_scan,
-                   blind_spots=dict(blind_spots or {}))
+                   duration_s=duration_s, top_k=top_k, heap_scan=heap_scan, blind_spots=dict(blind_spots or {}),
+                   blind_spot_notes=dict(blind_spot_notes or {}),
+                   notes=[*(blind_spot_notes or {}).values(), *(n for n in notes or () if n not in
+                                                                 (blind_spot_notes or {}).values())])
 
     @property
     def large_count(self) -> int:
@@ -137,8 +138,9 @@ class Census:
 
     def with_large_threshold(self, nbytes: int, rule: str = "") -> "Census":
         """This census with ``large_tensors`` re-selected at ``nbytes``, saying how it was chosen."""
-        return dataclasses.replace(self, large_tensor_bytes=nbytes, large_rule=rule,
-                                   large_tensors=[r for r in self.records if r.bytes >= nbytes])
+        records = self.records
+        large = records.at_least(nbytes) if isinstance(records, Records) else [r for r in records if r.bytes >= nbytes]
+        return dataclasses.replace(self, large_tensor_bytes=nbytes, large_rule=rule, large_tensors=large)
 
     def scalars(self) -> dict[str, float]:
         """TensorBoard tag -> value in the tag's unit (MB, ms, count), per the tag table."""
@@ -178,9 +180,12 @@ class Census:
                          f"| {rec.bytes / mb:.3f} |")
         if self.unattributed_bytes is not None:
             lines += ["", f"Unattributed on the device: {self.unattributed_bytes / mb:.2f} MB."]
+        explained = self.blind_spot_notes
         if self.blind_spots:
-            lines += ["", "Blind spots: " + "; ".join(f"{name} {nbytes / mb:.2f} MB"
-                                                      for name, nbytes in self.blind_spots.items())]
-        if self.notes:
-            lines += ["", "Notes: " + "; ".join(self.notes)]
+            lines += ["", "Blind spots (memory the census cannot see, or counts without its owner):"]
+            lines += [f"- {explained.get(name) or f'{name}: {nbytes / mb:.2f} MB'}."
+                      for name, nbytes in self.blind_spots.items()]
+        others = [n for n in self.notes if n not in explained.values()]
+        if others:
+            lines += ["", "Notes: " + "; ".join(others)]
         return "\n".join(lines)

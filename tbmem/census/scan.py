@@ -21,6 +21,8 @@ import numpy as np
 import torch
 
 from tbmem import _torch_private as tp
+from tbmem import _torch_private_census as tpc
+from tbmem.census import facts
 
 try:  # the graph walk's loop in C (tbmem/census/_gcwalk.c), where it was built
     from tbmem.census._gcwalk import walk_graph as _walk_graph_c
@@ -29,7 +31,7 @@ except ImportError:
 
 __all__ = [
     "Storage", "NoStorageError", "device_name", "tensor_attr", "tensor_storages", "storage_key",
-    "storage_storages", "array_storage", "walk_autograd",
+    "storage_storages", "array_storage", "walk_autograd", "untyped_of", "storages_from_facts",
 ]
 
 
@@ -101,16 +103,65 @@ def tensor_storages(t: torch.Tensor) -> list[Storage]:
     """The storages ``t`` occupies; empty for meta/fake tensors and freed storages.
 
     Sparse tensors occupy their index and value storages; strided nested tensors
-    their buffer and size/stride/offset tensors; wrapper subclasses (DTensor, jagged
-    nested tensors: a storage without a data pointer, and ``__tensor_flatten__``)
-    the storages of their inner tensors.
+    their buffer and size/stride/offset tensors; MKL-DNN tensors the memory oneDNN
+    holds for them; wrapper subclasses (DTensor, jagged nested tensors: a storage
+    without a data pointer) the storages of their inner tensors, named by
+    ``__tensor_flatten__`` or, without it, held in the instance's attributes.
 
     Raises:
         NoStorageError: neither a storage nor inner tensors can be found.
     """
-    parts = _SPARSE_PARTS.get(_layout(t))
+    kind = _layout(t)
+    parts = _SPARSE_PARTS.get(kind)
     if parts is not None:
         return [s for part in parts for s in tensor_storages(getattr(t, part)())]
+    if kind is _MKLDNN:
+        return _mkldnn_storages(t)
+    got = facts.tensor_facts([t])
+    if got is None:
+        return _object_storages(t)
+    return storages_from_facts(t, got.rows[0].tolist(), got.dtypes, got.shapes)
+
+
+def storages_from_facts(t: torch.Tensor, row: list[int], dtypes: list[torch.dtype],
+                        shapes: list[tuple[int, ...]]) -> list[Storage]:
+    """:func:`tensor_storages` from ``t``'s row of :func:`tbmem.census.facts.tensor_facts` (read without
+    making a storage object)."""
+    storage, data, nbytes, flags, dtype_index, shape_index = row[:6]
+    if storage == 0:  # no storage at all: sparse and MKL-DNN tensors, a wrapper's inner tensors, if any
+        kind = _layout(t)
+        parts = _SPARSE_PARTS.get(kind)
+        if parts is not None:
+            return [s for part in parts for s in tensor_storages(getattr(t, part)())]
+        if kind is _MKLDNN:
+            return _mkldnn_storages(t)
+        return _inner_storages(t, RuntimeError("no storage"))
+    dev = facts.device_of(flags)
+    if dev is None or nbytes < 0:  # a device type torch.device does not name; a symbolic size
+        return _object_storages(t)
+    if dev == "meta":
+        return []
+    if data == 0:  # a wrapper's placeholder (its inner tensors hold the memory), or a freed storage (resize_(0))
+        return _inner_storages(t, RuntimeError("a storage without a data pointer"), required=nbytes > 0)
+    if nbytes == 0:
+        return []
+    if dev == "cpu" and not flags & (facts.RESIZABLE | facts.ALLOCATED):
+        return _object_storages(t)  # memory torch did not allocate: is it shared memory (owned), or foreign?
+    dtype = dtypes[dtype_index]
+    name = _DTYPE_NAMES.get(dtype) or _dtype_name(dtype)
+    if flags & facts.NESTED:  # strided nested: sizes live in tensors of their own, not in ``shape``
+        buffer = Storage((dev, data), nbytes, name, dev, (nbytes // dtype.itemsize,), False)
+        return [buffer] + [s for meta in _NESTED_METADATA for s in tensor_storages(getattr(t, meta)())]
+    shape = shapes[shape_index] if shape_index >= 0 else tuple(_shape(t))
+    return [_tuple_new(Storage, ((dev, data), nbytes, name, dev, shape, False))]
+
+
+def _plain(t: Any) -> bool:
+    return type(t) in _PLAIN
+
+
+def _object_storages(t: torch.Tensor) -> list[Storage]:
+    """:func:`tensor_storages` through the storage object (which torch then keeps as long as the storage)."""
     try:
         storage = _untyped_storage(t)
         dev = device_name(storage.device)
@@ -131,23 +182,67 @@ def tensor_storages(t: torch.Tensor) -> list[Storage]:
     return [_tuple_new(Storage, ((dev, address), nbytes, name, dev, tuple(_shape(t)), foreign))]
 
 
-def _inner_storages(t: torch.Tensor, exc: BaseException) -> list[Storage]:
+def _mkldnn_storages(t: torch.Tensor) -> list[Storage]:
+    """An MKL-DNN tensor has no storage; oneDNN holds its memory, keyed here by the tensor's own address
+    (under a device name of its own, so that it overlaps nothing)."""
+    nbytes = tpc.mkldnn_nbytes(t)
+    if nbytes is None:
+        raise NoStorageError("an MKL-DNN tensor whose size torch does not report")
+    if nbytes == 0:
+        return []
+    dtype = _dtype(t)
+    return [Storage(("cpu/mkldnn", facts.impl_of(t)), nbytes, _dtype_name(dtype), "cpu", tuple(_shape(t)))]
+
+
+def _inner_storages(t: torch.Tensor, exc: BaseException, *, required: bool = True) -> list[Storage]:
+    """The storages of a wrapper subclass's inner tensors: those ``__tensor_flatten__`` names, or, for a
+    subclass without it (the older ``self.elem`` style), the tensors among its instance attributes.
+    ``required``: a tensor without any is reported (NoStorageError), else it holds nothing."""
     flatten = getattr(type(t), "__tensor_flatten__", None)
-    if flatten is None:
-        raise NoStorageError(f"{type(t).__name__} ({_layout(t)}) has no storage: {exc}") from exc
-    names, _ = flatten(t)
+    if flatten is not None:
+        names, _ = flatten(t)
+        inner = [getattr(t, name) for name in names]
+    else:
+        inner = list(_instance_dict(t).values()) if not _plain(t) else []
     out: list[Storage] = []
-    for name in names:
-        inner = getattr(t, name)
-        if issubclass(type(inner), torch.Tensor):  # skips None and non-tensor parts (a device mesh)
-            out += tensor_storages(inner)
+    found = False
+    for value in inner:
+        if issubclass(type(value), torch.Tensor) and value is not t:  # skips None and non-tensor parts (a mesh)
+            found = True
+            out += tensor_storages(value)
+    if not found and flatten is None and required:
+        raise NoStorageError(f"{type(t).__name__} ({_layout(t)}) has no storage: {exc}") from exc
     return out
 
 
+def _instance_dict(t: Any) -> dict[str, Any]:
+    try:
+        d = object.__getattribute__(t, "__dict__")  # not the subclass's __getattr__
+    except AttributeError:
+        return {}
+    return d if type(d) is dict else {}
+
+
+def untyped_of(s: Any) -> Any:
+    """The ``UntypedStorage`` of a storage object (itself, or a ``TypedStorage``'s)."""
+    return s if issubclass(type(s), torch.UntypedStorage) else s._untyped_storage
+
+
 def storage_key(s: Any) -> tuple[str, int, int]:
-    """``(device, address, nbytes)`` of a storage object (``UntypedStorage``, ``TypedStorage``)."""
-    untyped = s if issubclass(type(s), torch.UntypedStorage) else s._untyped_storage
-    return device_name(untyped.device), untyped.data_ptr(), untyped.nbytes()
+    """``(device, address, nbytes)`` of a storage object (``UntypedStorage``, ``TypedStorage``); the
+    address is 0 for a storage without data (a wrapper subclass's placeholder, a freed storage)."""
+    untyped = untyped_of(s)
+    rows = facts.storage_facts([untyped._cdata])
+    if rows is not None:
+        _, data, nbytes, flags = rows[0].tolist()
+        dev = facts.device_of(flags)
+        if dev is not None and nbytes >= 0:
+            return dev, data, nbytes
+    try:
+        address = untyped.data_ptr()
+    except (RuntimeError, NotImplementedError):  # a placeholder storage refuses to give its data pointer
+        address = 0
+    return device_name(untyped.device), address, untyped.nbytes()
 
 
 def storage_storages(s: Any) -> list[Storage]:
@@ -155,11 +250,17 @@ def storage_storages(s: Any) -> list[Storage]:
     typed = not issubclass(type(s), torch.UntypedStorage)
     untyped = s._untyped_storage if typed else s
     dev, address, nbytes = storage_key(untyped)
-    if dev == "meta" or nbytes == 0:
+    if dev == "meta" or nbytes == 0 or address == 0:
         return []
     dtype = s.dtype if typed else torch.uint8
-    foreign = dev == "cpu" and not untyped.resizable() and not untyped.is_shared()
+    rows = facts.storage_facts([untyped._cdata])
+    allocated = rows is not None and bool(rows[0, 3] & facts.ALLOCATED)
+    foreign = dev == "cpu" and not allocated and not untyped.resizable() and not untyped.is_shared()
     return [Storage((dev, address), nbytes, _dtype_name(dtype), dev, (nbytes // dtype.itemsize,), foreign)]
+
+
+_MKLDNN = getattr(torch, "_mkldnn", None)
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 
 
 def array_storage(a: np.ndarray, ttypes: set[type]) -> Storage | torch.Tensor | None:

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
 from tbmem.census import take_census
 
@@ -63,3 +64,45 @@ def test_all_mode_finds_arrays_held_only_by_function_locals() -> None:
         thread.join()
     assert [(r.name, r.bytes) for r in census.records if r.bytes == 12_347 * 8] == [
         ("numpy worker:only_there", 12_347 * 8)]
+
+
+# ---- issue 26, item 9: tbmem's own arrays are not the user's; arrays inside arrays of objects are found
+
+
+def test_the_all_search_leaves_out_tbmem_s_own_arrays() -> None:
+    """``numpy_scan="all"`` counted tbmem's lookup tables (16 B always, 65,600 B after the first census)
+    and a census's own columns as the user's arrays."""
+    from tbmem.census import heap, layout, walk
+
+    kept = take_census(numpy_scan="all")  # after a census: its lookup tables are cached
+    tables = [layout._SHIFT, layout._MASK, *layout._lookup(frozenset(heap.tensor_types()))]
+    found = {id(a) for a, _ in walk.all_arrays(heap.array_types())}
+    assert [a.nbytes for a in tables if id(a) in found] == []
+    big = [torch.zeros(1) for _ in range(25_000)]  # storages enough for the census to keep columns
+    held = take_census(numpy_scan="off")  # a census result the user holds: its columns are tbmem's too
+    del big
+    columns = [getattr(b, column) for b in held.records.blocks for column in ("nbytes", "shape")]
+    assert columns and all(isinstance(a, np.ndarray) for a in columns)
+    found = {id(a) for a, _ in walk.all_arrays(heap.array_types())}
+    assert not [a for a in columns if id(a) in found]
+    user = np.zeros(3_333)
+    census = take_census(numpy_scan="all")
+    assert [r.bytes for r in census.records if r.bytes == user.nbytes] == [user.nbytes]
+    del kept
+
+
+@pytest.mark.parametrize("mode", ["reachable", "all"])
+def test_arrays_inside_an_array_of_objects_are_found(mode) -> None:
+    """A numpy array of Python objects refers to its items without the collector knowing."""
+    gc.collect()
+    inner = [np.zeros(7_001), np.zeros(7_003)]
+    ragged = np.empty(3, dtype=object)
+    ragged[0], ragged[1], ragged[2] = inner[0], {"deep": inner[1]}, "label"
+    HELD.ragged = ragged
+    del inner
+    try:
+        census = take_census(numpy_scan=mode)
+    finally:
+        del HELD.ragged
+    found = sorted(r.bytes for r in census.records if r.bytes in (7_001 * 8, 7_003 * 8))
+    assert found == [7_001 * 8, 7_003 * 8]

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import gc
+import warnings
+import weakref
 
+import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from tbmem.census import heap
 from tests._extensions import not_built
@@ -117,7 +121,8 @@ def _module():
     _walk()
     from tbmem.census import _gcwalk
 
-    missing = {"select_listed", "subclasses", "instances_below", "walk_graph"} - set(dir(_gcwalk))
+    missing = {"select_listed", "subclasses", "instances_below", "walk_graph", "select_tracked_from", "select_frozen",
+               "weak_refs", "tensor_facts", "storage_facts"} - set(dir(_gcwalk))
     if missing:  # a build of an older _gcwalk.c: `make install` (or build_ext --inplace) rebuilds it
         not_built(f"tbmem/census/_gcwalk.c was built before {sorted(missing)} existed: rebuild it")
     return _gcwalk
@@ -306,3 +311,132 @@ def test_the_graph_walk_in_c_lets_interrupts_through() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         walk_graph([Interrupting(())], set(), [], [], tp.saved_tensor_fields, tp.SAVED_TENSOR_VALUE, tp.NODE_EDGES)
+
+
+# ---- issue 26: the walks in stretches, the frozen generation, the untracked index, the facts read in C
+
+
+def test_the_walk_in_stretches_gives_select_tracked_object_for_object() -> None:
+    module = _module()
+    keep = [torch.zeros(n) for n in range(1, 300)]
+    gc.collect()  # most of the heap in the oldest generation, where the stretches are
+    types = _types()
+    plain = module.select_tracked(types)
+    _, candidates, length = module.select_tracked_from(types, [], 64)
+    assert length > 1000 and candidates
+    anchors = candidates[1::max(1, len(candidates) // 15)][:15]
+    objects, _, walked = module.select_tracked_from(types, anchors, 64)
+    assert [id(o) for o in objects] == [id(o) for o in plain] and walked == length
+    del anchors[0]  # one anchor gone, another moved out of the oldest list: still the same result
+    young = anchors[1]
+    gc.freeze()
+    gc.unfreeze()
+    assert [id(o) for o in module.select_tracked_from(types, anchors, 0)[0]] == [
+        id(o) for o in module.select_tracked(types)]
+    del keep, young
+
+
+def test_a_stretch_that_ends_in_another_list_means_one_plain_walk() -> None:
+    module = _module()
+    gc.collect()
+    types = _types()
+    _, candidates, _ = module.select_tracked_from(types, [], 32)
+    anchors = candidates[2::max(1, len(candidates) // 8)][:8]
+    gc.freeze()  # every anchor is now in the permanent generation: the stretches end at its head
+    try:
+        objects, _, _ = module.select_tracked_from(types, anchors, 0)
+        assert [id(o) for o in objects] == [id(o) for o in module.select_tracked(types)]
+    finally:
+        gc.unfreeze()
+
+
+def test_select_frozen_lists_what_gc_freeze_moved_in_its_order() -> None:
+    module = _module()
+    if not heap.FROZEN_READABLE:
+        pytest.skip("the permanent generation is read on CPython 3.10 and 3.11 only")
+    keep = [torch.ones(7), torch.nn.Parameter(torch.zeros(3))]
+    types = _types()
+    before = module.select_tracked(types)
+    gc.freeze()
+    try:
+        frozen = module.select_frozen(types)
+        assert module.select_tracked(types) == [] or all(not any(o is k for o in module.select_tracked(types))
+                                                           for k in keep)
+    finally:
+        gc.unfreeze()
+    assert [id(o) for o in frozen] == [id(o) for o in before if any(o is f for f in frozen)]
+    assert all(any(o is k for o in frozen) for k in keep)
+
+
+def test_weak_refs_in_c_refer_to_what_python_would_and_are_untracked() -> None:
+    module = _module()
+    objs = [torch.zeros(2), torch.nn.Parameter(torch.ones(1)), (torch.ones(1, requires_grad=True) * 2).grad_fn]
+    skip = heap.cpp_node_types()
+    refs = module.weak_refs(objs, skip)
+    expected = [weakref.ref(o) for o in objs if type(o) not in skip]
+    assert [r() for r in refs] == [r() for r in expected] and len(refs) == 2
+    assert not any(gc.is_tracked(r) for r in refs)
+    with pytest.raises(TypeError):
+        module.weak_refs([1], skip)
+
+
+def _odd_tensors() -> list[torch.Tensor]:
+    base = torch.arange(24.0).reshape(4, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # strided nested tensors are a prototype
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    return [torch.zeros(3), base, base.t(), base[1:, 2:], torch.zeros(()), torch.zeros(2, 3, 4, 5, 6, 7, 8),
+            torch.ones(5, dtype=torch.float16, requires_grad=True), torch.ones(3, requires_grad=True) * 2,
+            torch.empty(4, device="meta"),
+            torch.from_numpy(np.arange(6.0)), nested,
+            torch.zeros(4).to_sparse(), nn.Parameter(torch.zeros(2, 2))]
+
+
+def test_tensor_facts_in_c_are_what_python_reads() -> None:
+    module = _module()
+    from tbmem import _torch_private_census as tpc
+    from tbmem.census import facts
+
+    layout = tpc.storage_layout()
+    if layout is None:
+        pytest.skip(f"torch's layout could not be checked here: {tpc.layout_problem}")
+    tensors = _odd_tensors()
+    raw, dtypes, shapes = module.tensor_facts(tensors, facts._DESCRIPTORS, tuple(layout))
+    python = facts._tensor_facts_py(tensors, layout)
+    assert np.frombuffer(raw, dtype=np.int64).reshape(-1, 7).tolist() == python.rows.tolist()
+    assert dtypes == python.dtypes and shapes == python.shapes
+    rows = python.rows
+    assert rows[0, 2] == 12 and rows[1, 1] == rows[2, 1] == rows[3, 1]  # a view: its base's storage
+    assert shapes[rows[2, 5]] == (6, 4) and shapes[rows[4, 5]] == () and shapes[rows[5, 5]] == (2, 3, 4, 5, 6, 7, 8)
+    assert rows[6, 3] & facts.REQUIRES_GRAD and rows[7, 3] & facts.HAS_GRAD_FN and rows[10, 3] & facts.NESTED
+    assert not rows[9, 3] & (facts.RESIZABLE | facts.ALLOCATED)  # from_numpy: memory torch did not allocate
+    assert rows[:, 6].tolist() == [id(t) for t in tensors]
+    assert [bool(r & facts.PLAIN) for r in rows[:, 3]] == [type(t) is torch.Tensor for t in tensors]
+    addresses = [t.untyped_storage()._cdata for t in tensors[:3]]
+    in_c = np.frombuffer(module.storage_facts(addresses, tuple(layout)), dtype=np.int64).reshape(-1, 4)
+    assert in_c.tolist() == [list(facts._row(a, layout)) for a in addresses]
+    assert in_c[:, :3].tolist() == rows[:3, :3].tolist() and (in_c[:, 3] == rows[:3, 3] & 0x3FFFF).all()
+
+
+def test_instances_below_with_stop_types_and_object_arrays_finds_what_python_finds() -> None:
+    module = _module()
+    from tbmem.census import walk
+
+    inner = np.zeros(11)
+    holder = np.empty(3, dtype=object)
+    holder[:] = [inner, {"deep": np.ones(5)}, 7]
+
+    class Own:
+        def __init__(self) -> None:
+            self.hidden = np.ones(3)
+
+    objs = [{"h": holder}, [Own(), np.zeros(2)], holder]
+    for depth, budget in ((1, 100), (2, 100), (3, 100), (3, 4)):
+        for obj in objs:
+            c_budget, py_budget = [budget], [budget]
+            got = module.instances_below(obj, {np.ndarray}, depth, c_budget, frozenset({Own}), walk.object_items)
+            expected = list(walk._instances_below(obj, {np.ndarray}, depth, py_budget, frozenset({Own}),
+                                                  walk.object_items))
+            assert [id(a) for a in got] == [id(a) for a in expected] and c_budget == py_budget
+    found = module.instances_below(objs[0], {np.ndarray}, 3, [100], frozenset(), walk.object_items)
+    assert any(a is inner for a in found)  # inside an array of objects

@@ -22,7 +22,11 @@ FULL = ("referrers", "objects")  # the two full-scan methods (the second above 1
 
 
 def _ids(found: heap.Found) -> set[int]:
-    return set(map(id, found.objects))
+    """The instances found, less the Python objects of C++ autograd nodes: those cannot be weakly referenced,
+    so an incremental scan finds only the young ones (docs/census.md, "Blind spots"); torch.compile's
+    tracing leaves a few behind for good, holding nothing, which other tests of this process made."""
+    cpp = heap.cpp_node_types()
+    return {id(o) for o in found.objects if type(o) not in cpp}
 
 
 def test_incremental_scan_finds_exactly_what_a_full_scan_finds(no_automatic_gc) -> None:
@@ -89,16 +93,40 @@ def test_consecutive_censuses_agree_with_a_full_one(no_automatic_gc) -> None:
     assert "incremental heap scan" in incremental.to_markdown()
 
 
-def test_objects_frozen_by_gc_freeze_are_reported_as_unseen() -> None:
-    hidden = torch.zeros(4321)
+@pytest.mark.skipif(not getattr(heap, "FROZEN_READABLE", True), reason="the permanent generation is read on CPython 3.10/3.11 with the "
+                                                   "C extension")
+def test_tensors_frozen_by_gc_freeze_are_counted() -> None:
+    """Issue 26, item 7: frozen tensors (gc.freeze() before forking DataLoader workers) counted 0."""
+    hidden = {"cache": [torch.zeros(4321), torch.ones(1234, dtype=torch.float64)]}
+    expected = sorted(t.untyped_storage().nbytes() for t in hidden["cache"])
     gc.freeze()
     try:
         census = take_census()
+        again = take_census()  # incremental or not, the same
     finally:
         gc.unfreeze()
-    assert not [r for r in census.records if r.bytes == hidden.numel() * 4]
-    assert any("gc.freeze()" in note for note in census.notes)
-    assert [r for r in take_census().records if r.bytes == hidden.numel() * 4]
+    for c in (census, again):
+        assert sorted(r.bytes for r in c.records if r.bytes in expected) == expected
+        assert not any("gc.freeze()" in note for note in c.notes)
+
+
+def test_where_frozen_objects_cannot_be_read_the_roots_handed_over_find_their_tensors(monkeypatch) -> None:
+    """Without the permanent generation (Python 3.12+, no C extension), what the census is handed still counts,
+    and the census says that the rest of the frozen objects is unseen."""
+    monkeypatch.setattr(heap, "FROZEN_READABLE", False)
+    model = torch.nn.Linear(40, 30)
+    batch = {"x": torch.zeros(2345), "y": [torch.ones(321)]}
+    stray = torch.zeros(5555)
+    gc.freeze()
+    try:
+        census = take_census(models=[model], roots=[batch])
+    finally:
+        gc.unfreeze()
+    assert census.by_category["parameters"] == (40 * 30 + 30) * 4
+    rows = sorted((r.name, r.bytes) for r in census.records if r.name.startswith("root"))
+    assert rows == [("root['x']", 2345 * 4), ("root['y'][0]", 321 * 4)]
+    assert not [r for r in census.records if r.bytes == stray.numel() * 4]
+    assert any("gc.freeze()" in note and "not counted" in note for note in census.notes)
 
 
 @pytest.fixture
@@ -203,13 +231,13 @@ def test_subclass_instances_hidden_by_a_freeze_during_a_census_are_found_after_u
     expected = rare.untyped_storage().nbytes()
     gc.freeze()
     try:
-        blind = take_census(full_scan=True)
+        frozen = take_census(full_scan=True)
     finally:
         gc.unfreeze()
-    assert not _records_of(blind, expected)
+    assert bool(_records_of(frozen, expected)) == heap.FROZEN_READABLE  # read in the permanent generation
     for full_scan in (True, False):
         census = take_census(full_scan=full_scan)
-        assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("Rare", expected)]
+        assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("rare", expected)]  # named after the local holding it
 
 
 def test_subclass_instances_are_found_after_another_reference_to_the_class_was_dropped(no_automatic_gc) -> None:
@@ -220,7 +248,7 @@ def test_subclass_instances_are_found_after_another_reference_to_the_class_was_d
     scarce = torch.Tensor._make_subclass(Scarce, torch.zeros(4_569))
     expected = scarce.untyped_storage().nbytes()
     census = take_census(full_scan=True)
-    assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("Scarce", expected)]
+    assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("scarce", expected)]
 
 
 # --- the types are listed once and kept while no class is defined (tbmem.census.kinds) -----------

@@ -9,7 +9,7 @@ import weakref
 import pytest
 import torch
 
-from tbmem.census import core, take_census
+from tbmem.census import categorize, core, take_census
 
 
 class Raising:
@@ -62,24 +62,44 @@ def test_subclasses_are_found_and_their_overrides_bypassed(tbmem_log) -> None:
     assert not census.notes
 
 
+class _Odd(torch.Tensor):
+    pass
+
+
 def test_a_failing_tensor_is_reported_once_and_the_rest_is_counted(tbmem_log, monkeypatch) -> None:
     gc.collect()
-    odd = [torch.zeros(13), torch.zeros(17)]
-    real = core.scan.tensor_storages
+    odd = [torch.Tensor._make_subclass(_Odd, torch.zeros(n)) for n in (13, 17)]  # measured one by one
+    real, real_rows = core.scan.tensor_storages, core.scan.storages_from_facts
 
-    def flaky(t):
+    def flaky(t, *row):
         if any(t is o for o in odd):
             raise ValueError("simulated failure")
-        return real(t)
+        return real_rows(t, *row) if row else real(t)
 
     monkeypatch.setattr(core.scan, "tensor_storages", flaky)
+    monkeypatch.setattr(core.scan, "storages_from_facts", flaky)  # measured from the facts read at the start
     model = torch.nn.Linear(4, 4)
     census = take_census(models=[model])
     assert census.by_category["parameters"] == (16 + 4) * 4
     assert not _bytes(census, 13 * 4) and not _bytes(census, 17 * 4)
     messages = [r.getMessage() for r in tbmem_log.records if "could not be measured" in r.getMessage()]
     assert len(messages) == 1 and "simulated failure" in messages[0]
-    assert census.notes == ["a Tensor could not be measured"]
+    assert census.notes == ["a _Odd could not be measured"]
+
+
+def test_a_failure_of_the_bulk_measurement_falls_back_to_one_by_one(tbmem_log, monkeypatch) -> None:
+    gc.collect()
+    plain = [torch.zeros(19), torch.zeros(23)] + [torch.zeros(1) for _ in range(categorize.BULK_AT_LEAST)]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bulk failure")
+
+    monkeypatch.setattr(categorize, "measure_plain", broken)
+    census = take_census()
+    assert len(_bytes(census, 19 * 4)) == 1 and len(_bytes(census, 23 * 4)) == 1
+    messages = [r.getMessage() for r in tbmem_log.records if "simulated bulk failure" in r.getMessage()]
+    assert len(messages) == 1 and "measured one by one" in messages[0]
+    del plain
 
 
 def test_tensors_freed_during_the_scan(monkeypatch) -> None:
