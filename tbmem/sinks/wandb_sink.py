@@ -40,6 +40,9 @@ __all__ = ["WandbSink", "STEP_METRIC", "RANK_MODES"]
 #: The x axes of tbmem's metrics (a metric's own step metric: :func:`tbmem.tags.x_axis`).
 STEP_METRIC = "tbmem/step"
 RANK_MODES = ("rank0", "per_rank")
+#: Free bytes under the run's folder below which W&B's writes fail (its file grows by records of a
+#: few KiB; checked after each batch).
+_FULL_BELOW = 256 * 2**10
 
 
 def _groups() -> list[str]:
@@ -99,8 +102,33 @@ class WandbSink(BackgroundSink):
         if run is None or getattr(run, "_is_finished", False):
             raise SinkFailed("the W&B run was finished before tbmem's records were sent")
 
+    def _check_disk(self, first_step: int) -> None:
+        """W&B's service meets a full disk in silence (``wandb.log`` neither raises nor returns
+        anything): the free space under the run's folder is the only sign, read after each batch; the
+        batch just sent is the first that may be missing."""
+        folder = getattr(self.run, "dir", None)
+        if not folder:
+            return
+        try:
+            st = os.statvfs(folder)
+        except OSError:
+            return
+        if st.f_bavail * st.f_frsize < _FULL_BELOW:
+            raise SinkFailed(f"the disk under W&B's run folder {folder} is full (ENOSPC); W&B's records from "
+                             f"step {first_step} on may be missing")
+
     def _send(self, items: list[Item]) -> None:
         self._check_open()
+        try:
+            self._send_items(items)
+        except Exception:
+            if items:
+                self._check_disk(items[0][2])  # a full disk is what the user must hear, not its echo
+            raise
+        if items:
+            self._check_disk(items[0][2])
+
+    def _send_items(self, items: list[Item]) -> None:
         wandb, run = self.wandb, self.run
         for kind, payload, step in items:
             if kind == "scalars":

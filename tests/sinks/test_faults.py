@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import logging
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -169,3 +170,32 @@ def test_a_full_disk_under_mlflows_store_is_one_line_and_the_rest_goes_on(
     assert "full" in line.lower() or "space" in line.lower(), line
     assert sink.off
     _wandb_complete(offline, tb)
+
+
+def test_a_full_disk_under_wandbs_run_folder_is_one_line_and_mlflow_goes_on(
+        tmp_path: Path, offline: dict, mlflow_client, mounts, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        tbmem_log: pytest.LogCaptureFixture) -> None:
+    # W&B's service swallows ENOSPC (wandb.log neither raises nor returns anything): the sink reads
+    # the free space under the run's folder after each batch
+    disk = mounts("tmpfs", size_kb=65536)
+    monkeypatch.setenv("WANDB_DIR", str(disk))
+    sink = WandbSink(flush_every_s=0.05)
+
+    def fill() -> None:
+        assert shutil.disk_usage(disk).used < 32 * 2**20  # W&B's own files fit: the fill is what fails it
+        with open(disk / "filler", "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+            except OSError:
+                pass
+
+    _train(tmp_path / "run", [sink, "mlflow"], at_step={10: fill})
+    tb = tensorboard_series(str(tmp_path / "run"))
+    assert sorted(tb[RSS]) == list(range(STEPS))
+    (line,) = _failures(tbmem_log, "wandb")
+    # W&B's own message comes only when a census table's media file fails to copy; scalars are lost in silence
+    assert f"the disk under W&B's run folder {disk}" in line and "is full" in line, line
+    assert sink.off
+    (mlflow_run,) = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("tbmem-test").experiment_id])
+    assert same_as_float32(mlflow_series(mlflow_client, mlflow_run.info.run_id)[RSS], tb[RSS])
