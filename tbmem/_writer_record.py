@@ -70,6 +70,8 @@ class RecordPipeline:
     _census_on: bool
     _stop_capture: Any
     _spikes: Any  # tbmem.spikes.SpikeMonitor: sees every write_scalars
+    _profile: Any  # tbmem.profile.window.ProfileWindows
+    _profile_at: int
     watched_models: list[torch.nn.Module]
     watched_optimizers: list[torch.optim.Optimizer]
 
@@ -93,6 +95,8 @@ class RecordPipeline:
         if not values:
             return False
         self._saw(step)
+        if self._profile_at < 0:  # a profile window is open: its counter tracks (tbmem.profile)
+            self._profile.on_scalars(step, values)
         if self._layout is not None:  # queued before the event, so written before it
             self._update_layout(values)
         events = self._events

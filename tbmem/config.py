@@ -60,6 +60,9 @@ class MemoryWriterConfig:
             mapping of its fields, or True for its defaults); None disables it. See docs/analysis.md.
         ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
             mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
+        profile: torch.profiler windows with tbmem's tracks merged into their traces
+            (:class:`tbmem.profile.ProfileConfig`, a mapping of its fields, or True for its defaults);
+            None disables them. See docs/profile.md.
     """
 
     enabled: bool = True
@@ -79,6 +82,7 @@ class MemoryWriterConfig:
     alerts: Any = field(default=None)
     spikes: Any = field(default=None)
     ranks: Any = field(default=None)
+    profile: Any = field(default=None)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -109,6 +113,10 @@ class MemoryWriterConfig:
             from tbmem.spikes import SpikeConfig
 
             object.__setattr__(self, "spikes", SpikeConfig.coerce(self.spikes))
+        if self.profile is not None:
+            from tbmem.profile.config import ProfileConfig
+
+            object.__setattr__(self, "profile", ProfileConfig.coerce(self.profile))
         if isinstance(self.ranks, Mapping):
             from tbmem.ranks.config import RanksConfig
 
