@@ -92,7 +92,7 @@ def window_trace(w: Any, prof: Any, *, rank: int, config: Any) -> dict[str, Any]
 
     out = [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
            for tid, name in tk.THREAD_NAMES.items()]
-    steps, prev = [], w.begins.get(w.first, w.opened)
+    steps, prev = [], w.begins.get(w.first, w.before or w.opened)
     for step in sorted(w.records):
         entered, left = w.records[step]
         left = left or entered

@@ -62,6 +62,7 @@ class _Window:
         self.instants: list[tuple[int, str, dict[str, Any]]] = []
         self.records: dict[int, tuple[int, int]] = {}  # step -> (log_memory entered, left)
         self.begins: dict[int, int] = {}
+        self.before: int | None = None  # when log_memory of the step before the window returned
         self.syncs: list[tuple[int, int]] = []
         self.prof.start()
         self.opened = time.perf_counter_ns()
@@ -132,8 +133,7 @@ class ProfileWindows:
         """``log_memory(step)`` starts: whether ``step`` is inside the open window (a record is due)."""
         w = self.window
         if w is None:
-            if step + 1 >= self.next_start:  # the end of the step before a window: open it now
-                self._open(max(step + 1, self.next_start))
+            self._maybe_open(step)
             return False
         if step >= w.first:
             w.records[step] = (time.perf_counter_ns(), 0)
@@ -147,8 +147,16 @@ class ProfileWindows:
             return
         if step in w.records:
             w.records[step] = (w.records[step][0], time.perf_counter_ns())
+        elif step < w.first:  # the record of the step before the window: the window's first step starts now
+            w.before = time.perf_counter_ns()
         if step >= w.last:
             self.close()
+            self._maybe_open(step)  # a window right after this one (steps == every)
+
+    def _maybe_open(self, step: int) -> None:
+        """At the end of step ``step``: open the window that starts at the next step, if one does."""
+        if self.at != NEVER and step + 1 >= self.next_start:
+            self._open(max(step + 1, self.next_start))
 
     def on_scalars(self, step: int, values: Mapping[str, float]) -> None:
         """An event the writer wrote while the window is open."""
