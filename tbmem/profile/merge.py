@@ -3,10 +3,11 @@
 **One clock.** torch.profiler (Kineto) stamps events with its own clock (microseconds from the trace's
 ``baseTimeNanoseconds``); tbmem notes times with ``time.perf_counter_ns``. At the window's start and
 end tbmem opens a named profiler range (``tbmem::clock_sync``) between two ``perf_counter_ns``
-readings ``before`` and ``after``; the range's trace ``ts`` then lies in ``[before, after]``, so
-``offset = ts - before`` maps tbmem's times onto the trace, with an error below
-``after - before - dur`` (recorded as ``uncertainty_us``; a few microseconds). The sync with the
-smaller bound is used; the other gives the drift over the window (``drift_us``).
+readings ``before`` and ``after``; the range began (trace ``ts``) at a time between ``before`` and
+``after - dur`` on tbmem's clock, so ``offset = ts - (before + after - dur) / 2`` maps tbmem's times
+onto the trace with an error of at most ``(after - before - dur) / 2`` (recorded as ``uncertainty_us``;
+microseconds). The sync with the smaller bound is used; the other gives the drift over the window
+(``drift_us``: Kineto converts its clock to wall time, which drifts from ``perf_counter``).
 
 What is merged: counter tracks (``"ph": "C"``) of every scalar event tbmem wrote in the window
 (:mod:`tbmem.profile.tracks`: allocated/reserved, RSS, the census's categories), a slice per step
@@ -18,7 +19,7 @@ the step time split and torch.profiler's ``key_averages()`` top operators by sel
 Example:
     >>> from tbmem.profile.merge import clock_offset
     >>> clock_offset([{"name": "tbmem::clock_sync", "ph": "X", "ts": 5000.0, "dur": 1.0}], [(1_000_000, 1_004_000)])
-    {'method': 'tbmem::clock_sync range between perf_counter_ns readings', 'offset_us': 4000.0, 'uncertainty_us': 3.0, 'drift_us': None}
+    {'method': 'tbmem::clock_sync range between perf_counter_ns readings', 'offset_us': 3998.5, 'uncertainty_us': 1.5, 'drift_us': None}
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def clock_offset(events: list[dict[str, Any]], syncs: list[tuple[int, int]]) -> 
                    key=lambda e: e["ts"])
     pairs = []
     for event, (before, after) in zip(found, syncs):
-        offset = float(event["ts"]) - before / 1000.0
-        pairs.append((max((after - before) / 1000.0 - float(event.get("dur", 0.0)), 0.0), offset))
+        # the range began between `before` and `after - dur` (tbmem's clock): the middle, +- half the gap
+        lo, hi = before / 1000.0, max(after / 1000.0 - float(event.get("dur", 0.0)), before / 1000.0)
+        pairs.append(((hi - lo) / 2, float(event["ts"]) - (lo + hi) / 2))
     if not pairs:
         raise ValueError("the profiler's trace has no tbmem::clock_sync range: cannot align the clocks")
     uncertainty, offset = min(pairs)

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping
 
 from tbmem.tags import TAGS
@@ -45,14 +46,16 @@ def track_tags() -> dict[str, str]:
 
 
 def counter_events(pid: Any, ts: float, values: Mapping[str, float]) -> list[dict[str, Any]]:
-    """Counter events (``"ph": "C"``) at ``ts`` us for the memory tags among ``values`` (one event written)."""
+    """Counter events (``"ph": "C"``) at ``ts`` us for the memory tags among ``values`` (one event written);
+    a value that is not finite is left out (the format takes numbers only)."""
     out = []
     for track, series_tags in TRACKS.items():
-        args = {series: float(values[tag]) for series, tag in series_tags.items() if tag in values}
+        args = {series: float(values[tag]) for series, tag in series_tags.items()
+                if tag in values and math.isfinite(values[tag])}
         if args:
             out.append({"name": track, "ph": "C", "ts": ts, "pid": pid, "tid": 0, "cat": "tbmem", "args": args})
     cats = {tag[len(CATEGORY_PREFIX):-len("_MB")]: float(v) for tag, v in values.items()
-            if tag.startswith(CATEGORY_PREFIX) and tag.endswith("_MB")}
+            if tag.startswith(CATEGORY_PREFIX) and tag.endswith("_MB") and math.isfinite(v)}
     if cats:
         out.append({"name": CATEGORY_TRACK, "ph": "C", "ts": ts, "pid": pid, "tid": 0, "cat": "tbmem",
                     "args": cats})

@@ -175,6 +175,8 @@ class ProfileWindows:
             return
         try:
             prof = w.stop()
+            if not w.records:  # opened at the end of a step after which the run ended: no step to show
+                return
             self.last_profiler = prof
             from tbmem.profile.merge import window_trace
 
