@@ -186,8 +186,14 @@ class ProfileWindows:
 
     # --- helpers ------------------------------------------------------------------------------
     def _open(self, first: int) -> None:
+        from tbmem import _torch_private as tp
+
         self.count += 1
         self.next_start = self.config.first_window(first + self.config.every)
+        if tp.profiler_running():  # the user's own profiler: stopping ours would end theirs
+            report_once(f"profile:busy:{self.log_dir}", f"tbmem: the profile window at step {first} is skipped: "
+                        "another torch.profiler is running (later windows are tried again)")
+            return
         try:
             self.window = _Window(first, self.config, self.device_index)
         except Exception as exc:  # noqa: BLE001 - profiler unavailable: training goes on
