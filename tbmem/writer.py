@@ -238,6 +238,12 @@ class MemoryWriter(StepHooks, RecordPipeline):
             self._last_step = step
 
     @property
+    def profile(self) -> Any:
+        """The run's profile windows (:class:`tbmem.profile.window.ProfileWindows`; ``.window`` is the
+        open one), or None without ``profile=``."""
+        return self._profile
+
+    @property
     def summary_writer(self) -> SummaryWriter:
         """The wrapped ``SummaryWriter``."""
         return self._writer

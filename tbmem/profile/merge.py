@@ -130,6 +130,11 @@ def window_trace(w: Any, prof: Any, *, rank: int, config: Any) -> dict[str, Any]
     summary = {"steps": steps, "total_us": round(total, 3), "split_us": {k: round(v, 3) for k, v in split.items()},
                "operators": operator_rows(prof), "tracks": _tracks(out, steps[0]["ts"] if steps else 0.0),
                "cuda": bool(w.cuda)}
+    if w.external:  # PhiML's backend calls (trainers.phiml_profile), and PhiFlow's functions
+        from tbmem.profile.external import field_operations, merge_external
+
+        summary["external"] = merge_external(w.external, events, out, off)
+        summary["field_operations"] = field_operations(events)
     events.extend(out)
     doc["traceName"] = f"tbmem profile window, steps {w.first}-{w.last}, rank {rank}"
     doc["tbmem"] = {"version": 1, "rank": rank, "first_step": w.first, "last_step": w.last, "clock": clock,

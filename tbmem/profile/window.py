@@ -64,6 +64,7 @@ class _Window:
         self.begins: dict[int, int] = {}
         self.before: int | None = None  # when log_memory of the step before the window returned
         self.syncs: list[tuple[int, int]] = []
+        self.external: list[tuple[str, list[dict[str, Any]]]] = []  # (source, perf_counter-us events)
         self.prof.start()
         self.opened = time.perf_counter_ns()
         self._sync()
@@ -162,6 +163,13 @@ class ProfileWindows:
         """An event the writer wrote while the window is open."""
         if self.window is not None:
             self.window.samples.append((time.perf_counter_ns(), step, dict(values)))
+
+    def add_perf_counter_events(self, events: list[dict[str, Any]], *, source: str) -> None:
+        """Trace events stamped with ``time.perf_counter`` microseconds (PhiML's profiler: its ``pid`` 0 the
+        Python calls, 1 the backend operations), for the open window's trace under processes named
+        ``<source> ...``; each complete event gets the bytes torch.profiler saw allocated during it."""
+        if self.window is not None:
+            self.window.external.append((source, events))
 
     def instant(self, name: str, **args: Any) -> None:
         """A moment in the open window's trace (an out-of-memory error, a snapshot)."""

@@ -106,6 +106,5 @@ def test_the_tab_draws_the_summary_offline(profiled, browser, tmp_path):
     assert href.startswith("profile_trace?") and tab.locator("#profile-perfetto").is_visible()
     tab.locator("#profile-box").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "profile.png"), full_page=True)
-    tab.locator("#profile-box").screenshot(path="/tmp/i28_profile_box.png")
     assert foreign == [] and errors == []  # offline: nothing but TensorBoard was asked
     context.close()

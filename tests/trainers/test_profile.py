@@ -54,3 +54,27 @@ def test_physical_trainer_writes_profile_windows(compose, tmp_path):
         assert [s["step"] for s in doc["tbmem"]["summary"]["steps"]] == [first, first + 1]
         assert counters_match_events(doc, out.log_dir) >= 2
         assert doc["tbmem"]["summary"]["operators"]["by_self_time"]
+        # PhiML's backend profiler around each loss evaluation, on the window's clock: its calls lie in the
+        # evaluation's step slice, and carry the bytes torch.profiler saw allocated in them
+        steps = doc["tbmem"]["summary"]["steps"]
+        backend = [e for e in doc["traceEvents"] if e.get("pid") == "PhiML backend" and e["ph"] == "X"]
+        assert len(backend) > 10
+        slack = doc["tbmem"]["clock"]["uncertainty_us"] + 100
+        for e in backend:
+            assert any(s["ts"] - slack <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + slack for s in steps), e
+        memory = [e for e in doc["traceEvents"] if e.get("name") == "[memory]"]
+
+        def allocated(e):
+            return sum(m["args"]["Bytes"] for m in memory if m["args"]["Bytes"] > 0
+                       and e["ts"] <= m["ts"] <= e["ts"] + e["dur"])
+
+        assert all(e["args"]["tbmem allocated bytes"] == allocated(e) for e in backend)
+        assert doc["tbmem"]["summary"]["external"]["source"] == "PhiML"
+        # PhiFlow's field operations as named ranges, with their bytes: a call per frame and substep, two
+        # evaluations a window
+        ops = {r["name"]: r for r in doc["tbmem"]["summary"]["field_operations"]["by_time"]}
+        calls = 2 * cfg.trainer_params.num_predict_steps * cfg.data.substeps
+        assert ops["phiflow::diffuse.explicit"]["count"] == ops["phiflow::advect.differential"]["count"] == calls
+        assert ops["phiflow::diffuse.explicit"]["allocated_bytes"] > 0
+        ranges = [e for e in doc["traceEvents"] if e.get("name") == "phiflow::diffuse.explicit"]
+        assert ops["phiflow::diffuse.explicit"]["allocated_bytes"] == sum(allocated(e) for e in ranges)
