@@ -64,10 +64,20 @@ async function showProfile(name) {
       el('div', {}, el('h3', { text: 'Top operators by self CPU time' }), opTable(s.operators.by_self_time, 'ops-time')),
       el('div', {}, el('h3', { text: 'Top operators by bytes allocated (self: allocated minus freed in the operator)' }),
         s.operators.by_bytes.length ? opTable(s.operators.by_bytes, 'ops-bytes') : el('p', { class: 'empty', text: 'No operator allocated memory (profile_memory off?).' }))),
+    ...fieldOps(s),
     el('h3', { text: 'Memory over the window (tbmem\'s records)' }), tracks(s),
     el('p', { class: 'hint', text: `${clock} Operators are torch.profiler's key_averages() of the window; phases come from the trainer's marks; other: the rest of each step, tbmem's own record included.` }),
     el('div', { id: 'perfetto-box', hidden: '' }));
   detail.hidden = false;
+}
+
+// PhiFlow's field operations (the PhysicalTrainer's named ranges): time and bytes allocated inside each
+function fieldOps(s) {
+  const f = s.field_operations;
+  if (!f || !f.by_time.length) return [];
+  return [el('h3', { text: 'PhiFlow field operations (time and bytes allocated inside, over the window)' }),
+    table(['operation', 'calls', 'ms', 'bytes allocated', 'net bytes'], f.by_time.map((r) => [
+      r.name, String(r.count), ms(r.total_us), fmtBytes(r.allocated_bytes), fmtBytes(r.net_bytes)]), 'field-ops')];
 }
 
 function splitBar(s) {
