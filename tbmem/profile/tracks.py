@@ -21,8 +21,8 @@ from typing import Any, Iterable, Mapping
 
 from tbmem.tags import TAGS
 
-__all__ = ["TRACKS", "CATEGORY_PREFIX", "CATEGORY_TRACK", "SNAPSHOT_TAG", "TID_STEPS", "TID_PHASES", "TID_MARKS", "THREAD_NAMES",
-           "counter_events", "slice_event", "instant_event", "name_events", "track_tags"]
+__all__ = ["TRACKS", "CATEGORY_PREFIX", "CATEGORY_TRACK", "SNAPSHOT_TAG", "TID_STEPS", "TID_PHASES", "TID_MARKS",
+           "THREAD_NAMES", "counter_events", "slice_event", "instant_event", "name_events", "track_tags"]
 
 #: counter track -> {series: tag}: the readings of a memory record, one track per unit.
 TRACKS: dict[str, dict[str, str]] = {
