@@ -192,7 +192,8 @@ class MemoryWriter(StepHooks, RecordPipeline):
             from tbmem.profile.window import ProfileWindows
 
             self._profile = ProfileWindows(cfg.profile, log_dir=self.log_dir, device_index=cfg.device,
-                                           rank=ranks.info.rank if ranks is not None else 0)
+                                           rank=ranks.info.rank if ranks is not None else 0,
+                                           alerts=lambda: self._alerts.fired if self._alerts is not None else [])
             self._profile_at = self._profile.at
 
     def _snapshot_now(self, wanted: bool, kind: str) -> Any:

@@ -13,7 +13,7 @@ What is merged: counter tracks (``"ph": "C"``) of every scalar event tbmem wrote
 (:mod:`tbmem.profile.tracks`: allocated/reserved, RSS, the census's categories), a slice per step
 (from the end of the step before to the end of the step's ``log_memory``) and per phase (the
 trainers' marks: forward, backward, optimizer; ``tbmem record`` for the record itself), instants
-(out-of-memory errors, snapshots). The document's ``"tbmem"`` key holds the window's offline summary:
+(out-of-memory errors, memory alerts, snapshots). The document's ``"tbmem"`` key holds the window's offline summary:
 the step time split and torch.profiler's ``key_averages()`` top operators by self time and by bytes.
 
 Example:

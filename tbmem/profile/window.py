@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tbmem._log import report_once
 from tbmem.profile.config import ProfileConfig
@@ -63,6 +63,7 @@ class _Window:
         self.records: dict[int, tuple[int, int]] = {}  # step -> (log_memory entered, left)
         self.begins: dict[int, int] = {}
         self.before: int | None = None  # when log_memory of the step before the window returned
+        self.alerts_seen = 0
         self.syncs: list[tuple[int, int]] = []
         self.external: list[tuple[str, list[dict[str, Any]]]] = []  # (source, perf_counter-us events)
         self.prof.start()
@@ -101,11 +102,13 @@ class ProfileWindows:
         log_dir: The run's directory; traces go to its ``plugins/tbmem/``.
         rank: The rank in the trace's file name.
         device_index: The CUDA device the writer reads, or None.
+        alerts: Returns the memory alerts fired so far; those fired in a window are instants in its trace.
     """
 
-    def __init__(self, config: ProfileConfig, *, log_dir: str, rank: int = 0,
-                 device_index: int | None = None) -> None:
+    def __init__(self, config: ProfileConfig, *, log_dir: str, rank: int = 0, device_index: int | None = None,
+                 alerts: Callable[[], list[Any]] = list) -> None:
         self.config, self.log_dir, self.rank, self.device_index = config, log_dir, rank, device_index
+        self._alerts = alerts  # the alerts fired so far (tbmem.alerts.AlertMonitor.fired): instants
         self.window: _Window | None = None
         self.next_start = config.first_window(0)
         self.written: list[str] = []
@@ -146,6 +149,10 @@ class ProfileWindows:
         w = self.window
         if w is None:
             return
+        fired = self._alerts()
+        for alert in fired[w.alerts_seen:]:  # checked in this step's record
+            self.instant("memory alert", step=step, kind=str(alert.kind), message=str(alert.message))
+        w.alerts_seen = len(fired)
         if step in w.records:
             w.records[step] = (w.records[step][0], time.perf_counter_ns())
         elif step < w.first:  # the record of the step before the window: the window's first step starts now
@@ -204,6 +211,7 @@ class ProfileWindows:
             return
         try:
             self.window = _Window(first, self.config, self.device_index)
+            self.window.alerts_seen = len(self._alerts())
         except Exception as exc:  # noqa: BLE001 - profiler unavailable: training goes on
             self.window = None
             self._failed("starting torch.profiler", exc)

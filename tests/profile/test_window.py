@@ -110,3 +110,16 @@ def test_an_oom_in_a_window_is_an_instant_and_the_trace_is_written(tmp_path):
     (oom,) = [e for e in doc["traceEvents"] if e.get("name") == "out of memory"]
     assert oom["ph"] == "i" and oom["args"]["step"] == 6 and "Tried to allocate" in oom["args"]["error"]
     assert oom["ts"] >= doc["tbmem"]["summary"]["steps"][-1]["ts"]
+
+
+def test_an_alert_in_a_window_is_an_instant(tmp_path):
+    # host RAM above 0.1% of the machine: the alert fires at the first record, step 0, inside the window
+    with MemoryWriter(tmp_path, every=1, census_every=0, alerts={"host_percent": 0.1, "hysteresis": 0.05},
+                      profile={"every": 10, "steps": 2, "start": 0}) as w:
+        _loop(w, torch.nn.Linear(64, 64), 4)
+    (entry,) = list_traces(str(tmp_path))
+    doc = load_gz(trace_path(str(tmp_path), entry["name"]))
+    (alert,) = [e for e in doc["traceEvents"] if e.get("name") == "memory alert"]
+    assert alert["ph"] == "i" and alert["args"]["step"] == 0 and alert["args"]["kind"] == "host_percent"
+    first = doc["tbmem"]["summary"]["steps"][0]
+    assert first["step"] == 0 and first["ts"] <= alert["ts"] <= first["ts"] + first["dur"]
