@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 import torch
 
 __all__ = [
+    "profiler_running",
     "OutOfMemoryError",
     "cuda_ready",
     "cuda_memory_stats",
@@ -58,6 +59,13 @@ __all__ = [
 OutOfMemoryError: type[BaseException] = getattr(
     torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
 )
+
+
+def profiler_running() -> bool:
+    """Whether a torch.profiler (or autograd profiler) session is active in this process: starting and
+    stopping another would end it (torch keeps one session per process)."""
+    return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False)) or bool(
+        torch._C._autograd._profiler_enabled())
 
 
 def cuda_ready() -> bool:

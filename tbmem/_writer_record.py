@@ -71,6 +71,8 @@ class RecordPipeline:
     _stop_capture: Any
     _spikes: Any  # tbmem.spikes.SpikeMonitor: sees every write_scalars
     _sinks: Any  # tbmem.sinks.SinkSet or None: gets every event and text written here
+    _profile: Any  # tbmem.profile.window.ProfileWindows
+    _profile_at: int
     watched_models: list[torch.nn.Module]
     watched_optimizers: list[torch.optim.Optimizer]
 
@@ -96,6 +98,8 @@ class RecordPipeline:
         self._saw(step)
         if self._sinks is not None:  # W&B, MLflow, ...: the same values on the same step (tbmem.sinks)
             self._sinks.log(values, step)
+        if self._profile_at < 0:  # a profile window is open: its counter tracks (tbmem.profile)
+            self._profile.on_scalars(step, values)
         if self._layout is not None:  # queued before the event, so written before it
             self._update_layout(values)
         events = self._events

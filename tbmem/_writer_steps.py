@@ -24,6 +24,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem import _torch_private as tp
+from tbmem._log import report_once
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -51,6 +52,9 @@ class StepHooks:
     _snapshots: Any
     _alerts: Any
     _census_on: bool
+    _profile: Any
+    _profile_at: int
+    _profile_census: bool
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
@@ -79,9 +83,11 @@ class StepHooks:
             self._last_step = step
         if self._snapshots is not None:
             self._call_snapshots("on_step", step)
+        profiled = step >= self._profile_at  # one comparison outside profile windows
+        window = profiled and self._profile_hook("enter", step)
         cfg = self.config
-        due = force or step % cfg.every == 0
-        census_due = self._census_on and step % cfg.census_every == 0
+        due = force or window or step % cfg.every == 0
+        census_due = self._census_on and (step % cfg.census_every == 0 or (window and self._profile_census))
         if not (due or census_due):
             return False
         written = False  # on this thread, after every event queued before it
@@ -98,6 +104,8 @@ class StepHooks:
             written = False  # its table was queued: flushed below
         if cfg.flush_each_record and not written:  # a record written on this thread is in the file
             self.flush()
+        if profiled:
+            self._profile_hook("leave", step)
         return True
 
     def next_due(self, step: int) -> int:
@@ -113,7 +121,7 @@ class StepHooks:
         due = -(-step // cfg.every) * cfg.every
         if self._census_on:
             due = min(due, -(-step // cfg.census_every) * cfg.census_every)
-        return due
+        return min(due, max(step, self._profile_at))  # the step before a profile window, and each in it
 
     def monitored_step(self, step: int, *, log: bool = True) -> contextlib.AbstractContextManager[None]:
         """Run one training step; log memory after it, and on an out-of-memory error save a
@@ -136,6 +144,21 @@ class StepHooks:
         last = self._last_step
         if last is None or step > last:
             self._last_step = step
+        if step >= self._profile_at and self._active and not self.closed:
+            self._profile_hook("begin", step)
+
+    def _profile_hook(self, name: str, step: int) -> bool:
+        """Call the profile windows' ``name`` hook (tbmem.profile.window); never raises."""
+        profile = self._profile
+        result = False
+        try:
+            result = bool(getattr(profile, name)(step))
+        except Exception as exc:  # noqa: BLE001 - profiling must never end training
+            report_once("writer:profile", "tbmem: a profile window failed; profiling is off", exc=exc)
+            self._profile = profile = None
+        self._profile_at = profile.at if profile is not None else 2**62
+        self._profile_census = bool(profile is not None and profile.window is not None and profile.config.census)
+        return result
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         """``exc`` is leaving training step ``step`` (what :meth:`monitored_step` does on an exception):

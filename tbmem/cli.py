@@ -30,7 +30,8 @@ from typing import Sequence
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE", "plain_text"]
 
 # modules that provide add_parser(subparsers) for a subcommand
-_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli", "tbmem.analysis.compare_cli", "tbmem.forecast.cli")
+_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli", "tbmem.analysis.compare_cli", "tbmem.forecast.cli",
+                "tbmem.analysis.trace")
 
 #: Exit status when standard output's reader closed the pipe: 128 + SIGPIPE, what a shell reports
 #: for a tool that SIGPIPE ended.

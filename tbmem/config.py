@@ -63,6 +63,9 @@ class MemoryWriterConfig:
             gets every scalar event, census table and snapshot file on the same steps. docs/sinks.md.
         ranks: What happens under torch.distributed (:class:`tbmem.ranks.RanksConfig` or a
             mapping of its fields): rank folders, cross-rank aggregates. None: the defaults.
+        profile: torch.profiler windows with tbmem's tracks merged into their traces
+            (:class:`tbmem.profile.ProfileConfig`, a mapping of its fields, or True for its defaults);
+            None disables them. See docs/profile.md.
     """
 
     enabled: bool = True
@@ -83,6 +86,7 @@ class MemoryWriterConfig:
     spikes: Any = field(default=None)
     ranks: Any = field(default=None)
     sinks: Any = field(default=())
+    profile: Any = field(default=None)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -116,6 +120,10 @@ class MemoryWriterConfig:
         from tbmem.sinks.fanout import check_sinks
 
         object.__setattr__(self, "sinks", check_sinks(self.sinks, f"{name}.sinks"))
+        if self.profile is not None:
+            from tbmem.profile.config import ProfileConfig
+
+            object.__setattr__(self, "profile", ProfileConfig.coerce(self.profile))
         if isinstance(self.ranks, Mapping):
             from tbmem.ranks.config import RanksConfig
 

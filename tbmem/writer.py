@@ -53,6 +53,7 @@ from tbmem.ranks.support import RankSupport
 
 __all__ = ["MemoryWriter"]
 
+_NEVER = 2**62  # no profile window is due
 # SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
 _WRITE_PREFIX = "add_"
 
@@ -130,6 +131,9 @@ class MemoryWriter(StepHooks, RecordPipeline):
         self._alerts: Any = None
         self._spikes: Any = None
         self._sinks: Any = None  # tbmem.sinks.SinkSet: W&B, MLflow, ... beside the event file
+        self._profile: Any = None  # tbmem.profile.window.ProfileWindows
+        self._profile_at = _NEVER  # a step hook at a step >= this calls into the profile windows
+        self._profile_census = False
         self._last_record: tuple[float, int] | None = None
         self._large = LargeThreshold(self.config.large_tensor_mb)
         self._active = self.config.enabled
@@ -191,6 +195,14 @@ class MemoryWriter(StepHooks, RecordPipeline):
 
             self._spikes = SpikeMonitor(cfg.spikes, writer=self, faults=self._faults,
                                         snapshot=self._snapshot_now(cfg.spikes.snapshot, "spike"))
+        if cfg.profile is not None and cfg.profile.enabled:  # torch.profiler windows (tbmem.profile)
+            from tbmem.profile.window import ProfileWindows
+
+            self._profile = ProfileWindows(cfg.profile, log_dir=self.log_dir, device_index=cfg.device,
+                                           rank=ranks.info.rank if ranks is not None else 0,
+                                           alerts=lambda: self._alerts.fired if self._alerts is not None else [],
+                                           on_written=lambda path: self.log_artifact(path, "trace"))
+            self._profile_at = self._profile.at
 
     def _snapshot_now(self, wanted: bool, kind: str) -> Any:
         """``step -> paths``: a snapshot taken at once (an alert's, a spike's); a manager without a
@@ -233,6 +245,12 @@ class MemoryWriter(StepHooks, RecordPipeline):
     def _saw(self, step: int) -> None:
         if self._last_step is None or step > self._last_step:
             self._last_step = step
+
+    @property
+    def profile(self) -> Any:
+        """The run's profile windows (:class:`tbmem.profile.window.ProfileWindows`; ``.window`` is the
+        open one), or None without ``profile=``."""
+        return self._profile
 
     @property
     def summary_writer(self) -> SummaryWriter:
@@ -311,6 +329,10 @@ class MemoryWriter(StepHooks, RecordPipeline):
         paths: list[str] = []
         snap_error: str | None = None
         if self._active and not self.closed:
+            if self._profile is not None:  # the OOM in the window's trace, written now: the run may end here
+                self._profile.instant("out of memory", step=step, error=f"{type(exc).__name__}: {exc}"[:300])
+                self._profile.close()
+                self._profile_at = self._profile.at
             if self._snapshots is not None:
                 try:
                     result = self._snapshots.on_oom(step, exc)
@@ -355,6 +377,8 @@ class MemoryWriter(StepHooks, RecordPipeline):
                 self._ranks.close()
             if self._snapshots is not None:
                 self._call_snapshots("close")
+            if self._profile is not None:  # a window still open: its trace, cut short
+                self._profile.close()
             for probe in self._probes:
                 self._guard(probe, probe.stop)
             if self._stop_capture is not None:

@@ -54,6 +54,7 @@ from trainers.config import ConfigError, RunConfig
 from trainers.data import ensure_simulations, load_simulation, make_step, phi_flow
 from trainers.lbfgs import Iteration, IterationObserver
 from trainers.monitoring import TrainerMonitoring
+from trainers.phiml_profile import profiled
 
 __all__ = ["PhysicalTrainer", "PhysicalResult", "COEFFICIENT_NAMES"]
 
@@ -234,8 +235,8 @@ class PhysicalTrainer:
                     self.abort = KeyboardInterrupt()
                 if self.abort is not None:
                     return self._escape(xs)
-                try:
-                    loss, nu = self._objective(gt, step, *xs)
+                try:  # inside a profile window (tbmem.profile): PhiML's backend calls in its trace
+                    loss, nu = profiled(mon.writer, lambda: self._objective(gt, step, *xs))
                 except BaseException as exc:  # noqa: BLE001 - kept and raised once SciPy has finished
                     self.abort = exc
                     return self._escape(xs)

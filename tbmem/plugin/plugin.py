@@ -11,6 +11,8 @@ Routes (all GET; JSON unless said otherwise):
 * ``compare?run=A&run=B[&run=...]&align=auto|step|phase&points=N``: ``tbmem compare``'s rows for these
   runs and their memory on shared axes (the compare view).
 * ``ranks?group=G``: per-rank peaks of a multi-rank group.
+* ``profiles?run=R``: the run's profile windows; ``profile?run=R&name=N``: one window's offline summary;
+  ``profile_trace?run=R&name=N``: its trace file (gzip'd Chrome trace), to download or open in Perfetto.
 * ``index.js``, ``chart.js``, ``compare.js``, ``util.js`` and ``static/*``: the page (given
   :mod:`tbmem.palette`'s colours) and the vendored uPlot.
 
@@ -46,6 +48,7 @@ from tbmem.plugin.convert import DEFAULT_BUDGET_MB
 from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
+from tbmem.plugin.profiles import ProfileError, list_windows, trace_file, window_summary
 from tbmem.plugin.runs import PEAK_TAGS, rank_peaks
 from tbmem.plugin.series import ScalarCache
 from tbmem.plugin.snapshots import SnapshotError, SnapshotPages
@@ -61,6 +64,7 @@ _ASSETS = {
     "/chart.js": ("chart.js", "text/javascript"),
     "/compare.js": ("compare.js", "text/javascript"),
     "/util.js": ("util.js", "text/javascript"),
+    "/profiles.js": ("profiles.js", "text/javascript"),
     "/static/style.css": ("style.css", "text/css"),
     "/static/uPlot.iife.min.js": ("vendor/uplot/uPlot.iife.min.js", "text/javascript"),
     "/static/uPlot.min.css": ("vendor/uplot/uPlot.min.css", "text/css"),
@@ -146,7 +150,9 @@ class MemoryPlugin(base_plugin.TBPlugin):
         apps: dict[str, Callable] = {route: self._asset_app(route) for route in _ASSETS}
         apps.update({"/runs": self._serve_runs, "/overview": self._serve_overview, "/at": self._serve_at,
                      "/snapshots": self._serve_snapshots, "/snapshot": self._serve_snapshot,
-                     "/findings": self._serve_findings, "/ranks": self._serve_ranks, "/compare": self._serve_compare})
+                     "/findings": self._serve_findings, "/ranks": self._serve_ranks, "/compare": self._serve_compare,
+                     "/profiles": self._serve_profiles, "/profile": self._serve_profile,
+                     "/profile_trace": self._serve_profile_trace})
         return apps
 
     # --- helpers --------------------------------------------------------------------------
@@ -298,6 +304,35 @@ class MemoryPlugin(base_plugin.TBPlugin):
         hashes = [base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii")
                   for body in _INLINE_SCRIPT.findall(html)]
         return http_util.Respond(request, html, "text/html", csp_scripts_sha256s=hashes)
+
+    def _profile_run(self, request: Any) -> tuple[str, str]:
+        _, _, run = self._run(request)
+        found = self._dirs.run_dir(run)
+        if not found:
+            raise errors.NotFoundError("unknown run")
+        return found
+
+    @wrappers.Request.application
+    def _serve_profiles(self, request: Any) -> Any:
+        return _json(request, list_windows(self._profile_run(request)))
+
+    @wrappers.Request.application
+    def _serve_profile(self, request: Any) -> Any:
+        try:
+            return _json(request, window_summary(self._profile_run(request), request.args.get("name", "")))
+        except ProfileError as exc:
+            return _json(request, {"error": str(exc)}, code=exc.status)
+
+    @wrappers.Request.application
+    def _serve_profile_trace(self, request: Any) -> Any:
+        name = request.args.get("name", "")
+        try:
+            body = trace_file(self._profile_run(request), name)
+        except ProfileError as exc:
+            return _json(request, {"error": str(exc)}, code=exc.status)
+        response = http_util.Respond(request, body, "application/gzip")
+        response.headers["Content-Disposition"] = f'attachment; filename="{name}"'  # a listed TRACE_FILE name
+        return response
 
     @wrappers.Request.application
     def _serve_findings(self, request: Any) -> Any:

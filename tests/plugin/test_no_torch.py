@@ -53,13 +53,15 @@ def test_every_route_works_without_torch_and_pandas(logdir_paths, tmp_path):
             status, _, _ = get(f"{url}/snapshot?run=train&id={s['id']}")
             assert status == (422 if s["name"].startswith("evil") else 200)
         get_json(f"{url}/ranks?group=exp")
+        assert get_json(f"{url}/profiles?run=train") == []
         leaky = get_json(f"{url}/findings?run=leaky")
         # leak findings need only numpy; the report's summary names the extra it needs
         assert any(f["tag"] == "Memory/Tensor_Category/other_MB" for f in leaky["leaks"])
         assert leaky["summary_text"] is None and "pip install 'tbmem[analysis]'" in leaky["summary_error"]
         # the compare view runs `tbmem compare`'s code, which needs pandas: it says so
         assert "pip install 'tbmem[analysis]'" in get_json(f"{url}/compare?run=train&run=leaky")["error"]
-        for asset in ("index.js", "chart.js", "compare.js", "util.js", "static/uPlot.iife.min.js", "static/style.css",
+        for asset in ("index.js", "chart.js", "compare.js", "util.js", "profiles.js", "static/uPlot.iife.min.js",
+                      "static/style.css",
                       "static/uPlot.min.css"):
             assert get(f"{url}/{asset}")[0] == 200
     finally:

@@ -126,3 +126,30 @@ def test_joined_runs_are_used_and_left_open(tmp_path: Path, offline: dict, mlflo
     assert "user/loss" in history
     metrics = mlflow_series(mlflow_client, mlflow_run.info.run_id)
     assert same_as_float32(metrics["Memory/RAM/process_rss_GB"], tb["Memory/RAM/process_rss_GB"])
+
+
+def test_profile_traces_are_artifacts_of_both_trackers(tmp_path: Path, offline: dict, mlflow_client) -> None:
+    run_dir = tmp_path / "run"
+    model = torch.nn.Linear(32, 4)
+    writer = MemoryWriter(str(run_dir), every=1, sinks=["wandb", "mlflow"],
+                          profile={"start": 2, "every": 4, "steps": 2, "max_windows": 2})
+    writer.watch(model)
+    for step in range(10):
+        writer.begin_step(step)
+        model(torch.randn(16, 32)).sum().backward()
+        writer.log_memory(step)
+    writer.close()
+    traces = sorted(p for p in os.listdir(run_dir / "plugins" / "tbmem") if ".pt.trace.json" in p)
+    assert len(traces) == 2, traces
+
+    (wandb_file,) = wandb_run_files(offline["wandb_dir"])
+    artifacts = {a.name: a for a in wandb_artifacts(wandb_file) if a.type == "tbmem-trace"}
+    assert set(artifacts) == set(traces)
+    for name, artifact in artifacts.items():
+        (entry,) = artifact.manifest.contents
+        with gzip.open(entry.local_path, "rt") as fh:
+            assert json.load(fh)["traceEvents"], name
+
+    (run,) = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("tbmem-test").experiment_id])
+    root = run.info.artifact_uri.removeprefix("file://")
+    assert sorted(os.listdir(os.path.join(root, "tbmem", "trace"))) == traces

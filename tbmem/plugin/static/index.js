@@ -5,6 +5,7 @@
 
 import { drawChart } from './chart.js';
 import { compareRuns, createCompare } from './compare.js';
+import { loadProfiles, profileSection, profiles } from './profiles.js';
 import { api, el, fmtBytes, fmtValue, loadScript, setUrlState, table, urlState } from './util.js';
 
 // tbmem.palette, injected by the plugin when it serves this file: one colour per category everywhere
@@ -15,7 +16,7 @@ const state = {
   overview: null, chart: null, step: null, snapshots: [], compare: null,
 };
 // the sections of the one-run view, hidden while the compare view is shown
-const RUN_VIEW = ['run-label', 'rank-label', 'breakdown-label', 'lines-label', 'refresh', 'chart-box', 'at-box', 'ranks-box', 'snap-box', 'findings-box'];
+const RUN_VIEW = ['run-label', 'rank-label', 'breakdown-label', 'lines-label', 'refresh', 'chart-box', 'at-box', 'ranks-box', 'snap-box', 'profile-box', 'findings-box'];
 
 function status(text) { document.getElementById('status').textContent = text; }
 
@@ -50,6 +51,7 @@ function layout() {
         el('div', { class: 'viewer-head' }, el('span', { id: 'viewer-title' }),
           el('button', { type: 'button', text: 'Close', onclick: closeViewer })),
         el('iframe', { id: 'viewer', sandbox: 'allow-scripts', title: 'snapshot viewer' }))),
+    profileSection(),
     el('section', { id: 'findings-box' },
       el('h2', { text: 'Findings' }), el('div', { id: 'leaks' }), el('div', { id: 'summary' })));
 }
@@ -131,7 +133,7 @@ async function selectRun(run) {
   setUrlState({ run });  // the choice survives a reload and goes with a copied address
   document.getElementById('at-box').hidden = true;
   closeViewer();
-  await Promise.all([loadOverview(), loadSnapshots()]);
+  await Promise.all([loadOverview(), loadSnapshots(), loadProfiles(run)]);
   loadFindings();  // after the first view: it may take longer (the summary imports pandas)
 }
 
@@ -319,5 +321,6 @@ export async function render() {
   } catch (e) {
     status(`error: ${e.message}`);
   }
+  state.profiles = profiles;
   window.tbmemMemoryTab = state;  // for tests and the curious
 }

@@ -1,0 +1,144 @@
+"""``tbmem trace RUN -o FILE.json.gz``: tbmem's tracks of any run as a Chrome trace, from the logdir alone.
+
+No profiler is needed: the trace holds what tbmem wrote (:mod:`tbmem.profile.tracks`): counter tracks of
+allocated/reserved VRAM, RSS and the census's categories at every memory record, a slice per step
+recorded, and instants for snapshots, out-of-memory errors, alerts and loss spikes. **Steps are the time
+axis**: step ``s`` is at ``ts = s * 1000`` microseconds (one step is drawn as one millisecond), so runs
+and ranks line up by step whatever their wall clocks. Each run below RUN is a process of its own
+(``pid``: the rank for a job's rank folders, else the run's index), named after the run.
+Open the file in Perfetto (ui.perfetto.dev, needs the network) or ``chrome://tracing``.
+
+Example:
+    >>> import tempfile
+    >>> from tbmem import MemoryWriter
+    >>> from tbmem.analysis.trace import logdir_trace
+    >>> run = tempfile.mkdtemp()
+    >>> with MemoryWriter(run, every=1, census_every=0) as w:
+    ...     _ = [w.log_memory(s) for s in range(3)]
+    >>> doc = logdir_trace(run)
+    >>> sorted({e["ts"] for e in doc["traceEvents"] if e["ph"] == "C"})
+    [0, 1000, 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from collections import defaultdict
+from typing import Any
+
+from tbmem.logdir.events import event_files, read_columns
+from tbmem.logdir.layout import split_rank
+from tbmem.logdir.snapshots import find_snapshots
+from tbmem.logdir.spikes import read_spikes
+from tbmem.profile import tracks as tk
+from tbmem.tags import TAGS
+
+__all__ = ["logdir_trace", "add_parser", "trace_command", "US_PER_STEP"]
+
+#: One step on the time axis, in the trace's microseconds.
+US_PER_STEP = 1000
+_ALERTS = TAGS["alerts_text"].tag
+_OOMS = TAGS["vram_ooms"].tag
+EXIT_ERROR = 2
+
+
+def _wanted(tag: str) -> bool:
+    return tag in _FIXED or tag == _OOMS or (tag.startswith(tk.CATEGORY_PREFIX) and tag.endswith("_MB"))
+
+
+_FIXED = set(tk.track_tags())
+
+
+def logdir_trace(path: str | os.PathLike[str], *, on_error: str = "raise") -> dict[str, Any]:
+    """The trace document of every run under ``path`` (a run folder, or a folder of runs such as a job's).
+
+    Raises:
+        tbmem.logdir.errors.AnalysisError: no event files under ``path``, or a damaged one (``on_error="raise"``).
+    """
+    files = event_files(path)
+    numbers, words = read_columns(files, on_error=on_error)
+    runs = sorted({f.run for f in files})
+    ranks = {run: split_rank(run)[1] for run in runs}
+    by_rank = all(r is not None for r in ranks.values()) and len(set(ranks.values())) == len(runs)
+    pids = {run: (ranks[run] if by_rank else i) for i, run in enumerate(runs)}
+    dirs = {f.run: os.path.realpath(os.path.dirname(f.path)) for f in files}
+    root = os.path.realpath(os.fspath(path))
+    records: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for run, tag, step, value in zip(numbers["run"], numbers["tag"], numbers["step"], numbers["value"]):
+        if _wanted(tag):
+            records[run][step][tag] = value  # the last value written at a step, as TensorBoard shows
+    events: list[dict[str, Any]] = []
+    for run in runs:
+        pid = pids[run]
+        events += tk.name_events(pid, run if run != "." else os.path.basename(root))
+        last_ooms = None
+        for step in sorted(records[run]):
+            values = records[run][step]
+            ts = step * US_PER_STEP
+            events += tk.counter_events(pid, ts, values)
+            events.append(tk.slice_event(f"step {step}", pid, tk.TID_STEPS, ts, US_PER_STEP, args={"step": step}))
+            ooms = values.get(_OOMS)
+            if ooms is not None and last_ooms is not None and ooms > last_ooms:
+                events.append(tk.instant_event("out of memory", pid, tk.TID_MARKS, ts,
+                                               args={"step": step, "allocator_ooms": ooms}))
+            last_ooms = ooms if ooms is not None else last_ooms
+        for snap in find_snapshots(dirs[run], root):
+            if snap.step is not None:
+                events.append(tk.instant_event(f"{snap.kind} snapshot", pid, tk.TID_MARKS, snap.step * US_PER_STEP,
+                                               args={"step": snap.step, "file": snap.name}))
+        for spike in read_spikes(dirs[run], root=root):
+            events.append(tk.instant_event("loss spike", pid, tk.TID_MARKS, spike["step"] * US_PER_STEP,
+                                           args={"step": spike["step"], "tag": str(spike["tag"])}))
+    for run, tag, step, text in zip(words["run"], words["tag"], words["step"], words["value"]):
+        if tag == _ALERTS:
+            events.append(tk.instant_event("memory alert", pids[run], tk.TID_MARKS, step * US_PER_STEP,
+                                           args={"step": step, "text": text[:500]}))
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "tbmem": {"version": 1, "source": "logdir", "time_axis": f"step s at ts = s * {US_PER_STEP} us",
+                      "processes": {str(pids[r]): r for r in runs}}}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``trace`` on the ``tbmem`` command line's subparsers."""
+    p = subparsers.add_parser(
+        "trace", help="a run's memory tracks as a Chrome trace (Perfetto), steps on the time axis",
+        description="Write tbmem's tracks of RUN (a run folder, or a job folder of rank runs) as a Chrome "
+                    "trace: counters of VRAM allocated/reserved, RSS and the census's categories at every "
+                    "record, a slice per step, instants for snapshots, OOMs, alerts and loss spikes. Step s "
+                    f"is at s ms on the time axis; each run (rank) is a process. Exit status: 0 ok, {EXIT_ERROR} "
+                    "no runs or a damaged event file. Profile windows' own traces (with torch.profiler's "
+                    "operators) are the trace_rank*_step*.pt.trace.json.gz files in the run's plugins/tbmem/.")
+    p.add_argument("run", metavar="RUN", help="a run folder, or a folder of runs")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the trace to write (.json.gz: gzip'd; else plain JSON)")
+    p.add_argument("--allow-truncated", action="store_true",
+                   help="use the readable part of truncated or corrupt event files instead of stopping")
+    p.set_defaults(func=trace_command)
+    return p
+
+
+def trace_command(args: argparse.Namespace) -> int:
+    """Run ``tbmem trace``; returns the exit status."""
+    from tbmem._terminal import printable
+    from tbmem.logdir.errors import AnalysisError
+
+    try:
+        doc = logdir_trace(args.run, on_error="warn" if args.allow_truncated else "raise")
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        data = gzip.compress(text, mtime=0) if args.output.endswith(".gz") else text
+        with open(args.output, "wb") as fh:
+            fh.write(data)
+    except AnalysisError as exc:
+        print(f"tbmem trace: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:
+        print(f"tbmem trace: {printable(exc.filename or args.output)}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    counters = sum(1 for e in doc["traceEvents"] if e["ph"] == "C")
+    print(f"trace of {len(doc['tbmem']['processes'])} run(s), {counters} counter events, written to "
+          f"{printable(args.output)}")
+    return 0

@@ -1,0 +1,135 @@
+"""Profile traces of a run, ``plugins/tbmem/trace_rank<r>_step<s>.pt.trace.json.gz``: writer and reader halves.
+
+A trace is a Chrome trace-event document (``{"traceEvents": [...], ...}``, gzip'd JSON) that Perfetto
+and ``chrome://tracing`` open: what :mod:`tbmem.profile` writes at the end of a profile window
+(torch.profiler's events with tbmem's tracks merged in) and what ``tbmem trace`` writes from a logdir.
+A window's trace also holds a ``"tbmem"`` key (ignored by trace viewers): the window's steps, its
+clock alignment and the offline summary the Memory tab shows. Both halves open files through
+:mod:`tbmem.logdir.safe_open`: no symlink below the run is followed, and a reader reads at most
+:data:`MAX_BYTES` compressed and :data:`MAX_JSON_BYTES` uncompressed.
+
+Example:
+    >>> import tempfile
+    >>> from tbmem.logdir.traces import list_traces, read_trace, trace_name, write_trace
+    >>> run = tempfile.mkdtemp()
+    >>> trace_name(rank=0, step=40)
+    'trace_rank0_step000000040.pt.trace.json.gz'
+    >>> _ = write_trace(run, trace_name(rank=0, step=40), {"traceEvents": [], "tbmem": {"steps": [40]}})
+    >>> [(t["rank"], t["step"]) for t in list_traces(run)], read_trace(run, trace_name(rank=0, step=40))["tbmem"]
+    ([(0, 40)], {'steps': [40]})
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+from typing import Any, Mapping
+
+from tbmem.logdir.layout import PLUGIN_DIR
+from tbmem.logdir.safe_open import open_below, open_regular_below
+
+__all__ = ["TRACE_FILE", "MAX_BYTES", "MAX_JSON_BYTES", "trace_name", "trace_path", "encode_trace",
+           "write_trace", "list_traces", "read_trace"]
+
+#: A profile window's trace: the step its window starts at, 9 digits at least (as snapshots).
+TRACE_FILE = re.compile(r"^trace_rank(?P<rank>\d+)_step(?P<step>\d{9,})\.pt\.trace\.json\.gz$")
+#: The most of a trace file a reader reads (gzip'd) and the most JSON it inflates.
+MAX_BYTES = 256 * 2**20
+MAX_JSON_BYTES = 1024 * 2**20
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+
+def trace_name(*, rank: int, step: int) -> str:
+    """The file name of the trace of the window that starts at ``step`` on ``rank``."""
+    return f"trace_rank{rank}_step{step:09d}.pt.trace.json.gz"
+
+
+def trace_path(run_dir: str, name: str) -> str:
+    """Where trace ``name`` of a run directory is."""
+    return os.path.join(run_dir, PLUGIN_DIR, name)
+
+
+def encode_trace(doc: Mapping[str, Any]) -> bytes:
+    """``doc`` as gzip'd JSON (NaN and infinity refused: trace viewers reject them)."""
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return gzip.compress(text, compresslevel=6, mtime=0)
+
+
+def write_trace(run_dir: str, name: str, doc: Mapping[str, Any] | bytes) -> str:
+    """Write a trace (a document, or its :func:`encode_trace` bytes) below the run; return its path.
+
+    Raises:
+        OSError: the disk refused it (a partial file is removed), or a symlink is planted on the way.
+    """
+    data = doc if isinstance(doc, bytes) else encode_trace(doc)
+    path = trace_path(run_dir, name)
+    fd = open_below(run_dir, path, _WRITE, 0o666, make_dirs=True)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    return path
+
+
+def list_traces(run_dir: str) -> list[dict[str, Any]]:
+    """The run's traces (regular files only; a symlink is skipped), by step then rank:
+    ``{"name", "rank", "step", "bytes"}``."""
+    folder = os.path.join(run_dir, PLUGIN_DIR)
+    out = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        m = TRACE_FILE.match(entry.name)
+        try:
+            if m is None or not entry.is_file(follow_symlinks=False):
+                continue
+            size = entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+        out.append({"name": entry.name, "rank": int(m.group("rank")), "step": int(m.group("step")), "bytes": size})
+    return sorted(out, key=lambda t: (t["step"], t["rank"]))
+
+
+def read_trace(run_dir: str, name: str, *, root: str | None = None) -> dict[str, Any]:
+    """The trace document ``name`` of a run.
+
+    Args:
+        run_dir: The run's directory.
+        name: A file name :data:`TRACE_FILE` matches.
+        root: The folder no symlink below which is followed (a server's logdir); None: the run.
+
+    Raises:
+        OSError: missing, a symlink, not a regular file, or larger than the limits.
+        ValueError: not a trace document (bad gzip or JSON, no ``traceEvents`` list).
+    """
+    if not TRACE_FILE.match(name):
+        raise ValueError(f"not a trace file name: {name!r}")
+    fd, st = open_regular_below(root or run_dir, trace_path(run_dir, name))
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > MAX_BYTES:
+            raise OSError(f"trace {name} is larger than {MAX_BYTES >> 20} MB")
+        data = fh.read(MAX_BYTES + 1)
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+            text = gz.read(MAX_JSON_BYTES + 1)
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"trace {name} is not gzip: {exc}") from None
+    if len(text) > MAX_JSON_BYTES:
+        raise OSError(f"trace {name} inflates to more than {MAX_JSON_BYTES >> 20} MB")
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError(f"trace {name} has no traceEvents list")
+    return doc
