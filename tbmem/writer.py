@@ -108,6 +108,7 @@ class MemoryWriter(StepHooks, RecordPipeline):
             _check_writable(log_dir)
             writer = SummaryWriter(log_dir)
         self._writer = writer
+        self._table = self._ranks.table_sink() if self._ranks is not None else None  # compact layout
         self._log_dir = os.path.abspath(str(writer.get_logdir()))
         self.closed = False
         self._last_step: int | None = None
@@ -352,6 +353,9 @@ class MemoryWriter(StepHooks, RecordPipeline):
                 self._writer.close()
             except OSError as exc:
                 self._faults.failed(self.log_dir, exc)
+            if self._ranks is not None:  # compact layout: the rank's run joins the job if it matters
+                moved = self._ranks.finish(alerted=bool(getattr(self._alerts, "fired", None)))
+                self._log_dir = moved or self._log_dir
         finally:
             self.closed = True
             _process.release(self, self._at_exit)
