@@ -35,6 +35,7 @@ import uuid
 from typing import Any, Mapping
 
 from tbmem._extras import require
+from tbmem.logdir.safe_open import open_regular_below
 
 __all__ = ["RANK_TABLE_DIR", "RANK_TABLE_FILE", "rank_table_path", "rank_table_paths", "RankTableWriter",
            "read_rank_table", "is_compact_job"]
@@ -79,7 +80,12 @@ def is_compact_job(job_dir: str) -> bool:
 def read_rank_table(job_dir: str, *, columns: list[str] | None = None) -> Any:
     """Every node's rows as one ``pyarrow.Table`` (empty, with the schema, when there are none)."""
     pa, pq = _pa()
-    tables = [pq.read_table(p, columns=columns) for p in rank_table_paths(job_dir)]
+    tables = []
+    for path in rank_table_paths(job_dir):
+        # opened without following a symlink below the job (a server reads only inside its logdir)
+        fd, _ = open_regular_below(job_dir, path)
+        with os.fdopen(fd, "rb") as fh:
+            tables.append(pq.read_table(fh, columns=columns))
     if not tables:
         schema = _schema()
         return schema.empty_table() if columns is None else schema.empty_table().select(columns)
