@@ -124,6 +124,12 @@ def _report(args: argparse.Namespace) -> int:
     hints = find_hints(df, texts=texts, summaries=summaries,
                        batch_size=getattr(args, "batch_size", None))
     summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
+    if not args.compare:  # compact jobs: every rank from the Parquet rank tables (columnar queries)
+        from tbmem.analysis.rank_table import compact_jobs, with_table_ranks
+
+        tables = compact_jobs(args.logdir)
+        if tables:
+            summaries = with_table_ranks(args.logdir, summaries, jobs=tables)
     spikes = find_spikes(df, args.logdir, runs=[s.run for s in summaries])
     jobs = [] if args.compare else rank_jobs(summaries)
     in_jobs = {run for j in jobs for run in j.runs.values()}

@@ -114,3 +114,28 @@ def test_tensorboard_lists_the_job_and_the_chosen_ranks_only(jobs, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_report_reads_every_rank_of_a_compact_job_from_its_rank_table(jobs):
+    from tbmem.analysis.rank_table import table_summaries
+    from tbmem.analysis.summary import summarize
+
+    proc = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "--json", str(jobs["compact"])],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (job,) = json.loads(proc.stdout)["jobs"]
+    assert job["ranks"] == list(range(WORLD)) and job["missing"] == []
+    rss = next(m for m in job["imbalance"] if m["name"] == "peak_rss_gb")
+    # the readings written at steps 1000+: rank r's RSS is (r + 1) GB + step MB
+    assert (rss["max_rank"], rss["min_rank"]) == (7, 0)
+    assert rss["max"] == pytest.approx(8 + (STEPS - 1) / 1024) and len(rss["values"]) == WORLD
+    # the table's summary of a rank equals its event files' where the rank kept its run
+    from_table = {s.run: s for s in table_summaries(str(jobs["compact"]), ".")}
+    from_events = {s.run: s for s in summarize(str(jobs["compact"]))}
+    assert sorted(from_events) == ["rank0", "rank3", "rank5"]
+    for run, ev in from_events.items():
+        tb = from_table[run]
+        for field in ("records", "first_step", "last_step", "peak_rss_gb", "peak_tree_rss_gb", "max_tree_workers"):
+            assert getattr(tb, field) == pytest.approx(getattr(ev, field), rel=1e-6), (run, field)
+        assert tb.step_time_ms["mean"] == pytest.approx(ev.step_time_ms["mean"], rel=1e-6)
+        assert tb.step_time_ms["max"] == pytest.approx(ev.step_time_ms["max"], rel=1e-6)
