@@ -38,7 +38,7 @@ from tbmem._extras import require
 from tbmem.logdir.safe_open import open_regular_below
 
 __all__ = ["RANK_TABLE_DIR", "RANK_TABLE_FILE", "rank_table_path", "rank_table_paths", "RankTableWriter",
-           "read_rank_table", "is_compact_job"]
+           "read_rank_table", "is_compact_job", "rank_table_schema"]
 
 #: The folder of a compact job's rank tables, beside its ``rank<r>`` runs.
 RANK_TABLE_DIR = "ranks"
@@ -50,7 +50,8 @@ def _pa() -> tuple[Any, Any]:
     return require("pyarrow", extra="ranks"), require("pyarrow.parquet", extra="ranks")
 
 
-def _schema() -> Any:
+def rank_table_schema() -> Any:
+    """The table's ``pyarrow.Schema``."""
     pa, _ = _pa()
     return pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("wall_time", pa.float64()),
                       ("tag", pa.dictionary(pa.int32(), pa.string())), ("value", pa.float64())])
@@ -77,17 +78,24 @@ def is_compact_job(job_dir: str) -> bool:
     return bool(rank_table_paths(job_dir))
 
 
-def read_rank_table(job_dir: str, *, columns: list[str] | None = None) -> Any:
-    """Every node's rows as one ``pyarrow.Table`` (empty, with the schema, when there are none)."""
+def read_rank_table(job_dir: str, *, columns: list[str] | None = None, root: str | None = None,
+                    filters: Any = None) -> Any:
+    """Every node's rows as one ``pyarrow.Table`` (empty, with the schema, when there are none).
+
+    Args:
+        job_dir: The job's folder. columns: The columns to read (all by default).
+        root: The folder no symlink below may be followed (a server's logdir; default ``job_dir``).
+        filters: pyarrow's row filters (``[("tag", "in", [...])]``): row groups are skipped by statistics.
+    """
     pa, pq = _pa()
     tables = []
     for path in rank_table_paths(job_dir):
-        # opened without following a symlink below the job (a server reads only inside its logdir)
-        fd, _ = open_regular_below(job_dir, path)
+        # opened without following a symlink below the root (a server reads only inside its logdir)
+        fd, _ = open_regular_below(root or job_dir, path)
         with os.fdopen(fd, "rb") as fh:
-            tables.append(pq.read_table(fh, columns=columns))
+            tables.append(pq.read_table(fh, columns=columns, filters=filters))
     if not tables:
-        schema = _schema()
+        schema = rank_table_schema()
         return schema.empty_table() if columns is None else schema.empty_table().select(columns)
     # each file's dictionary differs: unify them, then one table
     return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
@@ -141,7 +149,7 @@ class RankTableWriter:
             if not cols["value"]:
                 return
             self._cols = {k: [] for k in cols}
-        schema = _schema()
+        schema = rank_table_schema()
         batch = pa.table({"rank": pa.array(cols["rank"], pa.int32()), "step": pa.array(cols["step"], pa.int64()),
                           "wall_time": pa.array(cols["wall_time"], pa.float64()),
                           "tag": pa.array(cols["tag"], pa.string()).dictionary_encode(),
