@@ -318,8 +318,10 @@ async function loadRanks(group) {
   document.getElementById('ranks').replaceChildren(table(['rank', ...cols.map(([, l]) => l)],
     doc.ranks.map((r) => [r.rank == null ? `${r.run} (aggregate)` : `rank ${r.rank}`, ...cols.map(([k]) => cell(r, k))]), 'ranks-table'));
   if (doc.compact) {
-    if (all.length > doc.ranks.length) jobBox.append(el('p', { class: 'hint', text: `${all.length} ranks in the job's rank tables: the 10 highest and 10 lowest shown` }));
-    await showJob(jobBox, group, all);
+    const heat = el('div', { id: 'heat-box' });
+    if (all.length > doc.ranks.length) jobBox.append(el('p', { class: 'hint', text: `${all.length} ranks in the job's rank tables: the 10 highest and 10 lowest shown above` }));
+    jobBox.append(heat);
+    await showJob(heat, group, all);
   }
 }
 
