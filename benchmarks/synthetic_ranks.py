@@ -4,8 +4,7 @@
 
 Writes ``LOGDIR/job/rank0`` (rank 0's run: its records and the cross-rank aggregates, as
 events, through :class:`tbmem.MemoryWriter`) and ``LOGDIR/job/ranks/node<n>.parquet`` (8 ranks
-per node, 10 values per record, through :class:`tbmem.logdir.rank_table.RankTableWriter`'s
-schema). Values: rank r's VRAM grows with the step, with a rank-dependent level; rank
+per node, 10 values per record, in :func:`tbmem.logdir.rank_table.rank_table_schema`). Values: rank r's VRAM grows with the step, with a rank-dependent level; rank
 ``RANKS * 3 // 4`` holds 2 GB more from the middle of the run on (the one to find).
 """
 
@@ -58,15 +57,14 @@ def build(logdir: str, ranks: int = 1000, records: int = 1000, every: int = 10) 
     hot = HOT_RANK(ranks)
     steps = np.arange(records, dtype=np.int64) * every
     tags = [TAGS[k].tag for k in KEYS]
-    scales = np.array([TAGS[k].scale for k in KEYS])
-    schema = rank_table_schema()
     agg_keys = ("ram_rss", "ram_tree_rss", "vram_allocated", "vram_reserved", "vram_peak_allocated",
                 "vram_peak_reserved", "step_time")
     gathered = np.empty((records, ranks, 1 + len(agg_keys)))
     rank0: dict[str, np.ndarray] = {}
+    schema = rank_table_schema(tags)
     for node in range((ranks + PER_NODE - 1) // PER_NODE):
         members = range(node * PER_NODE, min((node + 1) * PER_NODE, ranks))
-        cols: dict[str, list[np.ndarray]] = {"rank": [], "step": [], "tag": [], "value": []}
+        parts = []
         for r in members:
             raw = _values(r, records, hot)
             if r == 0:
@@ -74,19 +72,12 @@ def build(logdir: str, ranks: int = 1000, records: int = 1000, every: int = 10) 
             gathered[:, r, 0] = steps
             for j, key in enumerate(agg_keys):
                 gathered[:, r, 1 + j] = raw[key]
-            matrix = np.stack([raw[k] for k in KEYS], axis=1) / scales  # [records, values] in the tags' units
-            cols["rank"].append(np.full(matrix.size, r, dtype=np.int32))
-            cols["step"].append(np.repeat(steps, len(KEYS)))
-            cols["tag"].append(np.tile(np.arange(len(KEYS), dtype=np.int32), records))
-            cols["value"].append(matrix.reshape(-1))
-        n = sum(len(a) for a in cols["rank"])
-        table = pa.table({"rank": np.concatenate(cols["rank"]), "step": np.concatenate(cols["step"]),
-                          "wall_time": np.full(n, 1.7e9),
-                          "tag": pa.DictionaryArray.from_arrays(np.concatenate(cols["tag"]), pa.array(tags)),
-                          "value": np.concatenate(cols["value"])}, schema=schema)
+            cols = {"rank": np.full(records, r, dtype=np.int32), "step": steps, "wall_time": np.full(records, 1.7e9)}
+            cols.update({TAGS[k].tag: raw[k] / TAGS[k].scale for k in KEYS})  # in the tags' units
+            parts.append(pa.table(cols, schema=schema))
         path = rank_table_path(job, str(node))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(table, path, row_group_size=len(KEYS) * records)  # a row group per rank's flushes
+        pq.write_table(pa.concat_tables(parts), path, row_group_size=records)  # a row group per rank's flushes
     with MemoryWriter(os.path.join(job, "rank0"), census_every=0, flush_each_record=False) as w:
         for i, step in enumerate(steps.tolist()):
             w.write_readings({k: float(rank0[k][i]) for k in KEYS}, step)

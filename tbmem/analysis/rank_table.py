@@ -25,13 +25,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Sequence
 
 from tbmem._extras import require
 from tbmem.analysis.summary import RunSummary
 from tbmem.logdir.layout import RANK_DIR_PREFIX
-from tbmem.logdir.rank_table import RANK_TABLE_DIR, read_rank_table
+from tbmem.logdir.rank_table import RANK_TABLE_DIR, rank_table_tags, read_rank_table
 
 __all__ = ["compact_jobs", "table_summaries", "with_table_ranks"]
 
@@ -65,36 +66,35 @@ def _run_name(job: str, rank: int) -> str:
 
 def table_summaries(job_dir: str, job: str) -> list[RunSummary]:
     """One :class:`RunSummary` per rank of the job's rank tables: records, peaks, step times."""
-    pa = require("pyarrow", extra="ranks")
     pc = require("pyarrow.compute", extra="ranks")
-    table = read_rank_table(job_dir, columns=["rank", "step", "tag", "value"])
-    if table.num_rows == 0:
+    tags = rank_table_tags(job_dir)
+    memory = [t for t in tags if t.startswith("Memory/")]
+    wanted = [t for t in dict.fromkeys([*(t for g in _PEAKS.values() for t in g), _STEP_TIME]) if t in tags]
+    table = read_rank_table(job_dir, columns=["rank", "step", *dict.fromkeys([*memory, *wanted])])
+    if table.num_rows == 0 or not memory:
         return []
-    tags = table.column("tag").combine_chunks()
-    plain = tags.dictionary_decode() if pa.types.is_dictionary(tags.type) else tags
-    table = table.set_column(table.schema.get_field_index("tag"), "tag", plain)
-    memory = table.filter(pc.starts_with(table.column("tag"), "Memory/"))
-    steps = memory.group_by("rank").aggregate([("step", "count_distinct"), ("step", "min"), ("step", "max")])
-    wanted = sorted({t for group in _PEAKS.values() for t in group} | {_STEP_TIME})
-    picked = table.filter(pc.is_in(table.column("tag"), value_set=pa.array(wanted)))
-    stats = picked.group_by(["rank", "tag"]).aggregate(
-        [("value", "max"), ("value", "mean"), ("value", "tdigest", pc.TDigestOptions(q=[0.5, 0.95]))])
-    per_rank: dict[int, dict[str, tuple[float, float, list[float]]]] = {}
-    cols = stats.to_pydict()
-    for rank, tag, high, mean, quant in zip(cols["rank"], cols["tag"], cols["value_max"], cols["value_mean"],
-                                           cols["value_tdigest"]):
-        per_rank.setdefault(rank, {})[tag] = (high, mean, quant)
+    # a record: a row with some memory reading (a write_scalars of other tags is not one)
+    no_memory = functools.reduce(pc.and_, (pc.is_null(table.column(t)) for t in memory))
+    records = table.filter(pc.invert(no_memory))
+    steps = records.group_by("rank").aggregate([("step", "count_distinct"), ("step", "min"), ("step", "max")])
+    aggs = [(t, "max") for t in wanted] + ([(_STEP_TIME, "mean"), (_STEP_TIME, "tdigest", pc.TDigestOptions(q=[0.5, 0.95]))]
+                                           if _STEP_TIME in tags else [])
+    stats = table.group_by("rank").aggregate(aggs).to_pydict() if aggs else {"rank": []}
+    per_rank = {r: i for i, r in enumerate(stats["rank"])}
     out = []
     sc = steps.to_pydict()
     for rank, count, first, last in sorted(zip(sc["rank"], sc["step_count_distinct"], sc["step_min"], sc["step_max"])):
-        have = per_rank.get(rank, {})
+        i = per_rank.get(rank)
         fields: dict[str, Any] = {}
         for name, group in _PEAKS.items():
-            found = max((have[t][0] for t in group if t in have), default=None)
-            fields[name] = None if found is None else (int(found) if name == "max_tree_workers" else float(found))
-        st = have.get(_STEP_TIME)
-        step_time = None if st is None else {"mean": float(st[1]), "median": float(st[2][0]),
-                                              "p95": float(st[2][1]), "max": float(st[0])}
+            found = [v for t in group if t in wanted and i is not None and (v := stats[f"{t}_max"][i]) is not None]
+            high = max(found, default=None)
+            fields[name] = None if high is None else (int(high) if name == "max_tree_workers" else float(high))
+        step_time = None
+        if i is not None and _STEP_TIME in tags and stats[f"{_STEP_TIME}_mean"][i] is not None:
+            q = stats[f"{_STEP_TIME}_tdigest"][i]
+            step_time = {"mean": float(stats[f"{_STEP_TIME}_mean"][i]), "median": float(q[0]), "p95": float(q[1]),
+                         "max": float(stats[f"{_STEP_TIME}_max"][i])}
         out.append(RunSummary(run=_run_name(job, rank), first_step=int(first), last_step=int(last),
                               records=int(count), step_time_ms=step_time, **fields))
     return out

@@ -26,12 +26,14 @@ Example:
 
 from __future__ import annotations
 
+import array
 import collections
 import hashlib
 import json
 import os
 import shutil
 import socket
+import struct
 import threading
 import time
 from typing import Any, Mapping
@@ -46,6 +48,8 @@ PEAK_READINGS = (("vram_peak_allocated", "vram_allocated"), ("ram_rss",), ("ram_
 _MAX_PENDING = 100_000  # records a peer keeps while its node's receiver is not up
 _CLOSE_WAIT_S = 30.0  # how long a node's receiver waits at close for its peers' last records
 _FLUSH_S = 5.0  # a row group at most this often while records come in
+_HEAD = struct.Struct("<biqd")  # kind, rank, step (a set of tags' number for _KEYS), wall time
+_RECORD, _KEYS, _CLOSED = 1, 2, 3
 
 
 class PeakRanks:
@@ -105,6 +109,8 @@ class NodeChannel:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._closed_peers: set[int] = set()
+        self._keysets: dict[tuple[str, ...], int] = {}  # a sender's sets of tags, numbered
+        self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
         self.dropped = 0
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         if local_rank == 0:
@@ -130,7 +136,15 @@ class NodeChannel:
         if self._table is not None:
             self._table.add(self.rank, step, time.time(), values)
             return
-        self._pending.append(json.dumps([self.rank, step, time.time(), values]).encode())
+        # binary: a header and the values as float64; each set of tags is sent once, by number
+        # (a record as JSON cost 35 us, this 3 us)
+        keys = tuple(values)
+        kid = self._keysets.get(keys)
+        if kid is None:
+            kid = self._keysets[keys] = len(self._keysets)
+            self._pending.append(_HEAD.pack(_KEYS, self.rank, kid, 0.0) + json.dumps(keys).encode())
+        self._pending.append(_HEAD.pack(_RECORD, self.rank, step, time.time()) + kid.to_bytes(4, "little")
+                             + array.array("d", values.values()).tobytes())
         self._drain_pending()
 
     def _drain_pending(self) -> bool:
@@ -170,12 +184,16 @@ class NodeChannel:
 
     def _take(self, data: bytes) -> None:
         try:
-            message = json.loads(data)
-            if message[0] == "closed":
-                self._closed_peers.add(int(message[1]))
-                return
-            rank, step, wall, values = message
-            self._table.add(int(rank), int(step), float(wall), values)
+            kind, rank, step, wall = _HEAD.unpack_from(data)
+            body = data[_HEAD.size:]
+            if kind == _RECORD:
+                keys = self._keys[(rank, int.from_bytes(body[:4], "little"))]
+                values = array.array("d", body[4:]).tolist()
+                self._table.add(rank, step, wall, dict(zip(keys, values)))
+            elif kind == _KEYS:
+                self._keys[(rank, step)] = tuple(json.loads(body))
+            elif kind == _CLOSED:
+                self._closed_peers.add(rank)
         except Exception as exc:  # noqa: BLE001 - a malformed datagram is skipped, never fatal
             report_once("ranks:table-receive", "tbmem: a record for the rank table could not be read", exc=exc)
 
@@ -190,7 +208,7 @@ class NodeChannel:
         """A peer: send what is left and say so. The receiver: wait for its peers, write the table."""
         deadline = time.monotonic() + wait_s
         if self._table is None:
-            self._pending.append(json.dumps(["closed", self.rank]).encode())
+            self._pending.append(_HEAD.pack(_CLOSED, self.rank, 0, 0.0))
             while not self._drain_pending() and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self._pending:

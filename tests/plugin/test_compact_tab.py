@@ -39,9 +39,8 @@ def _get(srv, route):
 def test_routes_give_every_rank_s_peak_and_the_heat_map_from_the_tables(job):
     logdir, srv = job
     table = read_rank_table(str(logdir / "job")).to_pandas()
-    vram = table[table["tag"] == VRAM]
-    peak = table[table["tag"] == "Memory/GPU/vram_peak_allocated_GB"]  # the tab's peak: the peak tag first
-    peaks = peak.groupby("rank")["value"].max() * 2**30
+    # the tab's peak: the peak tag first
+    peaks = table.groupby("rank")["Memory/GPU/vram_peak_allocated_GB"].max() * 2**30
     doc = _get(srv, "ranks?group=job")
     assert doc["compact"] is True and [r["rank"] for r in doc["ranks"]] == list(range(RANKS))
     assert [r["peak_vram_allocated"] for r in doc["ranks"]] == pytest.approx(peaks.tolist(), rel=1e-9)
@@ -51,7 +50,7 @@ def test_routes_give_every_rank_s_peak_and_the_heat_map_from_the_tables(job):
     assert heat["tag"] == VRAM and heat["ranks"] == list(range(RANKS)) and len(heat["steps"]) == 50
     grid = np.array(heat["values"])
     # each bin is the highest of 4 consecutive records: the hot rank's 2 GB show from the middle on
-    expect = vram.pivot(index="rank", columns="step", values="value").to_numpy().reshape(RANKS, 50, 4).max(axis=2)
+    expect = table.pivot(index="rank", columns="step", values=VRAM).to_numpy().reshape(RANKS, 50, 4).max(axis=2)
     assert grid == pytest.approx(expect * 2**30, rel=1e-9)
     one = _get(srv, f"rank_series?group=job&rank={HOT_RANK(RANKS)}")["series"][VRAM]
     assert len(one["steps"]) == RECORDS and one["values"][-1] - one["values"][0] > 2 * 2**30
