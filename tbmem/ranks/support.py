@@ -98,7 +98,7 @@ class RankSupport:
         if not self.config.subfolder:
             return log_dir
         final = self.info.run_dir(log_dir)
-        if not self.compact or not self.enabled:
+        if not self.compact or not self.enabled or "://" in log_dir:  # a remote job: per rank (docs/distributed.md)
             return final
         from tbmem.ranks.compact import NodeChannel, PeakRanks
 
