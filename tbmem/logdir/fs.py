@@ -134,17 +134,20 @@ class RemoteMirror:
 
 
 def fetch(url: str, local: str | None = None) -> str:
-    """Copy the logdir at ``url`` into ``local`` (a new temporary folder by default); returns it."""
+    """Copy the logdir at ``url`` into ``local`` (a new temporary folder by default; a file already
+    there with the object's size is kept); returns it."""
     fs, root = _fs(url)
     local = local or tempfile.mkdtemp(prefix="tbmem-fetch-")
     root = root.rstrip("/")
     if not fs.exists(root):
         raise FileNotFoundError(f"{url}: no such logdir")
-    for path in fs.find(root):
+    for path, info in fs.find(root, detail=True).items():
         rel = path[len(root):].lstrip("/")
-        if not rel or any(p in ("", "..") for p in rel.split("/")):
+        if not rel or any(p in ("", "..", ".") for p in rel.split("/")):
             continue  # an object key that would leave the folder is skipped
         target = os.path.join(local, *rel.split("/"))
+        if os.path.isfile(target) and os.path.getsize(target) == info.get("size"):
+            continue  # copied before and unchanged (the files tbmem writes only grow or are replaced)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fs.get_file(path, target)
     return local

@@ -141,3 +141,37 @@ def test_the_server_stopped_mid_run_training_goes_on_with_one_message(moto, tmp_
     assert "training goes on, every file is kept in" in messages[0]
     kept = Path(messages[0].split("every file is kept in ", 1)[1].split(" and uploads", 1)[0])
     assert sorted(e.step for e in read_events(kept).Scalars("Memory/RAM/process_rss_GB")) == list(range(12))
+
+
+def test_the_memory_tab_reads_a_run_on_s3(moto, tmp_path):
+    """TensorBoard reads the events through its own S3 client (S3_ENDPOINT); the tab copies the side
+    files (census, snapshots) through fsspec into a cache of its own."""
+    from tests.plugin._logdir import Server, get
+
+    env = _env(moto, tmp_path)
+    proc = subprocess.run([sys.executable, str(TRAIN), "s3://bucket/runs/exp", "6"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = dict(os.environ)
+    os.environ.update(env, S3_ENDPOINT=moto.env["AWS_ENDPOINT_URL"], S3_USE_HTTPS="0", S3_VERIFY_SSL="0")
+    try:
+        srv = Server(tmp_path, "--logdir", "s3://bucket/runs", "--load_fast", "false", wait_run="exp")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        def doc(route: str):  # noqa: ANN202
+            status, body, _ = get(f"{srv.base}/data/plugin/tbmem/{route}")
+            assert status == 200, body[:500]
+            return json.loads(body)
+
+        (group,) = doc("runs")["groups"]
+        assert group["group"] == "exp" and group["memory"] and group["census"]
+        overview = doc("overview?run=exp")
+        assert overview["x"] == list(range(6))
+        snaps = doc("snapshots?run=exp")
+        assert snaps and all(s["step"] in (0, 4) for s in snaps)  # the snapshots on the server, listed
+        at = doc("at?run=exp&step=2")  # the census of step 2, from census.jsonl on the server
+        assert at["census"]
+    finally:
+        srv.stop()
