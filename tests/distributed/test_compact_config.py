@@ -1,0 +1,44 @@
+"""The compact layout's settings: RanksConfig.layout and compact_above, and the trainers' tbmem.ranks node."""
+
+from __future__ import annotations
+
+import pytest
+
+from tbmem.config import MemoryWriterConfig
+from tbmem.ranks import RanksConfig
+from tbmem.ranks.context import RankInfo
+from tbmem.ranks.support import RankSupport
+
+
+def test_auto_is_compact_above_compact_above_ranks_only():
+    cfg = RanksConfig()
+    assert (cfg.layout, cfg.compact_above) == ("auto", 64)
+    assert [cfg.compact(n) for n in (2, 64, 65, 1000)] == [False, False, True, True]
+    assert RanksConfig(layout="per_rank").compact(1000) is False
+    assert RanksConfig(layout="compact").compact(2) is True
+    assert RanksConfig(compact_above=8).compact(9) is True
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"layout": "wide"}, "RanksConfig.layout must be one of auto, per_rank, compact, got 'wide'"),
+    ({"compact_above": 0}, "RanksConfig.compact_above must be a whole number of ranks >= 1, got 0"),
+    ({"compact_above": True}, "RanksConfig.compact_above must be a whole number of ranks >= 1, got True"),
+])
+def test_bad_settings_are_named(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RanksConfig.from_mapping(values)
+
+
+def test_the_trainers_tbmem_ranks_layout_reaches_the_writer():
+    from trainers.config import _tbmem_config
+
+    cfg = _tbmem_config({"every": 10, "ranks": {"layout": "compact"}})
+    assert isinstance(cfg, MemoryWriterConfig) and cfg.ranks.layout == "compact"
+
+
+def test_a_remote_log_dir_is_written_per_rank_even_when_compact(tmp_path):
+    support = RankSupport(RankInfo(rank=1, world_size=2, source="env"),
+                          MemoryWriterConfig(ranks={"layout": "compact"}))
+    assert support.compact and support.run_dir("s3://bucket/job") == "s3://bucket/job/rank1"
+    assert support.table_sink() is None
+    support.close()
