@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import json
 import os
@@ -69,6 +70,11 @@ class RankSupport:
         # writer's gather, store keys and node socket are its own (a script may open one writer after another).
         self.instance = next(_INSTANCES)
         self.compact = ranks.compact(info.world_size) and ranks.subfolder
+        if self.compact and ranks.layout == "auto" and importlib.util.find_spec("pyarrow") is None:
+            # compact by default above compact_above ranks, but a job must not fail for a missing extra
+            self.compact = False
+            report_once("ranks:no-pyarrow", f"tbmem: {info.world_size} ranks would use the compact layout, which "
+                        "needs pyarrow (pip install 'tbmem[ranks]'); every rank writes its own run instead")
         self.keep: set[str] = set()  # why this rank's run is kept in the compact layout
         self._channel: Any = None
         self._staging: tuple[str, str] | None = None  # (private folder, <job>/rank<r>) in the compact layout

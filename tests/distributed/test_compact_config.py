@@ -42,3 +42,18 @@ def test_a_remote_log_dir_is_written_per_rank_even_when_compact(tmp_path):
     assert support.compact and support.run_dir("s3://bucket/job") == "s3://bucket/job/rank1"
     assert support.table_sink() is None
     support.close()
+
+
+def test_auto_without_pyarrow_falls_back_to_per_rank_with_one_message(monkeypatch, caplog):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    big = RankInfo(rank=1, world_size=128, source="env")
+    support = RankSupport(big, MemoryWriterConfig())
+    assert support.compact is False and support.run_dir("runs/job") == "runs/job/rank1"
+    assert "needs pyarrow (pip install 'tbmem[ranks]'); every rank writes its own run instead" in caplog.text
+    support.close()
+    asked = RankSupport(big, MemoryWriterConfig(ranks={"layout": "compact"}))
+    assert asked.compact is True  # asked for: kept (the writer then names the missing extra)
+    asked.close()
