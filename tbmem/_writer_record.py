@@ -73,6 +73,7 @@ class RecordPipeline:
     _sinks: Any  # tbmem.sinks.SinkSet or None: gets every event and text written here
     _profile: Any  # tbmem.profile.window.ProfileWindows
     _profile_at: int
+    _table: Any  # sink(step, values) of the node's rank table (compact layout: tbmem.ranks.compact), or None
     watched_models: list[torch.nn.Module]
     watched_optimizers: list[torch.optim.Optimizer]
 
@@ -123,13 +124,20 @@ class RecordPipeline:
             self._layout = None
 
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
-        """Write raw readings keyed by tag-table keys, converted to their tags' units."""
-        self.write_scalars(_tagged(readings), step)
+        """Write raw readings keyed by tag-table keys, converted to their tags' units (a record: in the
+        compact layout it goes to the node's rank table too)."""
+        values = _tagged(readings)
+        if self._table is not None:
+            self._table(step, values)
+        self.write_scalars(values, step)
 
     def _write_record(self, readings: Mapping[str, float], step: int) -> bool:
         """A memory record: one event of the readings in their tags' units (written on this
         thread when records are flushed at once: :meth:`write_scalars`); True when it was."""
-        return self._write_event(_tagged(readings), step)
+        values = _tagged(readings)
+        if self._table is not None:
+            self._table(step, values)
+        return self._write_event(values, step)
 
     def _read(self, step: int) -> dict[str, float]:
         readings: dict[str, float] = {}
@@ -161,7 +169,10 @@ class RecordPipeline:
                 top_k=cfg.top_k, device=cfg.device,
             )
             census = dataclasses.replace(self._large.apply(census), where=where)
-            direct[0] = self._write_event(census.scalars(), step)
+            scalars = census.scalars()
+            if self._table is not None:
+                self._table(step, scalars)
+            direct[0] = self._write_event(scalars, step)
             direct[0] = self._write_text(_CENSUS_TEXT_TAG, census.to_markdown(), step) and direct[0]
             # every census, exact, for the Memory tab; a full disk is counted like the other writes
             append_census(self.log_dir, step, census,

@@ -46,6 +46,7 @@ from tbmem._writer_record import RecordPipeline
 from tbmem._writer_steps import StepHooks
 from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import LayoutTracker
+from tbmem.logdir.fs import RemoteMirror, is_url
 from tbmem.logdir.layout import default_run_dir, job_dir
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
@@ -101,14 +102,20 @@ class MemoryWriter(StepHooks, RecordPipeline):
             install_fast_crc()
         # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
         self._ranks = RankSupport.create(self.config)
+        self._mirror: Any = None
         if writer is None:
             if self._ranks is not None:
                 log_dir = self._ranks.run_dir(os.fspath(log_dir) if log_dir is not None else job_dir())
+            if is_url(log_dir):  # s3://, gs://: written locally, copied there (tbmem.logdir.fs)
+                self._mirror = RemoteMirror(str(log_dir), tempfile.mkdtemp(prefix="tbmem-remote-"),
+                                            every_s=float(os.environ.get("TBMEM_REMOTE_EVERY_S", "10")))
+                log_dir = self._mirror.local
             # resolved once: after an os.chdir a relative logdir would name another folder
             log_dir = os.path.abspath(os.fspath(log_dir) if log_dir is not None else default_run_dir())
             _check_writable(log_dir)
             writer = SummaryWriter(log_dir)
         self._writer = writer
+        self._table = self._ranks.table_sink() if self._ranks is not None else None  # compact layout
         self._log_dir = os.path.abspath(str(writer.get_logdir()))
         self.closed = False
         self._last_step: int | None = None
@@ -390,6 +397,11 @@ class MemoryWriter(StepHooks, RecordPipeline):
                 self._writer.close()
             except OSError as exc:
                 self._faults.failed(self.log_dir, exc)
+            if self._ranks is not None:  # compact layout: the rank's run joins the job if it matters
+                moved = self._ranks.finish(alerted=bool(getattr(self._alerts, "fired", None)))
+                self._log_dir = moved or self._log_dir
+            if self._mirror is not None:  # the last round of uploads, after every file is closed
+                self._mirror.close()
         finally:
             self.closed = True
             _process.release(self, self._at_exit)

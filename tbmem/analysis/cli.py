@@ -111,10 +111,14 @@ def _report(args: argparse.Namespace) -> int:
     from tbmem.analysis.spikes import find_spikes, format_spikes
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
+    from tbmem.logdir.fs import fetch, is_url
 
     runs = list(args.compare) if args.compare else None
     on_error = "warn" if args.allow_truncated else "raise"
-    df, texts = load_scalars_and_texts(args.logdir, runs=runs, on_error=on_error)
+    logdir = args.logdir
+    if is_url(logdir):  # s3://, gs://: copied into a temporary folder first (tbmem.logdir.fs)
+        logdir = fetch(logdir)
+    df, texts = load_scalars_and_texts(logdir, runs=runs, on_error=on_error)
     if not args.json:  # a run's name is printed (and drawn) with its control characters escaped
         df, texts = _printable_runs(df), _printable_runs(texts)
         runs = [printable(r) for r in runs] if runs else runs
@@ -124,7 +128,13 @@ def _report(args: argparse.Namespace) -> int:
     hints = find_hints(df, texts=texts, summaries=summaries,
                        batch_size=getattr(args, "batch_size", None))
     summaries = [dataclasses.replace(s, hints=[h for h in hints if h.run == s.run]) for s in summaries]
-    spikes = find_spikes(df, args.logdir, runs=[s.run for s in summaries])
+    if not args.compare:  # compact jobs: every rank from the Parquet rank tables (columnar queries)
+        from tbmem.analysis.rank_table import compact_jobs, with_table_ranks
+
+        tables = compact_jobs(logdir)
+        if tables:
+            summaries = with_table_ranks(logdir, summaries, jobs=tables)
+    spikes = find_spikes(df, logdir, runs=[s.run for s in summaries])
     jobs = [] if args.compare else rank_jobs(summaries)
     in_jobs = {run for j in jobs for run in j.runs.values()}
     others = [s for s in summaries if s.run not in in_jobs]

@@ -17,7 +17,7 @@ Below the writer and the readers alike, and torch-free (tests/test_architecture.
 Example:
     >>> from tbmem.logdir import FORMATS
     >>> [f.name for f in FORMATS]
-    ['event tags', 'census side file', 'spikes side file', 'profile trace', 'snapshot']
+    ['event tags', 'census side file', 'spikes side file', 'profile trace', 'snapshot', 'rank table']
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ analysis API, the notebook) finds files by them::
           trace_rank<r>_step<000000123>.pt.trace.json.gz   a profile window's Chrome trace (tbmem.logdir.traces)
           .tmp-<pid>-<host>-<random>.part     a snapshot file being written
       job_<id>/rank<r>/                       under torch.distributed: one run per rank
+      job_<id>/ranks/node<n>.parquet          compact layout: every rank's records, one file per node
 
 A run is a folder that directly holds event files (TensorBoard's rule): a rank folder is a run
 of its own, grouped with its siblings by :func:`split_rank`. :data:`FORMATS` lists each file
@@ -109,6 +110,10 @@ FORMATS: tuple[Format, ...] = (
            writer="tbmem.snapshot.store (named here), its document by tbmem.snapshot.schema",
            reader="tbmem.snapshot.readers (listed by tbmem.logdir.snapshots)",
            older="version 1 (one device): read in version 2's shape by tbmem.snapshot.schema"),
+    Format(name="rank table", path="../ranks/node<n>.parquet (in the job's folder, beside rank<r>/)", version=1,
+           writer="tbmem.logdir.rank_table (RankTableWriter, fed by tbmem.ranks.compact)",
+           reader="tbmem.logdir.rank_table (read_rank_table; tbmem.analysis.rank_table queries it)",
+           older="version 0 (none): jobs written per rank have every rank's records in its rank<r> run"),
 )
 
 

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from typing import Any
@@ -65,9 +66,16 @@ class RunDirs:
         raw = [self._logdir] if self._logdir else spec_paths(spec)
         self.roots = [os.path.realpath(os.path.expanduser(p)) for p in raw if p and not _URI.match(p)]
         self._multiplexer = getattr(context, "multiplexer", None)
+        self._remote = None  # a remote --logdir: side files copied into a local cache (tbmem.plugin.remote)
+        if self._logdir and _URI.match(self._logdir) and importlib.util.find_spec("fsspec") is not None:
+            from tbmem.plugin.remote import RemoteRuns
+
+            self._remote = RemoteRuns(self._logdir)
 
     def run_dir(self, run: str) -> tuple[str, str] | None:
         """(run directory realpath, its root) for a run TensorBoard lists; None if not local or outside."""
+        if self._remote is not None:
+            return self._remote.run_dir(run)
         path = None
         if self._multiplexer is not None:
             try:

@@ -49,6 +49,7 @@ from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
 from tbmem.plugin.profiles import ProfileError, list_windows, trace_file, window_summary
+from tbmem.plugin.rank_table import JobTables
 from tbmem.plugin.runs import PEAK_TAGS, rank_peaks
 from tbmem.plugin.series import ScalarCache
 from tbmem.plugin.snapshots import SnapshotError, SnapshotPages
@@ -63,6 +64,7 @@ _ASSETS = {
     "/index.js": ("index.js", "text/javascript"),
     "/chart.js": ("chart.js", "text/javascript"),
     "/compare.js": ("compare.js", "text/javascript"),
+    "/ranks.js": ("ranks.js", "text/javascript"),
     "/util.js": ("util.js", "text/javascript"),
     "/profiles.js": ("profiles.js", "text/javascript"),
     "/static/style.css": ("style.css", "text/css"),
@@ -121,6 +123,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         # the side files of TensorBoard's runs, read by the logdir reader `tbmem report` and the notebook share
         self._logdir = LogdirReader(run_dir=self._dirs.run_dir)
         self._cache = ScalarCache(self._provider)
+        self._tables = JobTables()  # compact jobs' Parquet rank tables (tbmem.plugin.rank_table)
         self._pages = SnapshotPages(budget_mb=getattr(context.flags, "tbmem_snapshot_memory_mb", None)
                                     or DEFAULT_BUDGET_MB)
         self._active = False
@@ -152,7 +155,8 @@ class MemoryPlugin(base_plugin.TBPlugin):
                      "/snapshots": self._serve_snapshots, "/snapshot": self._serve_snapshot,
                      "/findings": self._serve_findings, "/ranks": self._serve_ranks, "/compare": self._serve_compare,
                      "/profiles": self._serve_profiles, "/profile": self._serve_profile,
-                     "/profile_trace": self._serve_profile_trace})
+                     "/profile_trace": self._serve_profile_trace,
+                     "/heatmap": self._serve_heatmap, "/rank_series": self._serve_rank_series})
         return apps
 
     # --- helpers --------------------------------------------------------------------------
@@ -361,8 +365,47 @@ class MemoryPlugin(base_plugin.TBPlugin):
         members = [r for r in self._run_names(ctx, eid) if split_rank(r)[0] == group]
         if not group or not members:
             raise errors.NotFoundError("unknown group")
+        job = self._job_dir(members)
+        if job is not None:  # a compact job: every rank from its rank tables, a run's name where it has one
+            rows = self._tables.peaks(*job)
+            runs = {split_rank(r)[1]: r for r in members}
+            for row in rows:
+                row["run"] = runs.get(row["rank"])
+            return _json(request, {"group": group, "compact": True, "ranks": rows})
         wanted = {t for tags in PEAK_TAGS.values() for t in tags}
         listing = self._cache.listing(ctx, eid, members)
         per_run = {r: self._cache.get(ctx, eid, r, [t for t in listing.get(r, {}) if t in wanted],
                                       listing=listing.get(r, {})) for r in members}
         return _json(request, {"group": group, "ranks": rank_peaks(per_run)})
+
+    def _job_dir(self, members: list[str]) -> tuple[str, str] | None:
+        """(job folder, its root) of a compact job's member runs, or None (per-rank job, not local)."""
+        for run in members:
+            if split_rank(run)[1] is None:
+                continue
+            found = self._dirs.run_dir(run)
+            if found is not None:
+                job = os.path.dirname(found[0])
+                return (job, found[1]) if job.startswith(found[1]) and JobTables.has_tables(job) else None
+        return None
+
+    def _compact_group(self, request: Any) -> tuple[str, tuple[str, str]]:
+        ctx, eid = self._ids(request)
+        group = request.args.get("group")
+        members = [r for r in self._run_names(ctx, eid) if split_rank(r)[0] == group]
+        job = self._job_dir(members) if group and members else None
+        if job is None:
+            raise errors.NotFoundError("no compact job of that name")
+        return group, job
+
+    @wrappers.Request.application
+    def _serve_heatmap(self, request: Any) -> Any:
+        group, job = self._compact_group(request)
+        columns = _int_arg(request, "columns", 200, lo=10, hi=1000)
+        return _json(request, {"group": group, **self._tables.heatmap(*job, columns=columns)})
+
+    @wrappers.Request.application
+    def _serve_rank_series(self, request: Any) -> Any:
+        group, job = self._compact_group(request)
+        rank = _int_arg(request, "rank", lo=0)
+        return _json(request, {"group": group, "rank": rank, "series": self._tables.rank_series(*job, rank)})

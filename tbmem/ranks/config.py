@@ -4,6 +4,8 @@ Example:
     >>> from tbmem.ranks import RanksConfig
     >>> RanksConfig.from_mapping({"timeout_s": 60}).timeout_s
     60.0
+    >>> RanksConfig(layout="compact").compact(world_size=8), RanksConfig().compact(world_size=65)
+    (True, True)
     >>> RanksConfig(tags=("ram_rss", "no_such_reading"))
     Traceback (most recent call last):
     ...
@@ -17,9 +19,12 @@ from typing import Any, Mapping
 
 from tbmem._fields import seconds, unknown_keys
 
-__all__ = ["RanksConfig", "DEFAULT_RANK_TAGS"]
+__all__ = ["RanksConfig", "DEFAULT_RANK_TAGS", "LAYOUTS"]
 
 #: Readings aggregated across ranks by default (keys of :data:`tbmem.tags.TAGS`).
+#: The layouts of a job's runs (docs/distributed.md): ``auto`` is ``compact`` above ``compact_above`` ranks.
+LAYOUTS = ("auto", "per_rank", "compact")
+
 DEFAULT_RANK_TAGS = ("ram_rss", "ram_tree_rss", "vram_allocated", "vram_reserved", "vram_peak_allocated",
                      "vram_peak_reserved", "step_time")
 
@@ -44,6 +49,12 @@ class RanksConfig:
             off on that rank and training goes on. Also the gloo group's own timeout.
         oom_wait_s: How long a rank that ran out of memory waits for the other ranks to
             write their snapshots before the error goes on to the user (0: no wait).
+        layout: ``per_rank``: every rank writes its TensorBoard run ``rank<r>``. ``compact``:
+            TensorBoard runs only for rank 0 (the job's aggregates) and the ranks that matter (the
+            ranks at the peak of VRAM and RSS, a rank that ran out of memory or fired an alert);
+            every rank's records go to one Parquet file per node (``ranks/node<n>.parquet``; needs
+            pyarrow, the ``ranks`` extra). ``auto``: ``compact`` above ``compact_above`` ranks.
+        compact_above: The number of ranks above which ``auto`` is ``compact``.
     """
 
     enabled: bool = True
@@ -52,6 +63,8 @@ class RanksConfig:
     tags: tuple[str, ...] = DEFAULT_RANK_TAGS
     timeout_s: float = 300.0
     oom_wait_s: float = 10.0
+    layout: str = "auto"
+    compact_above: int = 64
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -69,8 +82,16 @@ class RanksConfig:
                 raise ValueError(f"{name}.tags: unknown reading {key!r}; readings are the keys of "
                                  "tbmem.tags.TAGS without {name}")
         object.__setattr__(self, "tags", tags)
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"{name}.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if isinstance(self.compact_above, bool) or not isinstance(self.compact_above, int) or self.compact_above < 1:
+            raise ValueError(f"{name}.compact_above must be a whole number of ranks >= 1, got {self.compact_above!r}")
         for attr, low in (("timeout_s", 1.0), ("oom_wait_s", 0.0)):
             object.__setattr__(self, attr, seconds(getattr(self, attr), f"{name}.{attr}", low=low))
+
+    def compact(self, world_size: int) -> bool:
+        """Whether a job of ``world_size`` ranks writes the compact layout."""
+        return self.layout == "compact" or (self.layout == "auto" and world_size > self.compact_above)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "RanksConfig":

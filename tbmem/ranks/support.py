@@ -21,8 +21,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
+import json
+import os
 import sys
+import tempfile
 import threading
 from typing import Any, Callable, Mapping
 
@@ -62,15 +66,26 @@ class RankSupport:
         self._lock = threading.Lock()
         self._closed = False
         self.enabled = bool(config.enabled)  # a disabled writer still writes its rank's folder
+        # Writers are numbered in creation order, the same on every rank of an SPMD script: each
+        # writer's gather, store keys and node socket are its own (a script may open one writer after another).
+        self.instance = next(_INSTANCES)
+        self.compact = ranks.compact(info.world_size) and ranks.subfolder
+        if self.compact and ranks.layout == "auto" and importlib.util.find_spec("pyarrow") is None:
+            # compact by default above compact_above ranks, but a job must not fail for a missing extra
+            self.compact = False
+            report_once("ranks:no-pyarrow", f"tbmem: {info.world_size} ranks would use the compact layout, which "
+                        "needs pyarrow (pip install 'tbmem[ranks]'); every rank writes its own run instead")
+        self.keep: set[str] = set()  # why this rank's run is kept in the compact layout
+        self._channel: Any = None
+        self._staging: tuple[str, str] | None = None  # (private folder, <job>/rank<r>) in the compact layout
+        self._peaks: Any = None
         self.aggregator: Any = None
         if ranks.aggregate and self.enabled:
             from tbmem.ranks.aggregate import RankAggregator
 
-            # Writers are numbered in creation order, the same on every rank of an SPMD script: each
-            # writer's gather and store keys are its own (a script may open one writer after another).
             self.aggregator = RankAggregator(rank=info.rank, world_size=info.world_size, keys=ranks.tags,
                                              write=self._write_values, store=lambda: self._store,
-                                             timeout_s=ranks.timeout_s, instance=next(_INSTANCES))
+                                             timeout_s=ranks.timeout_s, instance=self.instance)
 
     @classmethod
     def create(cls, config: Any) -> "RankSupport | None":
@@ -83,8 +98,38 @@ class RankSupport:
 
     # --- construction ---------------------------------------------------------------------
     def run_dir(self, log_dir: str) -> str:
-        """Where this rank's event files go: ``<log_dir>/rank<r>`` (or ``log_dir`` itself)."""
-        return self.info.run_dir(log_dir) if self.config.subfolder else log_dir
+        """Where this rank's event files go: ``<log_dir>/rank<r>`` (or ``log_dir`` itself); in the
+        compact layout a private folder for ranks above 0 (moved to ``<log_dir>/rank<r>`` at close
+        if the rank matters: :mod:`tbmem.ranks.compact`)."""
+        if not self.config.subfolder:
+            return log_dir
+        final = self.info.run_dir(log_dir)
+        if not self.compact or not self.enabled or "://" in log_dir:  # a remote job: per rank (docs/distributed.md)
+            return final
+        from tbmem.ranks.compact import NodeChannel, PeakRanks
+
+        job = os.path.abspath(log_dir)
+        local = self.info.local_rank if self.info.local_rank is not None else self.info.rank
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or self.info.world_size
+        self._channel = NodeChannel(job, rank=self.info.rank, local_rank=local, local_world=local_world,
+                                    instance=self.instance)
+        if self.info.is_root:
+            self._peaks = PeakRanks()
+            return final
+        staging = tempfile.mkdtemp(prefix=f"tbmem-rank{self.info.rank}-")
+        self._staging = (staging, os.path.join(job, os.path.basename(final)))
+        return staging
+
+    def table_sink(self) -> Callable[[int, Mapping[str, float]], None] | None:
+        """``sink(step, values)`` sending a record to the node's rank table (compact layout), else None."""
+        return self._send_to_table if self._channel is not None else None
+
+    def _send_to_table(self, step: int, values: Mapping[str, float]) -> None:
+        try:
+            self._channel.send(step, values)
+        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+            report_once("ranks:table", "tbmem: sending a record to the node's rank table failed; it is off", exc=exc)
+            self._channel = None
 
     @property
     def writes_aggregates(self) -> bool:
@@ -150,6 +195,7 @@ class RankSupport:
 
     def on_oom(self, step: int) -> None:
         """After this rank's own out-of-memory snapshot: tell the other ranks, wait for theirs."""
+        self.keep.add("out of memory")
         if self._oom is None:
             return
         try:
@@ -181,12 +227,15 @@ class RankSupport:
                     exc = PeerOutOfMemoryError(oom_rank=peer[0], oom_step=peer[1], rank=self.info.rank,
                                                step=self.last_step)
                     snapshots.on_oom(self.last_step, exc, stop_recording=False)
+                    self.keep.add("a peer's out-of-memory error")
                 self._flush()
             finally:
                 self._peer_done.set()
 
     # --- writing and closing -------------------------------------------------------------------
     def _write_values(self, values: Mapping[str, float], step: int) -> None:
+        if self._peaks is not None:
+            self._peaks.see(values)
         if not self._closed:
             self._write(values, step)
 
@@ -202,12 +251,59 @@ class RankSupport:
             if self.aggregator is not None:
                 unwinding = sys.exc_info()[0] is not None
                 self.aggregator.close(limit_s=0.0 if unwinding else min(self.config.timeout_s, _CLOSE_WAIT_S))
+            if self._peaks is not None and self._store is not None:  # after the last gather: every peak seen
+                self._store.set(f"compact/{self.instance}/peaks", json.dumps(self._peaks.ranks()))
+            if self._channel is not None:
+                self._channel.close(wait_s=2.0 if sys.exc_info()[0] is not None else _CLOSE_WAIT_S)
             if self._oom is not None:
                 _unsubscribe(self)
         except Exception as exc:  # noqa: BLE001
             report_once("ranks:close", "tbmem: closing the cross-rank support failed", exc=exc)
         finally:
             self._closed = True
+
+
+    def finish(self, *, alerted: bool = False) -> str | None:
+        """After the event files closed (compact layout, ranks above 0): move this rank's run into the
+        job when it matters, else delete it. Returns the run's folder, or None when it was deleted."""
+        if self._staging is None:
+            return None
+        staging, final = self._staging
+        self._staging = None
+        if alerted:
+            self.keep.add("an alert")
+        if not self.keep and self.info.rank in self._peak_ranks():
+            self.keep.add("a peak of VRAM or RSS")
+        try:
+            if self.keep:
+                from tbmem.ranks.compact import move_run
+
+                move_run(staging, final)
+                logger.info("tbmem: rank %d keeps its run %s (%s)", self.info.rank, final, ", ".join(sorted(self.keep)))
+                return final
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
+        except Exception as exc:  # noqa: BLE001
+            report_once("ranks:finish", f"tbmem: could not move rank {self.info.rank}'s run from {staging} to {final}",
+                        exc=exc)
+        return None
+
+    def _peak_ranks(self) -> list[int]:
+        """The peak ranks rank 0 stored at its close (waits for them up to 10 s, not while unwinding)."""
+        store = self._store
+        if store is None:
+            return []
+        key = f"compact/{self.instance}/peaks"
+        try:
+            if sys.exc_info()[0] is None:
+                store.wait([key], timeout_s=10.0)
+            if not store.check([key]):
+                return []
+            return [int(r) for r in json.loads(store.get(key))]
+        except Exception as exc:  # noqa: BLE001 - rank 0 gone or late: this run is not kept for a peak
+            logger.debug("tbmem: no peak ranks from rank 0: %s", exc)
+            return []
 
 
 # --- one out-of-memory watcher per process, shared by its writers -------------------------------

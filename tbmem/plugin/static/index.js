@@ -6,6 +6,7 @@
 import { drawChart } from './chart.js';
 import { compareRuns, createCompare } from './compare.js';
 import { loadProfiles, profileSection, profiles } from './profiles.js';
+import { showJob } from './ranks.js';
 import { api, el, fmtBytes, fmtValue, loadScript, setUrlState, table, urlState } from './util.js';
 
 // tbmem.palette, injected by the plugin when it serves this file: one colour per category everywhere
@@ -44,7 +45,8 @@ function layout() {
       el('h2', { id: 'at-title' }),
       el('div', { class: 'cols' }, el('div', { id: 'census' }), el('div', { id: 'readings' })),
       el('div', { id: 'top' })),
-    el('section', { id: 'ranks-box', hidden: '' }, el('h2', { text: 'Ranks: peaks compared' }), el('div', { id: 'ranks' })),
+    el('section', { id: 'ranks-box', hidden: '' }, el('h2', { text: 'Ranks: peaks compared' }), el('div', { id: 'ranks' }),
+      el('div', { id: 'job-box' })),
     el('section', { id: 'snap-box' },
       el('h2', { text: 'Snapshots' }), el('div', { id: 'snapshots' }),
       el('div', { id: 'viewer-box', hidden: '' },
@@ -118,7 +120,8 @@ async function onGroup(run) {
   fillSelect('rank', g.members.map((m) => [m.run, m.rank == null ? `${m.run} (aggregate)` : `rank ${m.rank}`]));
   const member = g.members.find((m) => m.run === run) || g.members.find((m) => m.census) || g.members.find((m) => m.memory) || g.members[0];
   document.getElementById('rank').value = member.run;
-  document.getElementById('ranks-box').hidden = !(g.members.filter((m) => m.rank != null).length > 1);
+  // a compact job may keep one rank's run only: the server says whether the group is one (loadRanks)
+  document.getElementById('ranks-box').hidden = !g.members.some((m) => m.rank != null);
   if (!document.getElementById('ranks-box').hidden) loadRanks(g.group);
   await selectRun(member.run);
 }
@@ -296,6 +299,15 @@ async function loadFindings() {
 
 async function loadRanks(group) {
   const doc = await api('ranks', { group });
+  if (!doc.compact && doc.ranks.filter((r) => r.rank != null).length < 2) { document.getElementById('ranks-box').hidden = true; return; }
+  const jobBox = document.getElementById('job-box');
+  jobBox.replaceChildren();
+  const all = doc.ranks;
+  if (doc.compact && all.length > 20) {  // a thousand rows do not read: the 10 highest and the 10 lowest
+    const key = (r) => r.peak_vram_allocated ?? r.peak_rss ?? 0;
+    const order = [...all].sort((a, b) => key(b) - key(a));
+    doc.ranks = [...order.slice(0, 10), ...order.slice(-10)];
+  }
   const cols = [['peak_vram_allocated', 'peak VRAM allocated'], ['peak_vram_reserved', 'peak VRAM reserved'],
     ['peak_rss', 'peak RSS'], ['peak_census', 'census peak']].filter(([k]) => doc.ranks.some((r) => r[k] != null));
   const max = Object.fromEntries(cols.map(([k]) => [k, Math.max(...doc.ranks.map((r) => r[k] || 0))]));
@@ -307,6 +319,12 @@ async function loadRanks(group) {
   };
   document.getElementById('ranks').replaceChildren(table(['rank', ...cols.map(([, l]) => l)],
     doc.ranks.map((r) => [r.rank == null ? `${r.run} (aggregate)` : `rank ${r.rank}`, ...cols.map(([k]) => cell(r, k))]), 'ranks-table'));
+  if (doc.compact) {
+    const heat = el('div', { id: 'heat-box' });
+    if (all.length > doc.ranks.length) jobBox.append(el('p', { class: 'hint', text: `${all.length} ranks in the job's rank tables: the 10 highest and 10 lowest shown above` }));
+    jobBox.append(heat);
+    await showJob(heat, group, all);
+  }
 }
 
 // --- entry point --------------------------------------------------------------------------

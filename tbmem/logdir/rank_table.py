@@ -1,0 +1,204 @@
+"""The rank table of a compact job: every rank's records in one Apache Parquet file per node.
+
+A job written in the compact layout (``RanksConfig(layout="compact")``, docs/distributed.md)
+keeps TensorBoard runs for rank 0 and the ranks that matter only; every rank's records go
+to ``<job>/ranks/node<n>.parquet``, one row per record, one column per tag::
+
+    rank: int32   step: int64   wall_time: float64   <tag>: float64 (null: not in this record) ...
+
+A reader reads only the columns of the tags it needs (the heat map of 1,000 ranks x 1,000
+records reads 3 columns, not ten million tag-value rows). A tag seen for the first time adds
+a column: the rows written before have it null.
+
+The file is written by one process per node (the node's local rank 0, which receives its
+peers' records: :mod:`tbmem.ranks.compact`). Each flush appends one row group and replaces
+the file atomically (a complete file is written beside it, then renamed over it), so a
+reader always sees a whole file with every row group flushed so far: the file is readable
+while the job runs. Rewriting costs the file's size at each flush, on the receiving thread.
+
+Example:
+    >>> import os, tempfile
+    >>> from tbmem.logdir.rank_table import RankTableWriter, rank_table_paths, read_rank_table
+    >>> job = tempfile.mkdtemp()
+    >>> table = RankTableWriter(os.path.join(job, "ranks", "node0.parquet"))
+    >>> table.add(0, 10, 1.0, {"Memory/RAM/process_rss_GB": 1.5})
+    >>> table.add(1, 10, 1.0, {"Memory/RAM/process_rss_GB": 2.5})
+    >>> table.close()
+    >>> [os.path.basename(p) for p in rank_table_paths(job)]
+    ['node0.parquet']
+    >>> read_rank_table(job).to_pydict()["Memory/RAM/process_rss_GB"]
+    [1.5, 2.5]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from typing import Any, Iterable, Mapping
+
+from tbmem._extras import require
+from tbmem.logdir.safe_open import open_regular_below
+
+__all__ = ["RANK_TABLE_DIR", "RANK_TABLE_FILE", "rank_table_path", "rank_table_paths", "RankTableWriter",
+           "read_rank_table", "is_compact_job", "rank_table_schema", "rank_table_tags", "KEY_COLUMNS"]
+
+#: The folder of a compact job's rank tables, beside its ``rank<r>`` runs.
+RANK_TABLE_DIR = "ranks"
+#: One file per node: ``node<n>.parquet`` (``n``: torchrun's ``GROUP_RANK``, or the host's name).
+RANK_TABLE_FILE = re.compile(r"^node(?P<node>[A-Za-z0-9_.-]+)\.parquet$")
+
+
+def _pa() -> tuple[Any, Any]:
+    return require("pyarrow", extra="ranks"), require("pyarrow.parquet", extra="ranks")
+
+
+#: The columns of every row before the tags' columns.
+KEY_COLUMNS = ("rank", "step", "wall_time")
+
+
+def rank_table_schema(tags: Iterable[str] = ()) -> Any:
+    """The table's ``pyarrow.Schema`` with a column per tag in ``tags``."""
+    pa, _ = _pa()
+    return pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("wall_time", pa.float64())]
+                     + [(t, pa.float64()) for t in tags])
+
+
+def rank_table_path(job_dir: str, node: str) -> str:
+    """``<job_dir>/ranks/node<node>.parquet``."""
+    name = f"node{re.sub(r'[^A-Za-z0-9_.-]', '_', node)}.parquet"
+    return os.path.join(job_dir, RANK_TABLE_DIR, name)
+
+
+def rank_table_paths(job_dir: str) -> list[str]:
+    """The job's rank tables, sorted by name (none: the job was written per rank)."""
+    folder = os.path.join(job_dir, RANK_TABLE_DIR)
+    try:
+        names = sorted(n for n in os.listdir(folder) if RANK_TABLE_FILE.match(n))
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names]
+
+
+def is_compact_job(job_dir: str) -> bool:
+    """Whether ``job_dir`` holds rank tables (a job written in the compact layout)."""
+    return bool(rank_table_paths(job_dir))
+
+
+def rank_table_tags(job_dir: str, *, root: str | None = None) -> list[str]:
+    """The tags with a column in some node's table (from the files' footers only)."""
+    _, pq = _pa()
+    tags: dict[str, None] = {}
+    for path in rank_table_paths(job_dir):
+        fd, _ = open_regular_below(root or job_dir, path)
+        with os.fdopen(fd, "rb") as fh:
+            tags.update((n, None) for n in pq.read_schema(fh).names if n not in KEY_COLUMNS)
+    return list(tags)
+
+
+def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root: str | None = None) -> Any:
+    """Every node's rows as one ``pyarrow.Table``: the key columns and those of ``columns`` (every
+    tag by default) a file has; a tag some file lacks is null in its rows.
+
+    Args:
+        job_dir: The job's folder. columns: The tags (and key columns) to read.
+        root: The folder no symlink below may be followed (a server's logdir; default ``job_dir``).
+    """
+    pa, pq = _pa()
+    tables = []
+    for path in rank_table_paths(job_dir):
+        # opened without following a symlink below the root (a server reads only inside its logdir)
+        fd, _ = open_regular_below(root or job_dir, path)
+        with os.fdopen(fd, "rb") as fh:
+            source = pq.ParquetFile(fh)
+            names = source.schema_arrow.names
+            wanted = names if columns is None else [n for n in dict.fromkeys((*KEY_COLUMNS, *columns)) if n in names]
+            tables.append(source.read(columns=wanted))
+    if not tables:
+        return rank_table_schema([] if columns is None else [c for c in columns if c not in KEY_COLUMNS]).empty_table()
+    return pa.concat_tables(tables, promote_options="default")
+
+
+class RankTableWriter:
+    """Appends records to one node's rank table; each :meth:`flush` adds a row group.
+
+    Thread-safe: the node's receiving thread and its own rank add rows.
+
+    Args:
+        path: The table's file (:func:`rank_table_path`).
+        flush_rows: Records buffered before :meth:`add` flushes.
+    """
+
+    def __init__(self, path: str, *, flush_rows: int = 20_000) -> None:
+        _pa()  # the missing extra is named at once, not at the first flush
+        self.path = path
+        self.flush_rows = flush_rows
+        self._lock = threading.Lock()
+        self._rows: list[tuple[int, int, float, Mapping[str, float]]] = []
+        self._tags: dict[str, None] = {}  # every tag written, in the order first seen: the file's columns
+        self.rows = 0  # rows in the file
+        self.row_groups = 0
+
+    def add(self, rank: int, step: int, wall_time: float, values: Mapping[str, float]) -> None:
+        """One record of one rank: a row."""
+        if not values:
+            return
+        with self._lock:
+            self._rows.append((rank, step, wall_time, values))
+            due = len(self._rows) >= self.flush_rows
+        if due:
+            self.flush()
+
+    def pending(self) -> int:
+        """Records not yet in the file."""
+        with self._lock:
+            return len(self._rows)
+
+    def flush(self) -> None:
+        """Write the buffered records as one more row group (the file is replaced whole; a new tag
+        widens every row group before it with a null column)."""
+        pa, pq = _pa()
+        with self._lock:
+            rows, self._rows = self._rows, []
+            if not rows:
+                return
+            for _, _, _, values in rows:
+                for tag in values:
+                    if tag not in self._tags:
+                        self._tags[tag] = None
+            tags = list(self._tags)
+        schema = rank_table_schema(tags)
+        data: dict[str, Any] = {"rank": [r[0] for r in rows], "step": [r[1] for r in rows],
+                                "wall_time": [r[2] for r in rows]}
+        for tag in tags:
+            data[tag] = [r[3].get(tag) for r in rows]
+        batch = pa.table(data, schema=schema)
+        folder = os.path.dirname(self.path)
+        os.makedirs(folder, exist_ok=True)
+        temp = os.path.join(folder, f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
+        try:
+            with pq.ParquetWriter(temp, schema) as out:
+                if os.path.exists(self.path):
+                    old = pq.ParquetFile(self.path)
+                    for i in range(old.num_row_groups):
+                        out.write_table(_widen(old.read_row_group(i), schema))
+                out.write_table(batch, row_group_size=max(batch.num_rows, 1))
+            os.replace(temp, self.path)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        self.rows += batch.num_rows
+        self.row_groups += 1
+
+    def close(self) -> None:
+        """Flush what is buffered."""
+        self.flush()
+
+
+def _widen(table: Any, schema: Any) -> Any:
+    """``table`` with ``schema``'s columns, null where it had none."""
+    pa, _ = _pa()
+    cols = [table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)

@@ -1,0 +1,59 @@
+"""The compact layout's settings: RanksConfig.layout and compact_above, and the trainers' tbmem.ranks node."""
+
+from __future__ import annotations
+
+import pytest
+
+from tbmem.config import MemoryWriterConfig
+from tbmem.ranks import RanksConfig
+from tbmem.ranks.context import RankInfo
+from tbmem.ranks.support import RankSupport
+
+
+def test_auto_is_compact_above_compact_above_ranks_only():
+    cfg = RanksConfig()
+    assert (cfg.layout, cfg.compact_above) == ("auto", 64)
+    assert [cfg.compact(n) for n in (2, 64, 65, 1000)] == [False, False, True, True]
+    assert RanksConfig(layout="per_rank").compact(1000) is False
+    assert RanksConfig(layout="compact").compact(2) is True
+    assert RanksConfig(compact_above=8).compact(9) is True
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"layout": "wide"}, "RanksConfig.layout must be one of auto, per_rank, compact, got 'wide'"),
+    ({"compact_above": 0}, "RanksConfig.compact_above must be a whole number of ranks >= 1, got 0"),
+    ({"compact_above": True}, "RanksConfig.compact_above must be a whole number of ranks >= 1, got True"),
+])
+def test_bad_settings_are_named(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RanksConfig.from_mapping(values)
+
+
+def test_the_trainers_tbmem_ranks_layout_reaches_the_writer():
+    from trainers.config import _tbmem_config
+
+    cfg = _tbmem_config({"every": 10, "ranks": {"layout": "compact"}})
+    assert isinstance(cfg, MemoryWriterConfig) and cfg.ranks.layout == "compact"
+
+
+def test_a_remote_log_dir_is_written_per_rank_even_when_compact(tmp_path):
+    support = RankSupport(RankInfo(rank=1, world_size=2, source="env"),
+                          MemoryWriterConfig(ranks={"layout": "compact"}))
+    assert support.compact and support.run_dir("s3://bucket/job") == "s3://bucket/job/rank1"
+    assert support.table_sink() is None
+    support.close()
+
+
+def test_auto_without_pyarrow_falls_back_to_per_rank_with_one_message(monkeypatch, caplog):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    big = RankInfo(rank=1, world_size=128, source="env")
+    support = RankSupport(big, MemoryWriterConfig())
+    assert support.compact is False and support.run_dir("runs/job") == "runs/job/rank1"
+    assert "needs pyarrow (pip install 'tbmem[ranks]'); every rank writes its own run instead" in caplog.text
+    support.close()
+    asked = RankSupport(big, MemoryWriterConfig(ranks={"layout": "compact"}))
+    assert asked.compact is True  # asked for: kept (the writer then names the missing extra)
+    asked.close()
