@@ -17,7 +17,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-__all__ = ["seconds", "unknown_keys"]
+__all__ = ["seconds", "unknown_keys", "optional_config"]
 
 
 def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> float:
@@ -54,3 +54,24 @@ def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:
         named.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
     return (f"unknown {cls.__name__} key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
             f"valid keys: {', '.join(known)}")
+
+
+def optional_config(cls: Any, value: Any, forms: str) -> Any:
+    """The optional part of a configuration ``value`` names: None/False -> None (off), True -> ``cls()``
+    (the defaults), an instance as it is, a mapping through ``cls.from_mapping``; ValueError
+    ``"<forms>, got <value>"`` for anything else.
+
+    Example:
+        >>> from tbmem.alerts import AlertConfig
+        >>> optional_config(AlertConfig, None, "alerts: ..."), optional_config(AlertConfig, True, "alerts: ...")
+        (None, AlertConfig(...))
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        return cls.from_mapping(value)
+    raise ValueError(f"{forms}, got {value!r}")

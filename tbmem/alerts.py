@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tbmem._fields import unknown_keys
+from tbmem._fields import optional_config, unknown_keys
 from tbmem._log import logger
 from tbmem.tags import TAGS
 from tbmem.trend import fit_trend
@@ -116,16 +116,7 @@ class AlertConfig:
     @classmethod
     def coerce(cls, value: Any) -> "AlertConfig | None":
         """``True`` -> the defaults, ``False``/None -> None, a mapping or an AlertConfig -> an AlertConfig."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, Mapping):
-            return cls.from_mapping(value)
-        raise ValueError(f"alerts must be true/false, a mapping of AlertConfig keys or an AlertConfig, "
-                         f"got {value!r}")
+        return optional_config(cls, value, "alerts must be true/false, a mapping of AlertConfig keys or an AlertConfig")
 
 
 @dataclass(frozen=True)

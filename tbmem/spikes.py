@@ -47,7 +47,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from tbmem._fields import unknown_keys
+from tbmem._fields import optional_config, unknown_keys
 from tbmem._log import logger, report_once
 from tbmem.logdir.spikes import SPIKES_LOG, append_spike, read_spikes, spikes_log_path
 from tbmem.tags import TAGS
@@ -126,15 +126,7 @@ class SpikeConfig:
     @classmethod
     def coerce(cls, value: Any) -> "SpikeConfig | None":
         """``True`` -> the defaults, ``False``/None -> None, a mapping or a SpikeConfig -> a SpikeConfig."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, Mapping):
-            return cls.from_mapping(value)
-        raise ValueError(f"spikes must be true/false, a mapping of SpikeConfig keys or a SpikeConfig, got {value!r}")
+        return optional_config(cls, value, "spikes must be true/false, a mapping of SpikeConfig keys or a SpikeConfig")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from tbmem._fields import unknown_keys
+from tbmem._fields import optional_config, unknown_keys
 
 __all__ = ["ProfileConfig"]
 
@@ -94,15 +94,7 @@ class ProfileConfig:
     @classmethod
     def coerce(cls, value: Any) -> "ProfileConfig | None":
         """A ProfileConfig from itself, a mapping of its fields, True (the defaults) or None/False (off)."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, Mapping):
-            return cls.from_mapping(value)
-        raise ValueError(f"profile must be a ProfileConfig, a mapping of its fields, true or null, got {value!r}")
+        return optional_config(cls, value, "profile must be a ProfileConfig, a mapping of its fields, true or null")
 
     def first_window(self, step: int) -> int:
         """The first window start at or after ``step``."""
