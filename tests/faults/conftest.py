@@ -31,6 +31,16 @@ def _mount(*args: str) -> None:
         _cannot_mount(f"mount {' '.join(args)}: {proc.stderr.strip()}")
 
 
+def fill_disk(disk: Path) -> None:
+    """Fill the filesystem of ``disk`` (a small tmpfs from :func:`mounts`) to its last byte with one file."""
+    with open(disk / "filler", "wb", buffering=0) as fh:  # unbuffered: nothing left to fail at close
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def mounts(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """``mounts(kind, size_kb=...)`` mounts a fresh tmpfs (``"tmpfs"``) or a bind mount of a new

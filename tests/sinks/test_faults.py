@@ -21,7 +21,7 @@ import torch
 from tbmem import MemoryWriter
 from tbmem._log import forget_reports
 from tbmem.sinks import MlflowSink, WandbSink
-from tests.faults.conftest import mounts  # noqa: F401 - the fixture
+from tests.faults.conftest import fill_disk, mounts  # noqa: F401 - mounts: the fixture
 
 from ._readers import mlflow_series, same_as_float32, tensorboard_series, wandb_history, wandb_run_files
 
@@ -154,16 +154,7 @@ def test_a_full_disk_under_mlflows_store_is_one_line_and_the_rest_goes_on(
     client.create_experiment("tbmem-test", artifact_location=(disk / "artifacts").as_uri())
     sink = MlflowSink(flush_every_s=0.05)
 
-    def fill() -> None:
-        with open(disk / "filler", "wb") as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-            except OSError:
-                pass
-
-    _train(tmp_path / "run", [sink, "wandb"], at_step={10: fill})
+    _train(tmp_path / "run", [sink, "wandb"], at_step={10: lambda: fill_disk(disk)})
     tb = tensorboard_series(str(tmp_path / "run"))
     assert sorted(tb[RSS]) == list(range(STEPS))
     (line,) = _failures(tbmem_log, "mlflow")
@@ -183,12 +174,7 @@ def test_a_full_disk_under_wandbs_run_folder_is_one_line_and_mlflow_goes_on(
 
     def fill() -> None:
         assert shutil.disk_usage(disk).used < 32 * 2**20  # W&B's own files fit: the fill is what fails it
-        with open(disk / "filler", "wb", buffering=0) as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-            except OSError:
-                pass
+        fill_disk(disk)
 
     _train(tmp_path / "run", [sink, "mlflow"], at_step={10: fill})
     tb = tensorboard_series(str(tmp_path / "run"))
