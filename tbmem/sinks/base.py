@@ -36,7 +36,22 @@ from typing import Any, Protocol, runtime_checkable
 
 from tbmem._log import report_once
 
-__all__ = ["Sink", "BackgroundSink", "SinkFailed", "Item"]
+__all__ = ["Sink", "BackgroundSink", "SinkFailed", "Item", "RANK_MODES", "rank_scope"]
+
+#: Which ranks of a job send to a tracker: rank 0 only, or a run per rank.
+RANK_MODES = ("rank0", "per_rank")
+
+def rank_scope(owner: str, ranks: str, *, joined: bool) -> tuple[Any, bool]:
+    """This process's rank (:func:`tbmem.ranks.context.detect_rank`) and whether ``owner``'s sink sends
+    from it: a joined run or ``"per_rank"`` on every rank, else rank 0 only (another rank's records
+    reach rank 0's run as aggregates). ValueError for a ``ranks`` not in :data:`RANK_MODES`."""
+    if ranks not in RANK_MODES:
+        raise ValueError(f"{owner}.ranks must be one of {RANK_MODES}, got {ranks!r}")
+    from tbmem.ranks.context import detect_rank
+
+    rank = detect_rank()
+    return rank, joined or ranks == "per_rank" or rank.is_root
+
 
 #: What a background sink queues: ``("scalars", {tag: value}, step)``, ``("text", (tag, text), step)``
 #: or ``("artifact", (path, kind), -1)``.

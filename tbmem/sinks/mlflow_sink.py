@@ -26,14 +26,12 @@ import time
 from typing import Any
 
 from tbmem._extras import require
-from tbmem.ranks.context import detect_rank
-from tbmem.sinks.base import BackgroundSink, Item
+from tbmem.sinks.base import BackgroundSink, Item, rank_scope
 
 __all__ = ["MlflowSink", "BATCH"]
 
 #: Metrics per ``log_batch`` call (MLflow's limit).
 BATCH = 1000
-RANK_MODES = ("rank0", "per_rank")
 _BAD = re.compile(r"[^\w\-. :/]")
 
 
@@ -54,19 +52,15 @@ class MlflowSink(BackgroundSink):
     def __init__(self, *, run_id: str | None = None, tracking_uri: str | None = None,
                  experiment: str | None = None, run_name: str | None = None, ranks: str = "rank0",
                  **options: Any) -> None:
-        if ranks not in RANK_MODES:
-            raise ValueError(f"MlflowSink.ranks must be one of {RANK_MODES}, got {ranks!r}")
+        self.rank, active = rank_scope("MlflowSink", ranks, joined=run_id is not None)
         self.mlflow = require("mlflow", extra="mlflow")
         self.run_id = run_id
         self.joined = run_id is not None
         self._tracking_uri = tracking_uri
         self._experiment = experiment
         self._run_name = run_name
-        self.rank = detect_rank()
         self.ranks = ranks
         self.client: Any = None
-        # rank 0 only: another rank's sink does nothing (its records reach rank 0's run as aggregates)
-        active = self.joined or ranks == "per_rank" or self.rank.is_root
         super().__init__(active=active, **options)
 
     def _open(self) -> None:

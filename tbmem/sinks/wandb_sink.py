@@ -30,8 +30,7 @@ import os
 from typing import Any
 
 from tbmem._extras import require
-from tbmem.ranks.context import detect_rank
-from tbmem.sinks.base import BackgroundSink, Item, SinkFailed
+from tbmem.sinks.base import RANK_MODES, BackgroundSink, Item, SinkFailed, rank_scope
 from tbmem.sinks.tables import markdown_table
 from tbmem.tags import TAGS, x_axis
 
@@ -39,7 +38,6 @@ __all__ = ["WandbSink", "STEP_METRIC", "RANK_MODES"]
 
 #: The x axes of tbmem's metrics (a metric's own step metric: :func:`tbmem.tags.x_axis`).
 STEP_METRIC = "tbmem/step"
-RANK_MODES = ("rank0", "per_rank")
 #: Free bytes under the run's folder below which W&B's writes fail (its file grows by records of a
 #: few KiB; checked after each batch).
 _FULL_BELOW = 256 * 2**10
@@ -66,18 +64,14 @@ class WandbSink(BackgroundSink):
 
     def __init__(self, *, run: Any = None, project: str | None = None, name: str | None = None,
                  ranks: str = "rank0", init_kwargs: dict[str, Any] | None = None, **options: Any) -> None:
-        if ranks not in RANK_MODES:
-            raise ValueError(f"WandbSink.ranks must be one of {RANK_MODES}, got {ranks!r}")
+        self.rank, active = rank_scope("WandbSink", ranks, joined=run is not None)
         self.wandb = require("wandb", extra="wandb")
         self.run = run
         self.joined = run is not None
         self._project = project
         self._run_name = name
         self._init_kwargs = dict(init_kwargs or {})
-        self.rank = detect_rank()
         self.ranks = ranks
-        # rank 0 only: another rank's sink does nothing (its records reach rank 0's run as aggregates)
-        active = self.joined or ranks == "per_rank" or self.rank.is_root
         super().__init__(active=active, **options)
 
     def _open(self) -> None:
