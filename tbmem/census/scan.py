@@ -111,16 +111,24 @@ def tensor_storages(t: torch.Tensor) -> list[Storage]:
     Raises:
         NoStorageError: neither a storage nor inner tensors can be found.
     """
+    special = _layout_storages(t)
+    if special is not None:
+        return special
+    got = facts.tensor_facts([t])
+    if got is None:
+        return _object_storages(t)
+    return storages_from_facts(t, got.rows[0].tolist(), got.dtypes, got.shapes)
+
+
+def _layout_storages(t: torch.Tensor) -> list[Storage] | None:
+    """The storages of a sparse tensor (its parts') or an MKL-DNN one; None for any other layout."""
     kind = _layout(t)
     parts = _SPARSE_PARTS.get(kind)
     if parts is not None:
         return [s for part in parts for s in tensor_storages(getattr(t, part)())]
     if kind is _MKLDNN:
         return _mkldnn_storages(t)
-    got = facts.tensor_facts([t])
-    if got is None:
-        return _object_storages(t)
-    return storages_from_facts(t, got.rows[0].tolist(), got.dtypes, got.shapes)
+    return None
 
 
 def storages_from_facts(t: torch.Tensor, row: list[int], dtypes: list[torch.dtype],
@@ -129,13 +137,8 @@ def storages_from_facts(t: torch.Tensor, row: list[int], dtypes: list[torch.dtyp
     making a storage object)."""
     storage, data, nbytes, flags, dtype_index, shape_index = row[:6]
     if storage == 0:  # no storage at all: sparse and MKL-DNN tensors, a wrapper's inner tensors, if any
-        kind = _layout(t)
-        parts = _SPARSE_PARTS.get(kind)
-        if parts is not None:
-            return [s for part in parts for s in tensor_storages(getattr(t, part)())]
-        if kind is _MKLDNN:
-            return _mkldnn_storages(t)
-        return _inner_storages(t, RuntimeError("no storage"))
+        special = _layout_storages(t)
+        return special if special is not None else _inner_storages(t, RuntimeError("no storage"))
     dev = facts.device_of(flags)
     if dev is None or nbytes < 0:  # a device type torch.device does not name; a symbolic size
         return _object_storages(t)
