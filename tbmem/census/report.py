@@ -59,7 +59,7 @@ class Census:
         >>> from tbmem import take_census
         >>> model = torch.nn.Linear(256, 256)
         >>> census = take_census(models=[model])
-        >>> census.by_category["parameters"] == (256 * 256 + 256) * 4
+        >>> sum(r.bytes for r in census.records if r.module == "model") == (256 * 256 + 256) * 4
         True
     """
 
