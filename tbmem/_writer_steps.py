@@ -102,7 +102,7 @@ class StepHooks:
                     self._alerts = None
         if census_due and not self._take_census(step, roots, where or "where the training loop called log_memory"):
             written = False  # its table was queued: flushed below
-        if cfg.flush_each_record and not written:  # a record written on this thread is in the file
+        if cfg.flush_each_record and not written and not self._staged:  # a record written on this thread is in the file
             self.flush()
         if profiled:
             self._profile_hook("leave", step)

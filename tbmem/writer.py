@@ -41,6 +41,7 @@ from tbmem._fastcrc import install as install_fast_crc
 from tbmem._large import LargeThreshold
 from tbmem._log import logger, oom_line, report_once
 from tbmem._safe_io import FaultLedger, describe, guard_forwarded
+from tbmem._safe_io import hold_events
 from tbmem._safe_io import install as install_safe_io
 from tbmem._writer_record import RecordPipeline
 from tbmem._writer_steps import StepHooks
@@ -55,6 +56,7 @@ from tbmem.ranks.support import RankSupport
 __all__ = ["MemoryWriter"]
 
 _NEVER = 2**62  # no profile window is due
+_HELD_BYTES = 256 << 10  # a staged run's events reach its file in batches of this size (tbmem._safe_io.hold)
 # SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
 _WRITE_PREFIX = "add_"
 
@@ -123,6 +125,8 @@ class MemoryWriter(StepHooks, RecordPipeline):
         # caught where they surface, counted here and reported once (tbmem._safe_io).
         self._faults = FaultLedger(self._log_dir)
         install_safe_io(writer, self._faults)
+        # a rank's private run in the compact layout: read by nobody before close (then moved or deleted)
+        self._staged = self._ranks is not None and self._ranks.staged and hold_events(writer, _HELD_BYTES) > 0
         # the writer's own events, encoded by hand: written on this thread where records are flushed at
         # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
         self._events = DirectEvents(writer)

@@ -139,6 +139,7 @@ class RankTableWriter:
         self._tags: dict[str, None] = {}  # every tag written, in the order first seen: the file's columns
         self.rows = 0  # rows in the file
         self.row_groups = 0
+        self.file_bytes = 0  # the file's size after the last flush
 
     def add(self, rank: int, step: int, wall_time: float, values: Mapping[str, float]) -> None:
         """One record of one rank: a row."""
@@ -190,6 +191,7 @@ class RankTableWriter:
                 os.unlink(temp)
         self.rows += batch.num_rows
         self.row_groups += 1
+        self.file_bytes = os.path.getsize(self.path)
 
     def close(self) -> None:
         """Flush what is buffered."""

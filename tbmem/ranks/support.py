@@ -26,7 +26,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 import threading
 from typing import Any, Callable, Mapping
 
@@ -106,7 +105,7 @@ class RankSupport:
         final = self.info.run_dir(log_dir)
         if not self.compact or not self.enabled or "://" in log_dir:  # a remote job: per rank (docs/distributed.md)
             return final
-        from tbmem.ranks.compact import NodeChannel, PeakRanks
+        from tbmem.ranks.compact import NodeChannel, PeakRanks, staging_folder
 
         job = os.path.abspath(log_dir)
         local = self.info.local_rank if self.info.local_rank is not None else self.info.rank
@@ -116,9 +115,15 @@ class RankSupport:
         if self.info.is_root:
             self._peaks = PeakRanks()
             return final
-        staging = tempfile.mkdtemp(prefix=f"tbmem-rank{self.info.rank}-")
+        staging = staging_folder(self.info.rank)
         self._staging = (staging, os.path.join(job, os.path.basename(final)))
         return staging
+
+    @property
+    def staged(self) -> bool:
+        """Whether this rank writes its run privately (compact layout, ranks above 0): nobody reads
+        it before close, so its events need not reach the file one by one."""
+        return self._staging is not None
 
     def table_sink(self) -> Callable[[int, Mapping[str, float]], None] | None:
         """``sink(step, values)`` sending a record to the node's rank table (compact layout), else None."""

@@ -1,0 +1,239 @@
+"""A node's rank table, fed by its ranks: local rank 0 receives, every other rank sends.
+
+Part of the compact layout (:mod:`tbmem.ranks.compact`). Each node's local rank 0 receives its
+peers' records on a Unix datagram socket (an abstract name per job, node and writer: nothing on
+disk) and appends them to ``<job>/ranks/node<n>.parquet`` (:mod:`tbmem.logdir.rank_table`). A peer
+encodes a record in binary (a header, each set of tags once by number, the values as float64) and
+sends its records in batches, at most a second apart or 16 KiB large, and at close: one datagram
+per record woke the receiver for each and cost the sender more than the rest of the channel.
+What cannot be sent yet (the receiver not up, its buffer full) is kept and sent later.
+
+Example:
+    >>> import tempfile
+    >>> from tbmem.ranks.channel import NodeChannel
+    >>> job = tempfile.mkdtemp()
+    >>> receiver = NodeChannel(job, rank=0, local_rank=0, local_world=2, instance=7)
+    >>> peer = NodeChannel(job, rank=1, local_rank=1, local_world=2, instance=7)
+    >>> peer.send(0, {"Memory/RAM/process_rss_GB": 1.5}); peer.close(); receiver.close()
+    >>> from tbmem.logdir.rank_table import read_rank_table
+    >>> read_rank_table(job).to_pydict()["Memory/RAM/process_rss_GB"]
+    [1.5]
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import hashlib
+import json
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Any, Mapping
+
+from tbmem._log import logger, report_once
+
+__all__ = ["NodeChannel", "node_name"]
+
+_MAX_PENDING = 1_000  # batches (at most _DATAGRAM_MAX each) a peer keeps while its node's receiver is not up
+_CLOSE_WAIT_S = 30.0  # how long a node's receiver waits at close for its peers' last records
+_FLUSH_S = 5.0  # a row group at most this often while records come in ...
+# ... and, as the table grows, less often: each row group rewrites the whole file (a Parquet file
+# cannot be appended to and stay readable), so the receiver rewrites at most this many bytes a second
+_REWRITE_BYTES_PER_S = 4 << 20
+_HEAD = struct.Struct("<biqd")  # kind, rank, step (a set of tags' number for _KEYS), wall time
+_KID = struct.Struct("<I")  # a record's set of tags, by number
+_FRAME = struct.Struct("<I")  # a frame's length: a datagram holds frames, each a header and its body
+_BATCH_BYTES = 16 << 10  # a peer sends its records when this many bytes are waiting ...
+_BATCH_S = 1.0  # ... or this many seconds passed since its last send, and at close
+_DATAGRAM_MAX = 60 << 10  # well below a Unix datagram's limit (the socket's send buffer, ~208 KiB)
+_RECORD, _KEYS, _CLOSED = 1, 2, 3
+
+
+
+def node_name(environ: Mapping[str, str] | None = None) -> str:
+    """This node's name in the rank table's file name: torchrun's ``GROUP_RANK``, else the host."""
+    env = os.environ if environ is None else environ
+    group = env.get("GROUP_RANK", "")
+    return group if group.isdigit() else socket.gethostname().split(".")[0]
+
+
+def _address(job_dir: str, node: str, instance: int) -> bytes:
+    env = os.environ
+    key = "|".join((env.get("TORCHELASTIC_RUN_ID", ""), env.get("TORCHELASTIC_RESTART_COUNT", "0"),
+                    env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), os.path.abspath(job_dir), node,
+                    str(instance)))
+    return b"\0tbmem-" + hashlib.sha1(key.encode()).hexdigest()[:24].encode()  # Linux's abstract namespace
+
+
+class NodeChannel:
+    """Sends this rank's records to its node's rank table; on local rank 0, receives and writes them.
+
+    Args:
+        job_dir: The job's folder (the table is ``<job_dir>/ranks/node<n>.parquet``).
+        rank: This rank. local_rank: Its rank on the node (0 receives). local_world: Ranks on the node.
+        instance: The writer's number in its process (the same on every rank).
+    """
+
+    def __init__(self, job_dir: str, *, rank: int, local_rank: int, local_world: int, instance: int) -> None:
+        node = node_name()
+        self.rank, self.local_world = rank, local_world
+        self._address = _address(job_dir, node, instance)
+        self._pending: collections.deque[bytes] = collections.deque(maxlen=_MAX_PENDING)
+        self._batch = bytearray()
+        self._batch_since = time.time()
+        self._table: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed_peers: set[int] = set()
+        self._keysets: dict[tuple[str, ...], int] = {}  # a sender's sets of tags, numbered
+        self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
+        self.dropped = 0
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if local_rank == 0:
+            from tbmem.logdir.rank_table import RankTableWriter, rank_table_path
+
+            self._table = RankTableWriter(rank_table_path(job_dir, node))
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            self._sock.bind(self._address)
+            self._sock.settimeout(0.2)
+            self._thread = threading.Thread(target=self._receive, name="tbmem-rank-table", daemon=True)
+            self._thread.start()
+        else:
+            self._sock.setblocking(False)
+
+    @property
+    def path(self) -> str | None:
+        """The node's table on the receiving rank, else None."""
+        return self._table.path if self._table is not None else None
+
+    # --- sending (every rank) -----------------------------------------------------------------
+    def send(self, step: int, values: Mapping[str, float]) -> None:
+        """One record of this rank (its tags in their units)."""
+        wall = time.time()
+        if self._table is not None:
+            self._table.add(self.rank, step, wall, values)
+            return
+        # binary: a header and the values as float64; each set of tags is sent once, by number
+        # (a record as JSON cost 35 us, this 3 us). Records are sent in batches (a datagram per
+        # record woke the receiver each time: +7 us a record on a quiet machine, more on a busy one).
+        keys = tuple(values)
+        found = self._keysets.get(keys)
+        if found is None:
+            found = self._keysets[keys] = (len(self._keysets), struct.Struct(f"<{len(keys)}d"))
+            self._add(_HEAD.pack(_KEYS, self.rank, found[0], 0.0) + json.dumps(keys).encode())
+        kid, packer = found
+        self._add(_HEAD.pack(_RECORD, self.rank, step, wall) + _KID.pack(kid) + packer.pack(*values.values()))
+        if len(self._batch) >= _BATCH_BYTES or wall - self._batch_since >= _BATCH_S:
+            self._send_batch(wall)
+
+    def _add(self, frame: bytes) -> None:
+        if len(self._batch) + len(frame) + _FRAME.size > _DATAGRAM_MAX and self._batch:
+            self._send_batch(time.time())
+        self._batch += _FRAME.pack(len(frame))
+        self._batch += frame
+
+    def _send_batch(self, now: float) -> None:
+        self._batch_since = now
+        if self._batch:
+            if len(self._pending) == _MAX_PENDING:
+                self.dropped += 1
+                report_once("ranks:table-full", f"tbmem: rank {self.rank}'s node receiver has not taken its records "
+                            f"for {_MAX_PENDING} batches; the oldest are dropped")
+            self._pending.append(bytes(self._batch))
+            self._batch.clear()
+        self._drain_pending()
+
+    def _drain_pending(self) -> bool:
+        pending, sock = self._pending, self._sock
+        while pending:
+            try:
+                sock.sendto(pending[0], self._address)
+            except (BlockingIOError, ConnectionRefusedError, FileNotFoundError, InterruptedError):
+                return False  # the receiver is not up yet, or its buffer is full: next batch
+            except OSError as exc:  # a batch too large for one datagram: dropped, said once
+                pending.popleft()
+                self.dropped += 1
+                report_once("ranks:table-send", f"tbmem: records of rank {self.rank} could not be sent to its "
+                            "node's rank table", exc=exc)
+                continue
+            pending.popleft()
+        return True
+
+    # --- receiving (local rank 0) -------------------------------------------------------------
+    def _receive(self) -> None:
+        last_flush = time.monotonic()
+        while True:
+            try:
+                data = self._sock.recv(1 << 20)
+            except socket.timeout:
+                data = None
+            except OSError:
+                break
+            if data is not None:
+                self._take(data)
+            now = time.monotonic()
+            every = max(_FLUSH_S, self._table.file_bytes / _REWRITE_BYTES_PER_S)
+            if now - last_flush >= every or (data is None and self._stop.is_set()):
+                last_flush = now
+                self._flush()
+                if data is None and self._stop.is_set():
+                    break
+
+    def _take(self, data: bytes) -> None:
+        view, at = memoryview(data), 0
+        while at < len(view):
+            try:
+                (size,) = _FRAME.unpack_from(view, at)
+                self._take_frame(view[at + _FRAME.size:at + _FRAME.size + size])
+            except Exception as exc:  # noqa: BLE001 - a malformed datagram is skipped, never fatal
+                report_once("ranks:table-receive", "tbmem: a record for the rank table could not be read", exc=exc)
+                return
+            at += _FRAME.size + size
+
+    def _take_frame(self, frame: memoryview) -> None:
+        kind, rank, step, wall = _HEAD.unpack_from(frame)
+        body = frame[_HEAD.size:]
+        if kind == _RECORD:
+            keys = self._keys[(rank, _KID.unpack_from(body)[0])]
+            packed = array.array("d")
+            packed.frombytes(body[_KID.size:])
+            values = packed.tolist()
+            if len(values) != len(keys):
+                raise ValueError(f"rank {rank} sent {len(values)} values for {len(keys)} tags")
+            self._table.add(rank, step, wall, dict(zip(keys, values)))
+        elif kind == _KEYS:
+            self._keys[(rank, step)] = tuple(json.loads(bytes(body)))
+        elif kind == _CLOSED:
+            self._closed_peers.add(rank)
+
+    def _flush(self) -> None:
+        try:
+            self._table.flush()
+        except Exception as exc:  # noqa: BLE001 - a full disk must not end the run
+            report_once("ranks:table-write", f"tbmem: writing the rank table {self._table.path} failed", exc=exc)
+
+    # --- closing ------------------------------------------------------------------------------
+    def close(self, *, wait_s: float = _CLOSE_WAIT_S) -> None:
+        """A peer: send what is left and say so. The receiver: wait for its peers, write the table."""
+        deadline = time.monotonic() + wait_s
+        if self._table is None:
+            self._add(_HEAD.pack(_CLOSED, self.rank, 0, 0.0))
+            self._send_batch(time.time())
+            while not self._drain_pending() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._pending:
+                report_once("ranks:table-lost", f"tbmem: {len(self._pending)} batch(es) of records of rank {self.rank} "
+                            "could not reach its node's rank table (no tbmem writer on local rank 0?)")
+            self._sock.close()
+            return
+        while len(self._closed_peers) < self.local_world - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(deadline - time.monotonic(), 1.0) + 5.0)
+        self._sock.close()
+        self._flush()
+        logger.debug("tbmem: rank table %s: %d rows", self._table.path, self._table.rows)
