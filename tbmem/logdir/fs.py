@@ -28,6 +28,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from typing import Any
 
 from tbmem._extras import require
@@ -37,6 +38,10 @@ __all__ = ["is_url", "RemoteMirror", "fetch", "join_url"]
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SKIP = re.compile(r"^(\.tmp-|\.tbmem-write-test-)")  # files being written: uploaded once renamed
+# An object store cannot append: a grown event file is uploaded whole again. A file uploaded before
+# waits size / this many seconds (at least every_s) before it is uploaded again, so that a long
+# run's growing files cost at most about this many bytes a second each; close() uploads everything.
+REUPLOAD_BYTES_PER_S = 1 << 20
 
 
 def is_url(path: Any) -> bool:
@@ -67,6 +72,7 @@ class RemoteMirror:
         self.url, self.local, self.every_s = url.rstrip("/"), local, every_s
         self.fs, self._root = _fs(self.url)
         self._sent: dict[str, tuple[int, int]] = {}  # relative path -> (size, mtime_ns) uploaded
+        self._sent_at: dict[str, float] = {}  # relative path -> when it was last uploaded (monotonic)
         self._failing = False
         self.uploads = 0
         self._lock = threading.Lock()
@@ -80,13 +86,19 @@ class RemoteMirror:
         while not self._stop.wait(self.every_s):
             self.sync()
 
-    def sync(self) -> bool:
-        """One upload round; True when every changed file was uploaded."""
+    def sync(self, *, final: bool = False) -> bool:
+        """One upload round; True when every changed file was uploaded. A file uploaded before and
+        changed since waits its turn (:data:`REUPLOAD_BYTES_PER_S`) unless ``final``."""
         with self._lock:
             try:
+                now = time.monotonic()
                 for rel, stamp in self._changed():
+                    last = self._sent_at.get(rel)
+                    if not final and last is not None and now - last < stamp[0] / REUPLOAD_BYTES_PER_S:
+                        continue
                     self.fs.put_file(os.path.join(self.local, rel), f"{self._root}/{rel.replace(os.sep, '/')}")
                     self._sent[rel] = stamp
+                    self._sent_at[rel] = now
                     self.uploads += 1
             except Exception as exc:  # noqa: BLE001 - a store that stops answering must not stop training
                 if not self._failing:
@@ -127,9 +139,10 @@ class RemoteMirror:
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
         done: list[bool] = []
-        final = threading.Thread(target=lambda: done.append(self.sync()), name="tbmem-remote-close", daemon=True)
-        final.start()
-        final.join(timeout=timeout_s)
+        last = threading.Thread(target=lambda: done.append(self.sync(final=True)), name="tbmem-remote-close",
+                                daemon=True)
+        last.start()
+        last.join(timeout=timeout_s)
         return bool(done and done[0])
 
 
