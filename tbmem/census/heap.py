@@ -82,6 +82,7 @@ try:
 except ImportError:
     _weak_refs_c = None
 try:
+    from tbmem.census._gcwalk import own_anchors as _own_anchors
     from tbmem.census._gcwalk import select_tracked_from as _select_from
 except ImportError:
     _select_from = None
@@ -351,7 +352,10 @@ def forget() -> None:
 
 #: Stretches of the oldest generation walked side by side (see ``select_tracked_from`` in _gcwalk.c).
 STRETCHES = 32
-_anchors: list[weakref.ref[Any]] = []  # objects along the oldest generation, picked by the last full walk
+# Empty lists of tbmem's own (_gcwalk.own_anchors), which each full walk places evenly along the oldest
+# generation for the next (objects of the heap picked as anchors had to be weakly referenceable, which
+# left long stretches where a heap holds none: lists, dicts, tuples)
+_anchors: list[list[Any]] = []
 _spacing = 0
 
 
@@ -363,17 +367,15 @@ def _full(types: frozenset[type]) -> Found:
 
 
 def _tracked(types: frozenset[type]) -> Found:
-    global _anchors, _spacing
+    global _spacing
     if _select_from is not None:
-        held = [a for a in map(weakref.ref.__call__, _anchors) if a is not None]
         try:
-            objs, candidates, length = _select_from(tuple(types), held, _spacing)
+            if not _anchors:
+                _anchors.extend(_own_anchors())
+            objs, _, length = _select_from(tuple(types), _anchors, _spacing, True)
         except (NotImplementedError, MemoryError, RuntimeError):
             pass
         else:
-            del held
-            step = max(1, len(candidates) // STRETCHES)
-            _anchors = _weak_refs(candidates[step::step][:STRETCHES - 1])
             _spacing = max(1, length // (4 * STRETCHES))
             return Found(objs, set(), set(), "objects")
     if _select_tracked is not None:

@@ -121,8 +121,8 @@ def _module():
     _walk()
     from tbmem.census import _gcwalk
 
-    missing = {"select_listed", "subclasses", "instances_below", "walk_graph", "select_tracked_from", "select_frozen",
-               "weak_refs", "tensor_facts", "storage_facts"} - set(dir(_gcwalk))
+    missing = {"select_listed", "subclasses", "instances_below", "walk_graph", "select_tracked_from", "own_anchors",
+               "select_frozen", "weak_refs", "tensor_facts", "storage_facts"} - set(dir(_gcwalk))
     if missing:  # a build of an older _gcwalk.c: `make install` (or build_ext --inplace) rebuilds it
         not_built(f"tbmem/census/_gcwalk.c was built before {sorted(missing)} existed: rebuild it")
     return _gcwalk
@@ -348,6 +348,49 @@ def test_a_stretch_that_ends_in_another_list_means_one_plain_walk() -> None:
         assert [id(o) for o in objects] == [id(o) for o in module.select_tracked(types)]
     finally:
         gc.unfreeze()
+
+
+def _anchor_gaps(anchors: list) -> tuple[int, list[int]]:
+    """The oldest list's length and the gaps between the anchors' places in it (objects between)."""
+    ids = {id(a) for a in anchors}
+    oldest = gc.get_objects(generation=2)
+    places = [i for i, o in enumerate(oldest) if id(o) in ids]
+    assert len(places) == len(anchors), "an anchor is not in the oldest generation"
+    return len(oldest), [b - a for a, b in zip([0, *places], [*places, len(oldest)])]
+
+
+@pytest.mark.skipif(not heap.FROZEN_READABLE, reason="the lists are walked in stretches on CPython 3.10 and 3.11 only")
+def test_own_anchors_are_placed_evenly_and_stay_there_through_full_collections() -> None:
+    module = _module()
+    # a heap region without weakly referenceable objects: anchors picked among the heap's objects
+    # could not go there, so the walk of it was one long stretch
+    bulk = [[i] for i in range(60_000)]
+    keep = [torch.zeros(n) for n in range(1, 200)]
+    gc.collect()
+    types = _types()
+    anchors = module.own_anchors()
+    assert module.own_anchors() == anchors and all(a == [] for a in anchors)  # the same lists every time
+    length = len(gc.get_objects(generation=2))
+    for call in range(3):
+        objects, candidates, walked = module.select_tracked_from(types, anchors, max(1, length // 128), True)
+        assert [id(o) for o in objects] == [id(o) for o in module.select_tracked(types)], call
+        assert candidates == []
+    length, gaps = _anchor_gaps(anchors)
+    even = length / (len(anchors) + 1)
+    assert max(gaps) < 2 * even, (even, gaps)  # before: one stretch held the 60k lists
+    for _ in range(2):  # a full collection moves what it first takes for unreachable, never a root
+        gc.collect()
+        length, after = _anchor_gaps(anchors)
+        assert max(after) < 2 * even, (even, after)
+    gc.freeze()  # anchors moved to the permanent generation: one plain walk, and they come back
+    try:
+        objects, _, _ = module.select_tracked_from(types, anchors, max(1, length // 128), True)
+        assert [id(o) for o in objects] == [id(o) for o in module.select_tracked(types)]
+    finally:
+        gc.unfreeze()
+    module.select_tracked_from(types, anchors, max(1, length // 128), True)
+    assert max(_anchor_gaps(anchors)[1]) < 2 * even
+    del bulk, keep
 
 
 def test_select_frozen_lists_what_gc_freeze_moved_in_its_order() -> None:
