@@ -101,6 +101,12 @@ def test_the_tab_draws_the_summary_offline(profiled, browser, tmp_path):
     split = tab.evaluate("[...document.querySelectorAll('.split-table tbody tr')].map(r => r.cells[0].textContent)")
     assert split == ["forward", "backward", "optimizer", "data loading", "other"]
     assert tab.evaluate("document.querySelectorAll('#profile-tracks svg polyline').length") >= 2  # RSS, categories
+    # every reading in the tracks' legends and axes as a short number (a category of kilobytes in GB
+    # read 0.000003815)
+    labels = tab.evaluate("[...document.querySelectorAll('#profile-tracks .track-legend span, #profile-tracks svg text')]"
+                          ".map(n => n.textContent)")
+    numbers = [w for text in labels for w in text.split() if w[:1].isdigit() or w[:1] == "-"]
+    assert numbers and all(len(w) <= 9 and "0.000" not in w for w in numbers), numbers
     assert "Steps 6–8, rank 0" in tab.locator("#profile-title").text_content()
     href = tab.get_attribute("#profile-download", "href")
     assert href.startswith("profile_trace?") and tab.locator("#profile-perfetto").is_visible()

@@ -3,7 +3,7 @@
 // to download, and Perfetto in a frame (ui.perfetto.dev: needs the network; the summary does not).
 // Strings from the logdir are only ever set as textContent.
 
-import { api, el, fmtBytes, table } from './util.js';
+import { api, el, fmtBytes, fmtNumber, table } from './util.js';
 
 const PERFETTO = 'https://ui.perfetto.dev';
 const SVG = 'http://www.w3.org/2000/svg';
@@ -136,8 +136,8 @@ function trackChart(name, series, x0, x1, s) {
     add('text', { x: x + 2, y: H - 8, 'font-size': 10, fill: '#757575' }, `step ${st.step}`);
   }
   add('text', { x: W - R, y: H - 8, 'font-size': 10, fill: '#757575', 'text-anchor': 'end' }, `${(x1 - x0).toFixed(1)} ms`);
-  add('text', { x: 2, y: T + 8, 'font-size': 10, fill: '#424242' }, hi.toPrecision(4));
-  add('text', { x: 2, y: H - B, 'font-size': 10, fill: '#424242' }, lo.toPrecision(4));
+  add('text', { x: 2, y: T + 8, 'font-size': 10, fill: '#424242' }, fmtNumber(hi));
+  add('text', { x: 2, y: H - B, 'font-size': 10, fill: '#424242' }, fmtNumber(lo));
   const legend = el('div', { class: 'track-legend' }, el('b', { text: name }));
   Object.entries(series).forEach(([label, pts], i) => {
     const color = SERIES_COLORS[i % SERIES_COLORS.length];
@@ -145,7 +145,7 @@ function trackChart(name, series, x0, x1, s) {
     for (const p of pts) add('circle', { cx: sx(p[0]).toFixed(1), cy: sy(p[1]).toFixed(1), r: 2, fill: color });
     const sw = el('span', { class: 'swatch' });
     sw.style.background = color;
-    legend.append(el('span', {}, sw, `${label} ${pts[pts.length - 1][1].toPrecision(4)}`));
+    legend.append(el('span', {}, sw, `${label} ${fmtNumber(pts[pts.length - 1][1])}`));
   });
   return el('div', { class: 'track' }, legend, svg);
 }

@@ -23,6 +23,16 @@ export function fmtBytes(n) {
   return `${s} ${units[i]}`;
 }
 
+// A reading for a label: 4 significant digits, in exponent form below 0.001 and from a million on
+// (a census category of a few KB in GB read 0.000003815).
+export function fmtNumber(v) {
+  if (v == null || !isFinite(v)) return '–';
+  const a = Math.abs(v);
+  if (a === 0) return '0';
+  if (a < 1e-3 || a >= 1e6) return v.toExponential(2);
+  return String(Number(v.toPrecision(4)));
+}
+
 export function fmtValue(row) {
   if (row.bytes != null) return fmtBytes(row.bytes);
   const v = row.value;
