@@ -4,8 +4,9 @@ Part of the compact layout (:mod:`tbmem.ranks.compact`). Each node's local rank 
 peers' records on a Unix datagram socket (an abstract name per job, node and writer: nothing on
 disk) and appends them to ``<job>/ranks/node<n>.parquet`` (:mod:`tbmem.logdir.rank_table`). A peer
 encodes a record in binary (a header, each set of tags once by number, the values as float64) and
-sends its records in batches, at most a second apart or 16 KiB large, and at close: one datagram
-per record woke the receiver for each and cost the sender more than the rest of the channel.
+sends its records in batches, 16 KiB or a second's worth (a thread of its own sends a batch that
+waited a second when no record follows), and at close: one datagram per record woke the receiver for
+each and cost the sender more than the rest of the channel.
 What cannot be sent yet (the receiver not up, its buffer full) is kept and sent later.
 
 Example:
@@ -87,6 +88,7 @@ class NodeChannel:
         self._table: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # a peer's batch and pending datagrams: its sending thread and send()
         self._closed_peers: set[int] = set()
         self._keysets: dict[tuple[str, ...], int] = {}  # a sender's sets of tags, numbered
         self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
@@ -103,6 +105,9 @@ class NodeChannel:
             self._thread.start()
         else:
             self._sock.setblocking(False)
+            # a batch waits at most about _BATCH_S, also when no record follows (a pause, an evaluation)
+            self._thread = threading.Thread(target=self._send_late, name="tbmem-rank-send", daemon=True)
+            self._thread.start()
 
     @property
     def path(self) -> str | None:
@@ -120,14 +125,22 @@ class NodeChannel:
         # (a record as JSON cost 35 us, this 3 us). Records are sent in batches (a datagram per
         # record woke the receiver each time: +7 us a record on a quiet machine, more on a busy one).
         keys = tuple(values)
-        found = self._keysets.get(keys)
-        if found is None:
-            found = self._keysets[keys] = (len(self._keysets), struct.Struct(f"<{len(keys)}d"))
-            self._add(_HEAD.pack(_KEYS, self.rank, found[0], 0.0) + json.dumps(keys).encode())
-        kid, packer = found
-        self._add(_HEAD.pack(_RECORD, self.rank, step, wall) + _KID.pack(kid) + packer.pack(*values.values()))
-        if len(self._batch) >= _BATCH_BYTES or wall - self._batch_since >= _BATCH_S:
-            self._send_batch(wall)
+        with self._lock:
+            found = self._keysets.get(keys)
+            if found is None:
+                found = self._keysets[keys] = (len(self._keysets), struct.Struct(f"<{len(keys)}d"))
+                self._add(_HEAD.pack(_KEYS, self.rank, found[0], 0.0) + json.dumps(keys).encode())
+            kid, packer = found
+            self._add(_HEAD.pack(_RECORD, self.rank, step, wall) + _KID.pack(kid) + packer.pack(*values.values()))
+            if len(self._batch) >= _BATCH_BYTES or wall - self._batch_since >= _BATCH_S:
+                self._send_batch(wall)
+
+    def _send_late(self) -> None:
+        while not self._stop.wait(_BATCH_S / 2):
+            with self._lock:
+                now = time.time()
+                if (self._batch and now - self._batch_since >= _BATCH_S) or self._pending:
+                    self._send_batch(now)
 
     def _add(self, frame: bytes) -> None:
         if len(self._batch) + len(frame) + _FRAME.size > _DATAGRAM_MAX and self._batch:
@@ -220,6 +233,9 @@ class NodeChannel:
         """A peer: send what is left and say so. The receiver: wait for its peers, write the table."""
         deadline = time.monotonic() + wait_s
         if self._table is None:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
             self._add(_HEAD.pack(_CLOSED, self.rank, 0, 0.0))
             self._send_batch(time.time())
             while not self._drain_pending() and time.monotonic() < deadline:

@@ -117,3 +117,23 @@ def test_the_table_is_rewritten_less_often_as_it_grows(tmp_path, monkeypatch, ra
     receiver.close(wait_s=30)
     assert groups > 3 if many else groups == 1
     assert _table_rows(job)[1] == dict(_records(1, 40))
+
+
+def test_records_before_a_pause_reach_the_table_without_a_next_record(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(channel, "_FLUSH_S", 0.05)
+    job = str(tmp_path / "job")
+    receiver = NodeChannel(job, rank=0, local_rank=0, local_world=2, instance=96)
+    peer = NodeChannel(job, rank=1, local_rank=1, local_world=2, instance=96)
+    try:
+        for step, values in _records(1, 5):  # a burst, then an evaluation of minutes: no record follows
+            peer.send(step, values)
+        deadline = time.monotonic() + 20
+        while receiver._table.rows < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert receiver._table.rows == 5  # in the file, peer still open
+    finally:
+        peer.close(wait_s=30)
+        receiver.close(wait_s=30)
+    assert _table_rows(job)[1] == dict(_records(1, 5))
