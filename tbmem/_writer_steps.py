@@ -102,7 +102,8 @@ class StepHooks:
                     self._alerts = None
         if census_due and not self._take_census(step, roots, where or "where the training loop called log_memory"):
             written = False  # its table was queued: flushed below
-        if cfg.flush_each_record and not written and not self._staged:  # a record written on this thread is in the file
+        # a record written on this thread is in the file; a staged run is read by nobody before close
+        if cfg.flush_each_record and not written and not self._staged:
             self.flush()
         if profiled:
             self._profile_hook("leave", step)

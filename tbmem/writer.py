@@ -40,8 +40,7 @@ from tbmem._extras import MissingExtraError
 from tbmem._fastcrc import install as install_fast_crc
 from tbmem._large import LargeThreshold
 from tbmem._log import logger, oom_line, report_once
-from tbmem._safe_io import FaultLedger, describe, guard_forwarded
-from tbmem._safe_io import hold_events
+from tbmem._safe_io import FaultLedger, describe, guard_forwarded, hold_events
 from tbmem._safe_io import install as install_safe_io
 from tbmem._writer_record import RecordPipeline
 from tbmem._writer_steps import StepHooks
