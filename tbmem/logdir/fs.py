@@ -34,7 +34,7 @@ from typing import Any
 from tbmem._extras import require
 from tbmem._log import logger, report_once
 
-__all__ = ["is_url", "RemoteMirror", "fetch", "join_url"]
+__all__ = ["is_url", "RemoteMirror", "fetch", "join_url", "upload_file", "upload_folder"]
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SKIP = re.compile(r"^(\.tmp-|\.tbmem-write-test-)")  # files being written: uploaded once renamed
@@ -144,6 +144,29 @@ class RemoteMirror:
         last.start()
         last.join(timeout=timeout_s)
         return bool(done and done[0])
+
+
+def upload_file(local: str, url: str) -> None:
+    """Copy the file ``local`` to ``url`` (the object replaced whole); raises what the store raises."""
+    fs, path = _fs(url)
+    fs.put_file(local, path)
+
+
+def upload_folder(local: str, url: str) -> int:
+    """Copy every file below ``local`` to the same relative path below ``url``; how many. Raises
+    what the store raises (what was copied before stays)."""
+    fs, root = _fs(url.rstrip("/"))
+    count = 0
+    for folder, dirs, files in os.walk(local):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if _SKIP.match(name) or os.path.islink(path):
+                continue
+            rel = os.path.relpath(path, local).replace(os.sep, "/")
+            fs.put_file(path, f"{root}/{rel}")
+            count += 1
+    return count
 
 
 def fetch(url: str, local: str | None = None) -> str:

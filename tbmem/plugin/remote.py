@@ -2,8 +2,9 @@
 
 TensorBoard reads a remote logdir's event files itself (its own S3 client: ``S3_ENDPOINT`` and
 the AWS variables). tbmem's side files of a run (``plugins/tbmem/``: the census, snapshots and
-their pages) are copied through fsspec (:func:`tbmem.logdir.fs.fetch`, files whose size changed
-only) into a temporary folder of the server's, at most every ``refresh_s`` seconds per run, and
+their pages), and for a rank's run its job's rank tables (``<job>/ranks/``, the compact layout), are
+copied through fsspec (:func:`tbmem.logdir.fs.fetch`, files whose size changed only) into a
+temporary folder of the server's, at most every ``refresh_s`` seconds per run, and
 read from there with the same checks as a local logdir's (inside the cache, no symlink followed).
 
 Example:
@@ -21,7 +22,8 @@ import time
 
 from tbmem._log import report_once
 from tbmem.logdir.fs import fetch, join_url
-from tbmem.logdir.layout import PLUGIN_DIR
+from tbmem.logdir.layout import PLUGIN_DIR, split_rank
+from tbmem.logdir.rank_table import RANK_TABLE_DIR
 
 __all__ = ["RemoteRuns"]
 
@@ -53,11 +55,16 @@ class RemoteRuns:
             if time.monotonic() - self._fetched.get(run, -1e9) >= self.refresh_s:
                 remote = join_url(self.url, *([] if run == "." else parts), PLUGIN_DIR.replace(os.sep, "/"))
                 os.makedirs(local, exist_ok=True)
-                try:
-                    fetch(remote, os.path.join(local, PLUGIN_DIR))
-                except FileNotFoundError:
-                    pass  # a run without side files
-                except Exception as exc:  # noqa: BLE001 - the tab shows the events without them
-                    report_once(f"tab-remote:{self.url}", f"tbmem: cannot read the side files of {remote}", exc=exc)
+                copies = [(remote, os.path.join(local, PLUGIN_DIR))]
+                if run != "." and split_rank(parts[-1])[1] is not None:  # a rank's run: its job's rank tables
+                    copies.append((join_url(self.url, *parts[:-1], RANK_TABLE_DIR),
+                                   os.path.join(os.path.dirname(local), RANK_TABLE_DIR)))
+                for url, target in copies:
+                    try:
+                        fetch(url, target)
+                    except FileNotFoundError:
+                        pass  # a run without side files, a job without rank tables
+                    except Exception as exc:  # noqa: BLE001 - the tab shows the events without them
+                        report_once(f"tab-remote:{self.url}", f"tbmem: cannot read the side files of {url}", exc=exc)
                 self._fetched[run] = time.monotonic()
         return local, self.root

@@ -28,8 +28,10 @@ import collections
 import hashlib
 import json
 import os
+import shutil
 import socket
 import struct
+import tempfile
 import threading
 import time
 from typing import Any, Mapping
@@ -63,9 +65,9 @@ def node_name(environ: Mapping[str, str] | None = None) -> str:
 
 def _address(job_dir: str, node: str, instance: int) -> bytes:
     env = os.environ
+    job = job_dir if "://" in job_dir else os.path.abspath(job_dir)
     key = "|".join((env.get("TORCHELASTIC_RUN_ID", ""), env.get("TORCHELASTIC_RESTART_COUNT", "0"),
-                    env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), os.path.abspath(job_dir), node,
-                    str(instance)))
+                    env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), job, node, str(instance)))
     return b"\0tbmem-" + hashlib.sha1(key.encode()).hexdigest()[:24].encode()  # Linux's abstract namespace
 
 
@@ -94,10 +96,18 @@ class NodeChannel:
         self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
         self.dropped = 0
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._upload_failed = False
+        self._upload: str | None = None  # a remote job's table: written here, copied there after each row group
         if local_rank == 0:
+            from tbmem.logdir.fs import is_url
             from tbmem.logdir.rank_table import RankTableWriter, rank_table_path
 
-            self._table = RankTableWriter(rank_table_path(job_dir, node))
+            if is_url(job_dir):
+                local = tempfile.mkdtemp(prefix="tbmem-ranks-")
+                self._table = RankTableWriter(rank_table_path(local, node))
+                self._upload = job_dir.rstrip("/") + "/" + os.path.relpath(self._table.path, local).replace(os.sep, "/")
+            else:
+                self._table = RankTableWriter(rank_table_path(job_dir, node))
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
             self._sock.bind(self._address)
             self._sock.settimeout(0.2)
@@ -222,11 +232,27 @@ class NodeChannel:
         elif kind == _CLOSED:
             self._closed_peers.add(rank)
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
         try:
+            groups = self._table.row_groups
             self._table.flush()
         except Exception as exc:  # noqa: BLE001 - a full disk must not end the run
             report_once("ranks:table-write", f"tbmem: writing the rank table {self._table.path} failed", exc=exc)
+            return False
+        if self._upload is None or self._table.row_groups == groups == 0:
+            return True
+        from tbmem.logdir.fs import upload_file
+
+        try:
+            if self._table.row_groups != groups or self._upload_failed:
+                upload_file(self._table.path, self._upload)
+            self._upload_failed = False
+            return True
+        except Exception as exc:  # noqa: BLE001 - a store that stops answering must not end the run
+            self._upload_failed = True
+            report_once("ranks:table-upload", f"tbmem: uploading the rank table to {self._upload} failed; training "
+                        f"goes on, the table is kept in {self._table.path} and uploads are retried", exc=exc)
+            return False
 
     # --- closing ------------------------------------------------------------------------------
     def close(self, *, wait_s: float = _CLOSE_WAIT_S) -> None:
@@ -251,5 +277,6 @@ class NodeChannel:
         if self._thread is not None:
             self._thread.join(timeout=max(deadline - time.monotonic(), 1.0) + 5.0)
         self._sock.close()
-        self._flush()
-        logger.debug("tbmem: rank table %s: %d rows", self._table.path, self._table.rows)
+        if self._flush() and self._upload is not None:  # the table is on the store: no local copy left
+            shutil.rmtree(os.path.dirname(os.path.dirname(self._table.path)), ignore_errors=True)
+        logger.debug("tbmem: rank table %s: %d rows", self._upload or self._table.path, self._table.rows)

@@ -104,7 +104,14 @@ def staging_folder(rank: int) -> str:
 
 
 def move_run(staging: str, final: str) -> None:
-    """Move a rank's staged run into the job (across file systems too), replacing nothing."""
+    """Move a rank's staged run into the job (across file systems too, or to a URL), replacing nothing.
+    The staged folder is removed only once everything is there."""
+    from tbmem.logdir.fs import is_url, upload_folder
+
+    if is_url(final):
+        upload_folder(staging, final)
+        shutil.rmtree(staging, ignore_errors=True)
+        return
     os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
     if os.path.exists(final):
         for name in os.listdir(staging):

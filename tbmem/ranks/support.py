@@ -103,11 +103,13 @@ class RankSupport:
         if not self.config.subfolder:
             return log_dir
         final = self.info.run_dir(log_dir)
-        if not self.compact or not self.enabled or "://" in log_dir:  # a remote job: per rank (docs/distributed.md)
+        if not self.compact or not self.enabled:
             return final
+        from tbmem.logdir.fs import is_url, join_url
         from tbmem.ranks.compact import NodeChannel, PeakRanks, staging_folder
 
-        job = os.path.abspath(log_dir)
+        remote = is_url(log_dir)  # s3://...: rank 0's run mirrored by the writer, the rest uploaded at close
+        job = log_dir.rstrip("/") if remote else os.path.abspath(log_dir)
         local = self.info.local_rank if self.info.local_rank is not None else self.info.rank
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or self.info.world_size
         self._channel = NodeChannel(job, rank=self.info.rank, local_rank=local, local_world=local_world,
@@ -116,7 +118,8 @@ class RankSupport:
             self._peaks = PeakRanks()
             return final
         staging = staging_folder(self.info.rank)
-        self._staging = (staging, os.path.join(job, os.path.basename(final)))
+        name = f"rank{self.info.rank}"
+        self._staging = (staging, join_url(job, name) if remote else os.path.join(job, name))
         return staging
 
     @property

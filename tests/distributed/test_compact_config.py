@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tbmem.config import MemoryWriterConfig
@@ -36,12 +38,31 @@ def test_the_trainers_tbmem_ranks_layout_reaches_the_writer():
     assert isinstance(cfg, MemoryWriterConfig) and cfg.ranks.layout == "compact"
 
 
-def test_a_remote_log_dir_is_written_per_rank_even_when_compact(tmp_path):
+def test_a_remote_job_stages_a_rank_locally_and_uploads_the_run_it_keeps(tmp_path):
+    fsspec = pytest.importorskip("fsspec", reason="remote logdirs need fsspec (tbmem[remote])")
     support = RankSupport(RankInfo(rank=1, world_size=2, source="env"),
                           MemoryWriterConfig(ranks={"layout": "compact"}))
-    assert support.compact and support.run_dir("s3://bucket/job") == "s3://bucket/job/rank1"
-    assert support.table_sink() is None
-    support.close()
+    staging = support.run_dir("memory://compact-test/job")
+    assert support.staged and support.table_sink() is not None
+    assert os.path.isdir(staging) and not staging.startswith("memory:")  # written locally, as any run
+    with open(os.path.join(staging, "events.out.tfevents.1"), "wb") as f:
+        f.write(b"events")
+    os.makedirs(os.path.join(staging, "plugins", "tbmem"))
+    with open(os.path.join(staging, "plugins", "tbmem", "census.jsonl"), "w") as f:
+        f.write("{}\n")
+    support._channel.close(wait_s=0.1)  # no local rank 0 here to receive its records
+    support._channel = None
+    support.keep.add("a test")
+    store = fsspec.filesystem("memory")
+    try:
+        assert support.finish() == "memory://compact-test/job/rank1"
+        assert store.cat("/compact-test/job/rank1/events.out.tfevents.1") == b"events"
+        assert store.cat("/compact-test/job/rank1/plugins/tbmem/census.jsonl") == b"{}\n"
+        assert not os.path.exists(staging)
+    finally:
+        support.close()
+        if store.exists("/compact-test"):
+            store.rm("/compact-test", recursive=True)
 
 
 def test_auto_without_pyarrow_falls_back_to_per_rank_with_one_message(monkeypatch, caplog):

@@ -175,3 +175,55 @@ def test_the_memory_tab_reads_a_run_on_s3(moto, tmp_path):
         assert at["census"]
     finally:
         srv.stop()
+
+
+def test_a_compact_job_on_s3_keeps_its_job_run_kept_ranks_and_rank_table_and_both_readers_read_it(moto, tmp_path):
+    """torchrun, 4 ranks, ``ranks={"layout": "compact"}``, the job on s3: rank 0's run, the kept rank's
+    run (rank 3: the peak RSS and an alert) and the node's rank table reach the store; nothing else."""
+    from tests.distributed._torchrun import torchrun
+    from tests.plugin._logdir import Server, get
+
+    env = _env(moto, tmp_path)
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        proc = torchrun(4, ROOT / "tests/distributed/_compact_job.py", "compact", "s3://bucket/jobs/big", "3",
+                        timeout=480)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    keys = [k.split("bucket/jobs/big/", 1)[1] for k in moto.fs().find("bucket/jobs/big")]
+    assert sorted({k.split("/")[0] for k in keys}) == ["rank0", "rank3", "ranks"], keys
+    assert [k for k in keys if k.startswith("ranks/")] == ["ranks/node0.parquet"]
+    assert any(k.startswith("rank3/events.out.tfevents.") for k in keys)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(("tbmem-rank", "tbmem-ranks-"))] == []
+    import pyarrow.parquet as pq
+
+    local = tmp_path / "node0.parquet"
+    moto.fs().get("bucket/jobs/big/ranks/node0.parquet", str(local))
+    table = pq.read_table(local, columns=["rank", "step"]).to_pydict()
+    assert sorted(set(zip(table["rank"], table["step"]))) == sorted(
+        (r, s) for r in range(4) for s in (0, 1, 2, 1000, 1001, 1002))
+    report = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "--json", "s3://bucket/jobs/big"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    (job,) = json.loads(report.stdout)["jobs"]
+    assert job["ranks"] == [0, 1, 2, 3] and job["missing"] == []
+    # the Memory tab on the store: the job's ranks from the rank table TensorBoard never sees
+    os.environ.update(env, S3_ENDPOINT=moto.env["AWS_ENDPOINT_URL"], S3_USE_HTTPS="0", S3_VERIFY_SSL="0")
+    try:
+        srv = Server(tmp_path, "--logdir", "s3://bucket/jobs", "--load_fast", "false", wait_run="big/rank0")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        status, body, _ = get(f"{srv.base}/data/plugin/tbmem/ranks?group=big")
+        assert status == 200, body[:500]
+        ranks = json.loads(body)
+        assert ranks["compact"] is True and [r["rank"] for r in ranks["ranks"]] == [0, 1, 2, 3]
+        assert {r["rank"]: r["run"] for r in ranks["ranks"]} == {0: "big/rank0", 1: None, 2: None, 3: "big/rank3"}
+        status, body, _ = get(f"{srv.base}/data/plugin/tbmem/heatmap?group=big")
+        assert status == 200 and json.loads(body)["ranks"], body[:500]
+    finally:
+        srv.stop()
