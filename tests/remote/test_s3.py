@@ -82,6 +82,19 @@ def _env(moto: Moto, tmp: Path) -> dict[str, str]:
     return env
 
 
+def _tensorboard_on_s3(moto: Moto, tmp: Path, logdir: str, run: str):  # noqa: ANN202
+    """A real ``tensorboard --logdir s3://...``, its own S3 client pointed at moto; once ``run`` is listed."""
+    from tests.plugin._logdir import Server
+
+    saved = dict(os.environ)
+    os.environ.update(_env(moto, tmp), S3_ENDPOINT=moto.env["AWS_ENDPOINT_URL"], S3_USE_HTTPS="0", S3_VERIFY_SSL="0")
+    try:
+        return Server(tmp, "--logdir", logdir, "--load_fast", "false", wait_run=run)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def test_a_run_written_to_s3_keeps_every_artifact_and_tbmem_report_reads_it(moto, tmp_path):
     proc = subprocess.run([sys.executable, str(TRAIN), "s3://bucket/runs/exp", "8"], env=_env(moto, tmp_path),
                           capture_output=True, text=True, timeout=300)
@@ -146,19 +159,13 @@ def test_the_server_stopped_mid_run_training_goes_on_with_one_message(moto, tmp_
 def test_the_memory_tab_reads_a_run_on_s3(moto, tmp_path):
     """TensorBoard reads the events through its own S3 client (S3_ENDPOINT); the tab copies the side
     files (census, snapshots) through fsspec into a cache of its own."""
-    from tests.plugin._logdir import Server, get
+    from tests.plugin._logdir import get
 
     env = _env(moto, tmp_path)
     proc = subprocess.run([sys.executable, str(TRAIN), "s3://bucket/runs/exp", "6"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    saved = dict(os.environ)
-    os.environ.update(env, S3_ENDPOINT=moto.env["AWS_ENDPOINT_URL"], S3_USE_HTTPS="0", S3_VERIFY_SSL="0")
-    try:
-        srv = Server(tmp_path, "--logdir", "s3://bucket/runs", "--load_fast", "false", wait_run="exp")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    srv = _tensorboard_on_s3(moto, tmp_path, "s3://bucket/runs", "exp")
     try:
         def doc(route: str):  # noqa: ANN202
             status, body, _ = get(f"{srv.base}/data/plugin/tbmem/{route}")
@@ -181,7 +188,7 @@ def test_a_compact_job_on_s3_keeps_its_job_run_kept_ranks_and_rank_table_and_bot
     """torchrun, 4 ranks, ``ranks={"layout": "compact"}``, the job on s3: rank 0's run, the kept rank's
     run (rank 3: the peak RSS and an alert) and the node's rank table reach the store; nothing else."""
     from tests.distributed._torchrun import torchrun
-    from tests.plugin._logdir import Server, get
+    from tests.plugin._logdir import get
 
     env = _env(moto, tmp_path)
     saved = dict(os.environ)
@@ -211,12 +218,7 @@ def test_a_compact_job_on_s3_keeps_its_job_run_kept_ranks_and_rank_table_and_bot
     (job,) = json.loads(report.stdout)["jobs"]
     assert job["ranks"] == [0, 1, 2, 3] and job["missing"] == []
     # the Memory tab on the store: the job's ranks from the rank table TensorBoard never sees
-    os.environ.update(env, S3_ENDPOINT=moto.env["AWS_ENDPOINT_URL"], S3_USE_HTTPS="0", S3_VERIFY_SSL="0")
-    try:
-        srv = Server(tmp_path, "--logdir", "s3://bucket/jobs", "--load_fast", "false", wait_run="big/rank0")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    srv = _tensorboard_on_s3(moto, tmp_path, "s3://bucket/jobs", "big/rank0")
     try:
         status, body, _ = get(f"{srv.base}/data/plugin/tbmem/ranks?group=big")
         assert status == 200, body[:500]
