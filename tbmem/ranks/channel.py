@@ -75,7 +75,8 @@ class NodeChannel:
     """Sends this rank's records to its node's rank table; on local rank 0, receives and writes them.
 
     Args:
-        job_dir: The job's folder (the table is ``<job_dir>/ranks/node<n>.parquet``).
+        job_dir: The job's folder (the table is ``<job_dir>/ranks/node<n>.parquet``), or its URL (the
+            table is written in a temporary folder and uploaded there after each row group).
         rank: This rank. local_rank: Its rank on the node (0 receives). local_world: Ranks on the node.
         instance: The writer's number in its process (the same on every rank).
     """
@@ -92,7 +93,7 @@ class NodeChannel:
         self._stop = threading.Event()
         self._lock = threading.Lock()  # a peer's batch and pending datagrams: its sending thread and send()
         self._closed_peers: set[int] = set()
-        self._keysets: dict[tuple[str, ...], int] = {}  # a sender's sets of tags, numbered
+        self._keysets: dict[tuple[str, ...], tuple[int, struct.Struct]] = {}  # a sender's sets of tags: number, packer
         self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
         self.dropped = 0
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
