@@ -461,7 +461,13 @@ static PyObject *select_tracked_from(PyObject *module, PyObject *args) {
                 continue; /* only empty lists are moved: never an object anything else may depend on */
             }
             PyObject *at = candidates.items[(i + 1) * candidates.n / (n_own + 1)];
-            move_after((PyGC_Head *)at - 1, (PyGC_Head *)node - 1);
+            int anchor = 0; /* a plain walk (the fallback) passes the anchors as any object: never after one */
+            for (Py_ssize_t j = 0; j < n_own; j++) {
+                anchor |= PyList_GET_ITEM(anchor_objects, j) == at;
+            }
+            if (!anchor) {
+                move_after((PyGC_Head *)at - 1, (PyGC_Head *)node - 1);
+            }
         }
         candidates.n = 0; /* nothing for the caller to hold */
     }

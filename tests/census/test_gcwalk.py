@@ -393,6 +393,26 @@ def test_own_anchors_are_placed_evenly_and_stay_there_through_full_collections()
     del bulk, keep
 
 
+@pytest.mark.skipif(not heap.FROZEN_READABLE, reason="the lists are walked in stretches on CPython 3.10 and 3.11 only")
+def test_a_plain_walk_that_passes_its_own_anchors_never_moves_one_after_another() -> None:
+    """A young anchor sends the walk back to one plain walk, in which the other anchors are objects
+    like any; with a position at every object they are among the places an anchor may go."""
+    module = _module()
+    types = _types()
+    anchors = module.own_anchors()
+    gc.collect()
+    module.select_tracked_from(types, anchors, 64, True)  # the anchors in the oldest list
+    for spacing in (1, 2, 3):
+        young = []  # a young, empty list: an anchor in another list
+        objects, _, walked = module.select_tracked_from(types, [young, *anchors], spacing, True)
+        assert [id(o) for o in objects] == [id(o) for o in module.select_tracked(types)]
+        assert walked == len(gc.get_objects(generation=2)) - 1  # the young anchor was moved there after
+        gc.collect()  # a list the move had broken would crash or lose objects here
+        oldest = gc.get_objects(generation=2)
+        assert len({id(o) for o in oldest}) == len(oldest)  # each object once: no anchor linked twice
+        _anchor_gaps(anchors)  # every anchor still in the oldest list
+
+
 def test_select_frozen_lists_what_gc_freeze_moved_in_its_order() -> None:
     module = _module()
     if not heap.FROZEN_READABLE:
