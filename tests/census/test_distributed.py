@@ -81,16 +81,6 @@ def _check(result: dict[str, Any], world_size: int) -> None:
     assert result["notes"] == []
 
 
-@pytest.fixture
-def gloo_world_of_one() -> Iterator[None]:
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
 
 def test_fsdp2_shards_in_a_world_of_one(gloo_world_of_one) -> None:
     _check(_train_and_measure(1), 1)

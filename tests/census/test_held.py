@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import gc
 import io
-import sys
 import warnings
-from typing import Iterator
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from tbmem.census import take_census
@@ -67,18 +64,6 @@ def test_quantize_dynamic_linears_count_their_int8_weights() -> None:
     assert counted == expected == 64 * 32 + 32 * 4 + 32 * 16 + 16 * 4
     assert {r.category for r in census.records if r.name.startswith("LinearPackedParams.")} == {"parameters"}
 
-
-@pytest.fixture
-def gloo_world_of_one() -> Iterator[None]:
-    if not dist.is_available() or sys.platform == "win32":
-        pytest.skip("needs torch.distributed with gloo")
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("as_view", [False, True])

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import gc
-import sys
 import warnings
 from dataclasses import dataclass
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from tbmem.census import take_census
@@ -100,18 +98,6 @@ def test_state_held_in_a_dataclass_is_optimizer_state() -> None:
     names = {r.name for r in census.records if r.category == "optimizer_state"}
     assert "optimizer.state[0.weight].precond.L" in names
 
-
-@pytest.fixture
-def gloo_world_of_one():  # noqa: ANN201
-    if not dist.is_available() or sys.platform == "win32":
-        pytest.skip("needs torch.distributed with gloo")
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_zero_redundancy_optimizer_state_is_optimizer_state(gloo_world_of_one) -> None:
