@@ -136,6 +136,8 @@ class RankTableWriter:
         self.flush_rows = flush_rows
         self._lock = threading.Lock()
         self._rows: list[tuple[int, int, float, Mapping[str, float]]] = []
+        self._blocks: list[tuple[int, tuple[str, ...], list[int], list[float], Any]] = []  # see add_block
+        self._block_rows = 0
         self._tags: dict[str, None] = {}  # every tag written, in the order first seen: the file's columns
         self.rows = 0  # rows in the file
         self.row_groups = 0
@@ -151,10 +153,25 @@ class RankTableWriter:
         if due:
             self.flush()
 
+    def add_block(self, rank: int, tags: tuple[str, ...], steps: list[int], walls: list[float], values: Any) -> None:
+        """Records of one rank with the same tags, as columns: ``values`` is a float64 array of shape
+        ``(len(steps), len(tags))`` (what a node's receiver decodes from its peers' batches at once)."""
+        if not steps or not tags:
+            return
+        if getattr(values, "shape", None) != (len(steps), len(tags)):
+            raise ValueError(f"values of shape {getattr(values, 'shape', None)} for {len(steps)} records of "
+                             f"{len(tags)} tags")
+        with self._lock:
+            self._blocks.append((rank, tags, steps, walls, values))
+            self._block_rows += len(steps)
+            due = len(self._rows) + self._block_rows >= self.flush_rows
+        if due:
+            self.flush()
+
     def pending(self) -> int:
         """Records not yet in the file."""
         with self._lock:
-            return len(self._rows)
+            return len(self._rows) + self._block_rows
 
     def flush(self) -> None:
         """Write the buffered records as one more row group (the file is replaced whole; a new tag
@@ -162,19 +179,34 @@ class RankTableWriter:
         pa, pq = _pa()
         with self._lock:
             rows, self._rows = self._rows, []
-            if not rows:
+            blocks, self._blocks, self._block_rows = self._blocks, [], 0
+            if not rows and not blocks:
                 return
             for _, _, _, values in rows:
                 for tag in values:
                     if tag not in self._tags:
                         self._tags[tag] = None
+            for _, keys, _, _, _ in blocks:
+                for tag in keys:
+                    if tag not in self._tags:
+                        self._tags[tag] = None
             tags = list(self._tags)
         schema = rank_table_schema(tags)
-        data: dict[str, Any] = {"rank": [r[0] for r in rows], "step": [r[1] for r in rows],
-                                "wall_time": [r[2] for r in rows]}
-        for tag in tags:
-            data[tag] = [r[3].get(tag) for r in rows]
-        batch = pa.table(data, schema=schema)
+        parts = []
+        if rows:
+            data: dict[str, Any] = {"rank": [r[0] for r in rows], "step": [r[1] for r in rows],
+                                    "wall_time": [r[2] for r in rows]}
+            for tag in tags:
+                data[tag] = [r[3].get(tag) for r in rows]
+            parts.append(pa.table(data, schema=schema))
+        for rank, keys, steps, walls, values in blocks:
+            column = {tag: j for j, tag in enumerate(keys)}
+            n = len(steps)
+            arrays = [pa.array([rank] * n, pa.int32()), pa.array(steps, pa.int64()), pa.array(walls, pa.float64())]
+            arrays += [pa.array(values[:, column[t]], pa.float64()) if t in column else pa.nulls(n, pa.float64())
+                       for t in tags]
+            parts.append(pa.Table.from_arrays(arrays, schema=schema))
+        batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         folder = os.path.dirname(self.path)
         os.makedirs(folder, exist_ok=True)
         temp = os.path.join(folder, f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.part")

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import array
 import collections
 import hashlib
 import json
@@ -95,6 +94,8 @@ class NodeChannel:
         self._closed_peers: set[int] = set()
         self._keysets: dict[tuple[str, ...], tuple[int, struct.Struct]] = {}  # a sender's sets of tags: number, packer
         self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
+        # the receiver's records not yet in the table: (rank, number) -> (steps, wall times, float64 values)
+        self._incoming: dict[tuple[int, int], tuple[list[int], list[float], bytearray]] = {}
         self.dropped = 0
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._upload_failed = False
@@ -221,13 +222,19 @@ class NodeChannel:
         kind, rank, step, wall = _HEAD.unpack_from(frame)
         body = frame[_HEAD.size:]
         if kind == _RECORD:
-            keys = self._keys[(rank, _KID.unpack_from(body)[0])]
-            packed = array.array("d")
-            packed.frombytes(body[_KID.size:])
-            values = packed.tolist()
-            if len(values) != len(keys):
-                raise ValueError(f"rank {rank} sent {len(values)} values for {len(keys)} tags")
-            self._table.add(rank, step, wall, dict(zip(keys, values)))
+            kid = _KID.unpack_from(body)[0]
+            keys = self._keys[(rank, kid)]
+            values = body[_KID.size:]
+            if len(values) != 8 * len(keys):
+                raise ValueError(f"rank {rank} sent {len(values) // 8} values for {len(keys)} tags")
+            # kept as bytes, decoded per rank and set of tags at the next row group (columns at once:
+            # a row of Python floats per record cost the receiving rank 11.5 us a record)
+            group = self._incoming.get((rank, kid))
+            if group is None:
+                group = self._incoming[(rank, kid)] = ([], [], bytearray())
+            group[0].append(step)
+            group[1].append(wall)
+            group[2].extend(values)
         elif kind == _KEYS:
             self._keys[(rank, step)] = tuple(json.loads(bytes(body)))
         elif kind == _CLOSED:
@@ -235,6 +242,14 @@ class NodeChannel:
 
     def _flush(self) -> bool:
         try:
+            incoming, self._incoming = self._incoming, {}
+            if incoming:
+                import numpy as np
+
+                for (rank, kid), (steps, walls, packed) in incoming.items():
+                    keys = self._keys[(rank, kid)]
+                    values = np.frombuffer(bytes(packed), dtype="<f8").reshape(len(steps), len(keys))
+                    self._table.add_block(rank, keys, steps, walls, values)
             groups = self._table.row_groups
             self._table.flush()
         except Exception as exc:  # noqa: BLE001 - a full disk must not end the run
