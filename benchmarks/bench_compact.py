@@ -5,6 +5,7 @@
 1. A record on a rank above 0, compact against per-rank layout, in one process (``log_memory``
    alternately on two writers of rank 1 of 2; the compact one sends each record to its node's
    rank table, received by local rank 0's channel in another process).
+   Then local rank 0's CPU per record it receives (printed, no limit).
 2. ``tbmem report`` on benchmarks/synthetic_ranks.py's 1,000-rank x 1,000-record job (limit 30 s).
 3. The Memory tab's first view of that job on a real ``tensorboard``: the requests the page makes
    when it opens (runs, overview, snapshots, findings excluded: it loads after the first view,
@@ -61,6 +62,27 @@ def bench_record() -> None:
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def bench_receiver(records: int = 50_000) -> None:
+    """Local rank 0's CPU per record it receives (decode, table, Parquet), its receiver in a process of its own."""
+    job = tempfile.mkdtemp()
+    receiver = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from tbmem.ranks.channel import NodeChannel; ch = NodeChannel("
+         "sys.argv[1], rank=0, local_rank=0, local_world=2, instance=1); t = time.process_time(); "
+         "ch.close(wait_s=600); print(ch._table.rows, time.process_time() - t)", job],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    from tbmem.ranks.channel import NodeChannel
+
+    time.sleep(2)  # the receiver up
+    peer = NodeChannel(job, rank=1, local_rank=1, local_world=2, instance=1)
+    values = {f"Memory/reading_{i}_GB": float(i) for i in range(12)}
+    for step in range(records):
+        peer.send(step, values)
+    peer.close()
+    rows, cpu = receiver.communicate(timeout=600)[0].split()
+    assert int(rows) == records, rows
+    print(f"local rank 0 receiving: {float(cpu) / records * 1e6:.1f} us of CPU per record (12 tags, {rows} rows)")
 
 
 def _free_port() -> int:
@@ -144,6 +166,7 @@ def bench_job32() -> None:
 
 if __name__ == "__main__":
     bench_record()
+    bench_receiver()
     bench_big_job()
     if "--skip-job" not in sys.argv:
         bench_job32()
