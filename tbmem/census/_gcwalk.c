@@ -82,6 +82,41 @@ static int compare_addresses(const void *a, const void *b) {
 static int visit(PyObject *op, void *arg) { return consider((Selection *)arg, op); }
 #endif
 
+static void free_selection(Selection *s) {
+    if (s != NULL) {
+        PyMem_RawFree(s->chosen);
+        PyMem_RawFree(s->wanted);
+        PyMem_RawFree(s);
+    }
+}
+
+/* The selection of the types in ``seq`` (from PySequence_Fast); NULL with an exception set when one
+ * is not a type or memory is short. Freed by free_selection. */
+static Selection *new_selection(PyObject *seq) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Selection *s = PyMem_RawCalloc(1, sizeof(Selection));
+    uintptr_t *addresses = s ? PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(uintptr_t)) : NULL;
+    if (addresses == NULL) {
+        PyMem_RawFree(s);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    s->wanted = addresses;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *type = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyType_Check(type)) {
+            PyErr_Format(PyExc_TypeError, "types must hold types, got %.100s", Py_TYPE(type)->tp_name);
+            free_selection(s);
+            return NULL;
+        }
+        addresses[i] = (uintptr_t)type;
+        s->table[slot((uintptr_t)type)] = 1;
+    }
+    qsort(addresses, (size_t)n, sizeof(uintptr_t), compare_addresses);
+    s->n_wanted = n;
+    return s;
+}
+
 static void walk(Selection *s) {
 #if PY_VERSION_HEX >= 0x030C0000
     PyUnstable_GC_VisitObjects(visit, s);
@@ -107,28 +142,11 @@ static PyObject *select_tracked(PyObject *module, PyObject *types) {
     if (seq == NULL) {
         return NULL;
     }
-    Selection *s = PyMem_RawCalloc(1, sizeof(Selection));
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    uintptr_t *addresses = s ? PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(uintptr_t)) : NULL;
-    if (addresses == NULL) {
-        PyMem_RawFree(s);
+    Selection *s = new_selection(seq);
+    if (s == NULL) {
         Py_DECREF(seq);
-        return PyErr_NoMemory();
+        return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *type = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyType_Check(type)) {
-            PyMem_RawFree(addresses);
-            PyMem_RawFree(s);
-            Py_DECREF(seq);
-            return PyErr_Format(PyExc_TypeError, "types must hold types, got %.100s", Py_TYPE(type)->tp_name);
-        }
-        addresses[i] = (uintptr_t)type;
-        s->table[slot((uintptr_t)type)] = 1;
-    }
-    qsort(addresses, (size_t)n, sizeof(uintptr_t), compare_addresses);
-    s->wanted = addresses;
-    s->n_wanted = n;
     walk(s); /* seq holds the types: none can be collected meanwhile */
     /* References first: creating the list can start a collection, which may free an object of an
      * unreachable cycle that only a raw pointer here would still name. */
@@ -143,9 +161,7 @@ static PyObject *select_tracked(PyObject *module, PyObject *types) {
             Py_DECREF(s->chosen[i]);
         }
     }
-    PyMem_RawFree(s->chosen);
-    PyMem_RawFree(addresses);
-    PyMem_RawFree(s);
+    free_selection(s);
     Py_DECREF(seq);
     return result;
 }
@@ -361,28 +377,16 @@ static PyObject *select_tracked_from(PyObject *module, PyObject *args) {
     if (seq == NULL) {
         return NULL;
     }
-    Selection *s = PyMem_RawCalloc(1, sizeof(Selection));
-    Py_ssize_t n_types = PySequence_Fast_GET_SIZE(seq);
-    uintptr_t *addresses = s ? PyMem_RawMalloc((size_t)(n_types ? n_types : 1) * sizeof(uintptr_t)) : NULL;
-    Stretch *stretches = PyMem_RawCalloc(MAX_STRETCHES, sizeof(Stretch));
+    Selection *s = new_selection(seq);
+    Stretch *stretches = s ? PyMem_RawCalloc(MAX_STRETCHES, sizeof(Stretch)) : NULL;
     Picks young = {0}, candidates = {0};
     PyObject *result = NULL;
-    if (addresses == NULL || stretches == NULL) {
-        PyErr_NoMemory();
+    if (stretches == NULL) {
+        if (s != NULL) {
+            PyErr_NoMemory();
+        }
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n_types; i++) {
-        PyObject *type = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyType_Check(type)) {
-            PyErr_Format(PyExc_TypeError, "types must hold types, got %.100s", Py_TYPE(type)->tp_name);
-            goto done;
-        }
-        addresses[i] = (uintptr_t)type;
-        s->table[slot((uintptr_t)type)] = 1;
-    }
-    qsort(addresses, (size_t)n_types, sizeof(uintptr_t), compare_addresses);
-    s->wanted = addresses;
-    s->n_wanted = n_types;
 
     struct _gc_runtime_state *gcstate = &PyInterpreterState_Get()->gc;
     PyGC_Head *oldest = &gcstate->generations[NUM_GENERATIONS - 1].head;
@@ -488,8 +492,7 @@ done:
     PyMem_RawFree(stretches);
     PyMem_RawFree(young.items);
     PyMem_RawFree(candidates.items);
-    PyMem_RawFree(addresses);
-    PyMem_RawFree(s);
+    free_selection(s);
     Py_DECREF(seq);
     return result;
 #endif
@@ -512,27 +515,12 @@ static PyObject *select_frozen(PyObject *module, PyObject *types) {
     if (seq == NULL) {
         return NULL;
     }
-    Selection *s = PyMem_RawCalloc(1, sizeof(Selection));
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    uintptr_t *addresses = s ? PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(uintptr_t)) : NULL;
+    Selection *s = new_selection(seq);
     PyObject *result = NULL;
     Picks chosen = {0};
-    if (addresses == NULL) {
-        PyErr_NoMemory();
+    if (s == NULL) {
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *type = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyType_Check(type)) {
-            PyErr_Format(PyExc_TypeError, "types must hold types, got %.100s", Py_TYPE(type)->tp_name);
-            goto done;
-        }
-        addresses[i] = (uintptr_t)type;
-        s->table[slot((uintptr_t)type)] = 1;
-    }
-    qsort(addresses, (size_t)n, sizeof(uintptr_t), compare_addresses);
-    s->wanted = addresses;
-    s->n_wanted = n;
     PyGC_Head *head = &PyInterpreterState_Get()->gc.permanent_generation.head;
     for (PyGC_Head *gc = (PyGC_Head *)head->_gc_next; gc != head; gc = (PyGC_Head *)gc->_gc_next) {
         PyObject *op = (PyObject *)(gc + 1);
@@ -544,8 +532,7 @@ static PyObject *select_frozen(PyObject *module, PyObject *types) {
     result = picks_to_list(&chosen, 1);
 done:
     PyMem_RawFree(chosen.items);
-    PyMem_RawFree(addresses);
-    PyMem_RawFree(s);
+    free_selection(s);
     Py_DECREF(seq);
     return result;
 #endif
