@@ -2,8 +2,9 @@
 
 Below every configuration class (:class:`tbmem.config.MemoryWriterConfig`,
 :class:`tbmem.alerts.AlertConfig`, :class:`tbmem.ranks.RanksConfig`,
-:class:`tbmem.snapshot.SnapshotConfig`), so that each can check its fields without importing
-another: ``MemoryWriterConfig`` builds the others from mappings.
+:class:`tbmem.snapshot.SnapshotConfig`, :class:`tbmem.spikes.SpikeConfig`,
+:class:`tbmem.profile.ProfileConfig`), so that each can check its fields without importing
+another (``MemoryWriterConfig`` builds the others from mappings), with the same messages.
 
 Example:
     >>> from tbmem._fields import seconds
@@ -17,7 +18,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-__all__ = ["seconds", "unknown_keys", "optional_config"]
+__all__ = ["seconds", "integer", "flags", "unknown_keys", "optional_config"]
 
 
 def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> float:
@@ -31,6 +32,33 @@ def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> floa
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
         raise ValueError(f"{label} must be a number of seconds >= {low:g}{hint}, got {value!r}")
     return float(value)
+
+
+def integer(value: Any, label: str, *, low: int = 0, what: str = "", hint: str = "") -> int:
+    """``value`` when it is an int >= ``low`` (not a bool); else ValueError naming ``label``:
+    ``"<label> must be <what: an integer >= low><hint>, got <value>"``.
+
+    Example:
+        >>> integer(3, "window", low=3)
+        3
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{label} must be {what or f'an integer >= {low}'}{hint}, got {value!r}")
+    return value
+
+
+def flags(config: Any, *attrs: str) -> None:
+    """ValueError naming the first of ``attrs`` of ``config`` that is not a bool (a YAML ``yes`` read
+    as a string, a 1): ``"<Class>.<attr> must be true or false, got <value>"``.
+
+    Example:
+        >>> from tbmem.ranks import RanksConfig
+        >>> flags(RanksConfig(), "enabled", "aggregate")
+    """
+    for attr in attrs:
+        value = getattr(config, attr)
+        if not isinstance(value, bool):
+            raise ValueError(f"{type(config).__name__}.{attr} must be true or false, got {value!r}")
 
 
 def unknown_keys(cls: type, values: Mapping[str, Any] | Any) -> str | None:

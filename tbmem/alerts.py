@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tbmem._fields import optional_config, unknown_keys
+from tbmem._fields import flags, integer, optional_config, unknown_keys
 from tbmem._log import logger
 from tbmem.tags import TAGS
 from tbmem.trend import fit_trend
@@ -95,15 +95,11 @@ class AlertConfig:
             v = getattr(self, attr)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
                 raise ValueError(f"{name}.{attr} must be None or > 0 (MB per 1000 steps), got {v!r}")
-        w = self.growth_window
-        if isinstance(w, bool) or not isinstance(w, int) or w < 4:
-            raise ValueError(f"{name}.growth_window must be an integer >= 4 (records), got {w!r}")
+        integer(self.growth_window, f"{name}.growth_window", low=4, hint=" (records)")
         h = self.hysteresis
         if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 100:
             raise ValueError(f"{name}.hysteresis must be in [0, 100) percentage points, got {h!r}")
-        for attr in ("alloc_retries", "snapshot", "repeat"):
-            if not isinstance(getattr(self, attr), bool):
-                raise ValueError(f"{name}.{attr} must be true or false, got {getattr(self, attr)!r}")
+        flags(self, "alloc_retries", "snapshot", "repeat")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "AlertConfig":

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tbmem._fields import seconds, unknown_keys
+from tbmem._fields import integer, seconds, unknown_keys
 
 __all__ = ["MemoryWriterConfig", "PEAK_MODES", "seconds", "unknown_keys"]
 
@@ -91,12 +91,8 @@ class MemoryWriterConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         for attr in ("every", "top_k"):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}.{attr} must be a positive integer, got {value!r}")
-        ce = self.census_every
-        if isinstance(ce, bool) or not isinstance(ce, int) or ce < 0:
-            raise ValueError(f"{name}.census_every must be an integer >= 0 (0 disables), got {ce!r}")
+            integer(getattr(self, attr), f"{name}.{attr}", low=1, what="a positive integer")
+        integer(self.census_every, f"{name}.census_every", hint=" (0 disables)")
         seconds(self.system_every_s, f"{name}.system_every_s", hint=" (0: every record)")
         if self.peak_mode not in PEAK_MODES:
             raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")

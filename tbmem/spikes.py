@@ -47,7 +47,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from tbmem._fields import optional_config, unknown_keys
+from tbmem._fields import flags, integer, optional_config, unknown_keys
 from tbmem._log import logger, report_once
 from tbmem.logdir.spikes import SPIKES_LOG, append_spike, read_spikes, spikes_log_path
 from tbmem.tags import TAGS
@@ -105,14 +105,10 @@ class SpikeConfig:
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 1:
             raise ValueError(f"{name}.factor must be a number > 1, got {f!r}")
         for attr, low in (("window", 3), ("min_history", 1), ("patience", 1), ("max_spikes", 1)):
-            v = getattr(self, attr)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{name}.{attr} must be an integer >= {low}, got {v!r}")
+            integer(getattr(self, attr), f"{name}.{attr}", low=low)
         if self.min_history > self.window:
             raise ValueError(f"{name}.min_history ({self.min_history}) must be <= window ({self.window})")
-        for attr in ("nonfinite", "snapshot"):
-            if not isinstance(getattr(self, attr), bool):
-                raise ValueError(f"{name}.{attr} must be true or false, got {getattr(self, attr)!r}")
+        flags(self, "nonfinite", "snapshot")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "SpikeConfig":

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from tbmem._fields import optional_config, unknown_keys
+from tbmem._fields import flags, integer, optional_config, unknown_keys
 
 __all__ = ["ProfileConfig"]
 
@@ -66,16 +66,10 @@ class ProfileConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         for attr in ("every", "steps"):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}.{attr} must be a positive integer, got {value!r}")
+            integer(getattr(self, attr), f"{name}.{attr}", low=1, what="a positive integer")
         for attr in ("start", "max_windows"):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}.{attr} must be an integer >= 0, got {value!r}")
-        for attr in ("enabled", "record_shapes", "profile_memory", "with_stack", "cuda", "census"):
-            if not isinstance(getattr(self, attr), bool):
-                raise ValueError(f"{name}.{attr} must be true or false, got {getattr(self, attr)!r}")
+            integer(getattr(self, attr), f"{name}.{attr}")
+        flags(self, "enabled", "record_shapes", "profile_memory", "with_stack", "cuda", "census")
         if self.steps > self.every:
             raise ValueError(f"{name}.steps ({self.steps}) must be at most every ({self.every}): "
                              "windows would overlap")

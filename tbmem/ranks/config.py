@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tbmem._fields import seconds, unknown_keys
+from tbmem._fields import flags, integer, seconds, unknown_keys
 
 __all__ = ["RanksConfig", "DEFAULT_RANK_TAGS", "LAYOUTS"]
 
@@ -68,9 +68,7 @@ class RanksConfig:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        for attr in ("enabled", "subfolder", "aggregate"):
-            if not isinstance(getattr(self, attr), bool):
-                raise ValueError(f"{name}.{attr} must be true or false, got {getattr(self, attr)!r}")
+        flags(self, "enabled", "subfolder", "aggregate")
         tags = self.tags
         if isinstance(tags, (str, bytes)) or not hasattr(tags, "__iter__"):
             raise ValueError(f"{name}.tags must be a list of reading keys, got {tags!r}")
@@ -84,8 +82,7 @@ class RanksConfig:
         object.__setattr__(self, "tags", tags)
         if self.layout not in LAYOUTS:
             raise ValueError(f"{name}.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        if isinstance(self.compact_above, bool) or not isinstance(self.compact_above, int) or self.compact_above < 1:
-            raise ValueError(f"{name}.compact_above must be a whole number of ranks >= 1, got {self.compact_above!r}")
+        integer(self.compact_above, f"{name}.compact_above", low=1, what="a whole number of ranks >= 1")
         for attr, low in (("timeout_s", 1.0), ("oom_wait_s", 0.0)):
             object.__setattr__(self, attr, seconds(getattr(self, attr), f"{name}.{attr}", low=low))
 

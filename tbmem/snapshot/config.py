@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tbmem._fields import unknown_keys
+from tbmem._fields import flags, integer, unknown_keys
 
 __all__ = ["SnapshotConfig", "RECORDERS", "STACKS"]
 
@@ -76,9 +76,7 @@ class SnapshotConfig:
         name = type(self).__name__
         for attr, low in (("start_step", 0), ("every", 0), ("window", 0), ("max_snapshots", 0),
                           ("max_entries", 1), ("stack_depth", 1)):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}.{attr} must be an integer >= {low}, got {value!r}")
+            integer(getattr(self, attr), f"{name}.{attr}", low=low)
         steps = self.steps
         if isinstance(steps, (str, bytes)) or not hasattr(steps, "__iter__"):
             raise ValueError(f"{name}.steps must be a list of step numbers, got {steps!r}")
@@ -96,9 +94,7 @@ class SnapshotConfig:
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
                                       or self.rank < 0):
             raise ValueError(f"{name}.rank must be None or an integer >= 0, got {self.rank!r}")
-        for attr in ("enabled", "html", "pickle", "on_oom"):
-            if not isinstance(getattr(self, attr), bool):
-                raise ValueError(f"{name}.{attr} must be true or false, got {getattr(self, attr)!r}")
+        flags(self, "enabled", "html", "pickle", "on_oom")
 
     def is_due(self, step: int) -> bool:
         """Whether a snapshot is due at ``step`` (the window's first step in window mode)."""
