@@ -1,17 +1,18 @@
-"""A compiled CRC32C for TensorBoard's event-file writer.
+"""A compiled CRC32C for tbmem's own event files.
 
 TensorBoard (without TensorFlow) checksums every event record with a pure-Python
 CRC32C that runs on its writer thread and holds the GIL: about 0.2 us per byte,
-which dominates the cost of writing scalars. :func:`install` swaps in the
-``google-crc32c`` C implementation for the record writer only. The checksums are
-bit-identical (tests compare them on random data), so event files do not change.
+which dominates the cost of writing scalars. A :class:`tbmem.MemoryWriter` frames the
+records of its own event files with :func:`masked_crc32c` instead, the ``google-crc32c``
+C implementation (:func:`tbmem._safe_io.install`, ``fast_crc=True``); TensorBoard's
+module-level CRC function, which every other ``SummaryWriter`` of the process uses, is
+never replaced. The checksums are bit-identical (tests compare them on random data), so
+event files do not change.
 
 Example:
-    >>> from tbmem._fastcrc import install, masked_crc32c
+    >>> from tbmem._fastcrc import masked_crc32c
     >>> masked_crc32c(b"tbmem") == __import__(
     ...     "tensorboard.compat.tensorflow_stub.pywrap_tensorflow", fromlist=["x"]).masked_crc32c(b"tbmem")
-    True
-    >>> install() in (True, False)
     True
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["masked_crc32c", "install", "install_reader", "available"]
+__all__ = ["masked_crc32c", "install_reader", "available"]
 
 try:
     import google_crc32c as _gcrc
@@ -45,26 +46,17 @@ def masked_crc32c(data: bytes) -> int:
     return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def install() -> bool:
-    """Make TensorBoard's record writer use the compiled CRC; False when unavailable."""
-    if not _C_IMPL:
-        return False
-    from tensorboard.summary.writer import record_writer
-
-    current: Callable[[bytes], int] = record_writer.masked_crc32c
-    if current is not masked_crc32c:
-        record_writer.masked_crc32c = masked_crc32c
-    return True
-
-
 def install_reader() -> bool:
     """Make TensorBoard's record reader use the compiled CRC; False when unavailable.
 
-    Reading checks every record's CRC in pure Python too (about 1 s per MB without this).
+    Reading checks every record's CRC in pure Python too (about 1 s per MB without this). Only
+    the reader's name is replaced: TensorBoard's record writer bound its own CRC function when
+    it was imported, and is imported here first, so no SummaryWriter's records change.
     """
     if not _C_IMPL:
         return False
     from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    from tensorboard.summary.writer import record_writer  # noqa: F401 - binds TensorBoard's CRC first
 
     pywrap_tensorflow.masked_crc32c = masked_crc32c
     return True

@@ -40,7 +40,7 @@ from typing import Any, Callable
 from tbmem._log import logger, report_once
 from tbmem._retry import Backoff
 
-__all__ = ["FaultLedger", "SafeRecordWriter", "install", "hold_events", "guard_forwarded", "cause_key", "describe"]
+__all__ = ["FaultLedger", "SafeRecordWriter", "install", "hold_events", "cause_key", "describe"]
 
 _RECORD_FRAMING = 16  # TFRecord: u64 length, u32 length CRC, the data, u32 data CRC
 _LENGTH = struct.Struct("<Q")
@@ -149,7 +149,8 @@ class SafeRecordWriter:
         backoff: Retry schedule while writing fails.
     """
 
-    def __init__(self, inner: Any, path: str, ledger: FaultLedger, backoff: Backoff | None = None) -> None:
+    def __init__(self, inner: Any, path: str, ledger: FaultLedger, backoff: Backoff | None = None, *,
+                 crc: Callable[[bytes], int] | None = None) -> None:
         self._inner = inner
         self.path = path
         self._ledger = ledger
@@ -161,9 +162,15 @@ class SafeRecordWriter:
         local = bool(getattr(gfile, "fs_supports_append", False)) and os.path.isfile(path)
         self._end = _size(path) if local else None
         self.failing = False
-        # TensorBoard's RecordWriter module (its CRC) where this writes the same bytes itself
-        self._framing = _tensorboard_framing(inner, gfile) if local else None
+        # TensorBoard's RecordWriter module where this frames the same bytes itself, with ``crc``
+        # (this file's own: tbmem._fastcrc, bit-identical) or else TensorBoard's
+        framing = _tensorboard_framing(inner)
+        self._crc: Callable[[bytes], int] | None = None
+        if framing is not None:
+            self._crc = crc if crc is not None else framing.masked_crc32c
+        self._framing = framing if local and _local_binary(gfile) else None
         self._gfile = gfile if self._framing is not None else None
+        self._file = gfile if framing is not None else None  # what RecordWriter.write writes to
         self._hold_bytes = 0  # see hold()
         self._held = bytearray()
         self._held_records = 0
@@ -177,12 +184,14 @@ class SafeRecordWriter:
             gfile = self._gfile
             if gfile is not None and gfile.write_started and not gfile.closed:
                 if self._hold_bytes:
-                    self._held += _frame(data, self._framing.masked_crc32c)
+                    self._held += _frame(data, self._crc)
                     self._held_records += 1
                     if len(self._held) >= self._hold_bytes:
                         self.write_held()
                     return
-                _append(gfile.filename, _frame(data, self._framing.masked_crc32c))
+                _append(gfile.filename, _frame(data, self._crc))
+            elif self._file is not None:  # RecordWriter.write's bytes, with this file's CRC
+                self._file.write(_frame(data, self._crc))
             else:
                 self._inner.write(data)
         except Exception as exc:  # noqa: BLE001 - this thread dying would break every later write
@@ -257,24 +266,32 @@ class SafeRecordWriter:
         return bool(getattr(self._inner, "closed", False))
 
 
-def _tensorboard_framing(inner: Any, gfile: Any) -> Any:
-    """TensorBoard's ``record_writer`` module when ``inner`` is its RecordWriter on a local binary
-    GFile (then :func:`_frame` and :func:`_append` write exactly the bytes it would, in the same
-    file), else None."""
+def _tensorboard_framing(inner: Any) -> Any:
+    """TensorBoard's ``record_writer`` module when ``inner`` is its RecordWriter (then :func:`_frame`
+    frames exactly the bytes its ``write`` would), else None."""
     try:
-        from tensorboard.compat.tensorflow_stub.io.gfile import GFile, LocalFileSystem
         from tensorboard.summary.writer import record_writer
     except ImportError:
         return None
-    same = (type(inner) is record_writer.RecordWriter and type(gfile) is GFile
-            and type(gfile.fs) is LocalFileSystem and gfile.binary_mode is True
-            and isinstance(gfile.filename, bytes) and callable(getattr(record_writer, "masked_crc32c", None)))
+    same = (type(inner) is record_writer.RecordWriter and hasattr(inner, "_writer")
+            and callable(getattr(record_writer, "masked_crc32c", None)))
     return record_writer if same else None
 
 
-def _frame(data: bytes, crc: Callable[[bytes], int]) -> bytes:
-    """One TFRecord as TensorBoard's RecordWriter frames it; ``crc`` is the CRC function it uses
-    now (tbmem._fastcrc swaps in a compiled one, bit-identical)."""
+def _local_binary(gfile: Any) -> bool:
+    """Whether ``gfile`` is TensorBoard's GFile on a local file opened in binary mode (then
+    :func:`_append` writes the bytes it would, in the same file)."""
+    try:
+        from tensorboard.compat.tensorflow_stub.io.gfile import GFile, LocalFileSystem
+    except ImportError:
+        return False
+    return (type(gfile) is GFile and type(gfile.fs) is LocalFileSystem and gfile.binary_mode is True
+            and isinstance(gfile.filename, bytes))
+
+
+def _frame(data: bytes, crc: Any) -> bytes:
+    """One TFRecord as TensorBoard's RecordWriter frames it, checksummed by ``crc`` (bit-identical
+    to TensorBoard's masked CRC32C)."""
     length = _LENGTH.pack(len(data))
     return length + _CRC.pack(crc(length)) + data + _CRC.pack(crc(data))
 
@@ -317,31 +334,15 @@ def _truncate(path: str, size: int) -> None:
                     f"({describe(exc)}); TensorBoard reads the file up to that record")
 
 
-def guard_forwarded(writer: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A SummaryWriter write method forwarded by ``writer`` (a MemoryWriter).
-
-    After ``writer.close()`` the call is ignored (``writer._after_close`` warns once); an
-    OSError is counted in ``writer.faults`` instead of raised (where TensorBoard's writer
-    thread died before :func:`install` could guard it).
-    """
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if writer.closed:
-            writer._after_close(name)
-            return None
-        try:
-            return fn(*args, **kwargs)
-        except OSError as exc:
-            writer.faults.failed(writer.log_dir, exc, events=1)
-            return None
-    return call
-
-
-def install(summary_writer: Any, ledger: FaultLedger) -> bool:
+def install(summary_writer: Any, ledger: FaultLedger, *, fast_crc: bool = False) -> bool:
     """Guard every event file of ``summary_writer``; False where TensorBoard's internals differ.
 
     The attributes used (``event_writer._async_writer._writer`` and its ``_worker``) are
     TensorBoard's; where they are missing the writer keeps TensorBoard's behaviour and
-    :class:`tbmem.MemoryWriter` still catches the errors on the training thread.
+    :class:`tbmem.MemoryWriter` still catches the errors on the training thread. With
+    ``fast_crc`` these files' records are checksummed by :func:`tbmem._fastcrc.masked_crc32c`
+    (where it is compiled): TensorBoard's own CRC function, which every other SummaryWriter
+    of the process uses, is left as it is.
     """
     get = getattr(summary_writer, "_get_file_writer", None)
     if get is None:
@@ -349,8 +350,13 @@ def install(summary_writer: Any, ledger: FaultLedger) -> bool:
     file_writer = get()
     writers = getattr(summary_writer, "all_writers", None) or {None: file_writer}
     ok = True
+    crc = None
+    if fast_crc:
+        from tbmem import _fastcrc
+
+        crc = _fastcrc.masked_crc32c if _fastcrc.available() else None
     for fw in writers.values():
-        ok = _install_one(fw, ledger) and ok
+        ok = _install_one(fw, ledger, crc) and ok
     return ok
 
 
@@ -366,7 +372,7 @@ def hold_events(summary_writer: Any, limit_bytes: int) -> int:
     return held
 
 
-def _install_one(file_writer: Any, ledger: FaultLedger) -> bool:
+def _install_one(file_writer: Any, ledger: FaultLedger, crc: Callable[[bytes], int] | None = None) -> bool:
     event_writer = getattr(file_writer, "event_writer", None)
     async_writer = getattr(event_writer, "_async_writer", None)
     worker = getattr(async_writer, "_worker", None)
@@ -379,7 +385,7 @@ def _install_one(file_writer: Any, ledger: FaultLedger) -> bool:
     if getattr(worker, "exception", None) is not None or not worker.is_alive():
         return False
     path = getattr(event_writer, "_file_name", None) or str(event_writer.get_logdir())
-    safe = SafeRecordWriter(inner, path, ledger)
+    safe = SafeRecordWriter(inner, path, ledger, crc=crc)
     with lock:  # no flush or close runs while the references change
         async_writer._writer = safe
         worker._record_writer = safe

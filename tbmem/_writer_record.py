@@ -30,9 +30,10 @@ from tbmem._direct_events import make_event
 from tbmem._log import report_once
 from tbmem.tags import TAGS
 
+from torch.utils.tensorboard import SummaryWriter
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     from tbmem._direct_events import DirectEvents
     from tbmem._large import LargeThreshold
@@ -58,7 +59,6 @@ class RecordPipeline:
     closed: bool
     log_dir: str
     faults: FaultLedger
-    _writer: SummaryWriter
     _events: DirectEvents
     _direct: DirectEvents | None
     _layout: LayoutTracker | None
@@ -109,7 +109,7 @@ class RecordPipeline:
                 return True
             if not events.queue(values, step, walltime):  # what add_summary would queue
                 event = make_event(values, step, walltime)
-                self._writer._get_file_writer().add_event(event, step, event.wall_time)
+                self._get_file_writer().add_event(event, step, event.wall_time)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
         return False
@@ -118,7 +118,7 @@ class RecordPipeline:
         try:
             layout = self._layout.see(values)
             if layout is not None:
-                self._writer.add_custom_scalars(layout)
+                SummaryWriter.add_custom_scalars(self, layout)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - a chart layout is never worth a training run
             report_once("writer:layout", "tbmem: writing the custom-scalars layout failed; it is off", exc=exc)
             self._layout = None
@@ -201,7 +201,7 @@ class RecordPipeline:
             except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
                 self._faults.failed(self.log_dir, exc, events=1)
                 return False
-        self._writer.add_text(tag, text, step)
+        SummaryWriter.add_text(self, tag, text, step)  # type: ignore[arg-type]
         return False
 
 

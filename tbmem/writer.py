@@ -1,13 +1,14 @@
-"""MemoryWriter: a SummaryWriter wrapper that logs memory readings every N steps.
+"""MemoryWriter: a SummaryWriter that logs memory readings every N steps.
 
-Every call a training loop makes on a ``torch.utils.tensorboard.SummaryWriter``
-(``add_scalar``, ``add_histogram``, ``flush``, ...) works unchanged on a
-MemoryWriter; ``log_memory(step)`` adds the readings of the probes, the tensor
-census and the snapshots on the steps they are due. All scalars of one record
-are written as one event (one ``Summary`` with many values).
+A MemoryWriter *is* a ``torch.utils.tensorboard.SummaryWriter`` (a subclass): every call a
+training loop makes on one (``add_scalar``, ``add_histogram``, ``flush``, ...) works unchanged,
+guarded (an I/O error is counted, never raised; a write after :meth:`~MemoryWriter.close` is
+ignored with one line); ``log_memory(step)`` adds the readings of the probes, the tensor census
+and the snapshots on the steps they are due. All scalars of one record are written as one event
+(one ``Summary`` with many values).
 
 The class is split by its jobs: this module is its lifecycle and its faults (opening the run,
-the probes and the components the configuration asks for, the SummaryWriter calls forwarded,
+the probes and the components the configuration asks for, the SummaryWriter calls guarded,
 the out-of-memory record, flushing and closing); :mod:`tbmem._writer_record` is the record
 pipeline (readings and censuses into events and side files); :mod:`tbmem._writer_steps` the
 step hooks a training loop calls. Where the run's files go is :mod:`tbmem.logdir`'s layout.
@@ -25,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -37,10 +39,9 @@ from torch.utils.tensorboard import SummaryWriter
 from tbmem import _process, _signals
 from tbmem._direct_events import DirectEvents
 from tbmem._extras import MissingExtraError
-from tbmem._fastcrc import install as install_fast_crc
 from tbmem._large import LargeThreshold
 from tbmem._log import logger, oom_line, report_once
-from tbmem._safe_io import FaultLedger, describe, guard_forwarded, hold_events
+from tbmem._safe_io import FaultLedger, describe, hold_events
 from tbmem._safe_io import install as install_safe_io
 from tbmem._writer_record import RecordPipeline
 from tbmem._writer_steps import StepHooks
@@ -58,16 +59,19 @@ _NEVER = 2**62  # no profile window is due
 _HELD_BYTES = 256 << 10  # a staged run's events reach its file in batches of this size (tbmem._safe_io.hold)
 # SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
 _WRITE_PREFIX = "add_"
+# what a MemoryWriter takes over from a SummaryWriter handed to it (writer=): its event files too
+_ADOPTED = ("purge_step", "max_queue", "flush_secs", "filename_suffix", "default_bins")
 
 
-class MemoryWriter(StepHooks, RecordPipeline):
+class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
     """A ``SummaryWriter`` that also logs memory.
 
     Args:
         log_dir: Where event files go (created if missing; a relative path is resolved once, here,
             so an ``os.chdir`` later moves nothing). None: ``runs/<date>_<host>``, as SummaryWriter
             picks it. Mutually exclusive with ``writer``.
-        writer: An existing SummaryWriter to wrap instead of creating one.
+        writer: An existing SummaryWriter whose log directory and open event files this writer
+            takes over (both write to the same files; :meth:`close` closes them for both).
         config: A :class:`MemoryWriterConfig`; or pass its fields as keywords.
         **options: Fields of :class:`MemoryWriterConfig` (``every=10``, ``census_every=500``, ...).
 
@@ -99,8 +103,7 @@ class MemoryWriter(StepHooks, RecordPipeline):
         if problem:
             raise TypeError(f"MemoryWriter(): {problem}")
         self.config = config if config is not None else MemoryWriterConfig(**options)
-        if self.config.fast_crc:
-            install_fast_crc()
+        self.closed = False
         # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
         self._ranks = RankSupport.create(self.config)
         self._mirror: Any = None
@@ -114,21 +117,23 @@ class MemoryWriter(StepHooks, RecordPipeline):
             # resolved once: after an os.chdir a relative logdir would name another folder
             log_dir = os.path.abspath(os.fspath(log_dir) if log_dir is not None else default_run_dir())
             _check_writable(log_dir)
-            writer = SummaryWriter(log_dir)
-        self._writer = writer
+            self._adopted: SummaryWriter | None = None
+            SummaryWriter.__init__(self, log_dir)
+        else:
+            self._adopt(writer)
         self._table = self._ranks.table_sink() if self._ranks is not None else None  # compact layout
-        self._log_dir = os.path.abspath(str(writer.get_logdir()))
-        self.closed = False
+        self._log_dir = os.path.abspath(str(self._log_dir))
         self._last_step: int | None = None
         # A full or read-only disk must not end the run: errors in TensorBoard's writer thread are
-        # caught where they surface, counted here and reported once (tbmem._safe_io).
+        # caught where they surface, counted here and reported once (tbmem._safe_io). The compiled
+        # CRC serves these event files only (tbmem._fastcrc): other SummaryWriters keep TensorBoard's.
         self._faults = FaultLedger(self._log_dir)
-        install_safe_io(writer, self._faults)
+        install_safe_io(self, self._faults, fast_crc=self.config.fast_crc)
         # a rank's private run in the compact layout: read by nobody before close (then moved or deleted)
-        self._staged = self._ranks is not None and self._ranks.staged and hold_events(writer, _HELD_BYTES) > 0
+        self._staged = self._ranks is not None and self._ranks.staged and hold_events(self, _HELD_BYTES) > 0
         # the writer's own events, encoded by hand: written on this thread where records are flushed at
         # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
-        self._events = DirectEvents(writer)
+        self._events = DirectEvents(self)
         self._direct = self._events if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
         self._models: list[weakref.ref[torch.nn.Module]] = []
@@ -214,6 +219,21 @@ class MemoryWriter(StepHooks, RecordPipeline):
                                            on_written=lambda path: self.log_artifact(path, "trace"))
             self._profile_at = self._profile.at
 
+    def _adopt(self, writer: SummaryWriter) -> None:
+        """Take over ``writer``'s log directory and event files (``writer=``): the same file objects,
+        so what either writes lands in one file, in order."""
+        get = getattr(writer, "_get_file_writer", None)
+        if get is None:
+            raise TypeError(f"MemoryWriter(writer=...) takes a torch.utils.tensorboard.SummaryWriter, "
+                            f"got {type(writer).__name__}")
+        get()  # reopened if it was closed
+        self.log_dir = str(writer.get_logdir())
+        for name in _ADOPTED:
+            if hasattr(writer, name):
+                setattr(self, name, getattr(writer, name))
+        self.file_writer, self.all_writers = writer.file_writer, writer.all_writers
+        self._adopted = writer
+
     def _snapshot_now(self, wanted: bool, kind: str) -> Any:
         """``step -> paths``: a snapshot taken at once (an alert's, a spike's); a manager without a
         schedule is made when ``wanted`` and none is (only these and an out-of-memory error ask)."""
@@ -225,19 +245,21 @@ class MemoryWriter(StepHooks, RecordPipeline):
             self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
         return lambda step: self._snapshots.snapshot_now(step, kind) if self._snapshots is not None else []
 
-    # --- SummaryWriter compatibility -----------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        # Only called for attributes MemoryWriter lacks: forward to the wrapped writer.
-        inner = self.__dict__.get("_writer")
-        if inner is None:
-            raise AttributeError(name)
-        attr = getattr(inner, name)
-        if name.startswith(_WRITE_PREFIX) and callable(attr):
-            # ignored after close(); an I/O error counted instead of raised
-            call = guard_forwarded(self, name, attr)
-            spikes = self.__dict__.get("_spikes")
-            return spikes.watching(call) if spikes is not None and name == "add_scalar" else call
-        return attr
+    # --- SummaryWriter: its write methods guarded (below the class), add_scalar seen by spikes ---------
+    def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: float | None = None,
+                   new_style: bool = False, double_precision: bool = False) -> None:
+        """``SummaryWriter.add_scalar``, guarded like every ``add_*`` method; the spike detector
+        (``spikes=``) sees the value."""
+        if self.closed:
+            self._after_close("add_scalar")
+            return
+        try:
+            SummaryWriter.add_scalar(self, tag, scalar_value, global_step, walltime, new_style, double_precision)
+        except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
+            self._faults.failed(self._log_dir, exc, events=1)
+        spikes = self._spikes
+        if spikes is not None and global_step is not None and not spikes.off and spikes.detector.watches(tag):
+            spikes.on_scalars({tag: scalar_value}, int(global_step))
 
     def _after_close(self, what: str) -> None:
         report_once(f"closed:{id(self)}", _process.ignored_write_line(self, what))
@@ -264,13 +286,18 @@ class MemoryWriter(StepHooks, RecordPipeline):
 
     @property
     def summary_writer(self) -> SummaryWriter:
-        """The wrapped ``SummaryWriter``."""
-        return self._writer
+        """The ``SummaryWriter`` whose event files this writer writes: the one handed over as
+        ``writer=``, else the MemoryWriter itself."""
+        return self._adopted if self._adopted is not None else self
 
-    @property
+    @property  # type: ignore[override]  # SummaryWriter sets a plain attribute
     def log_dir(self) -> str:
         """The directory the event files are written to (absolute: resolved when the writer opened)."""
         return self._log_dir
+
+    @log_dir.setter
+    def log_dir(self, value: str) -> None:  # SummaryWriter.__init__ sets it
+        self._log_dir = value
 
     def log_artifact(self, path: str, kind: str) -> None:
         """Send a file of the run (a snapshot, a trace) to the sinks (W&B, MLflow); never raises."""
@@ -364,7 +391,7 @@ class MemoryWriter(StepHooks, RecordPipeline):
         """Flush pending events to disk (never raises an I/O error: see docs/reliability.md)."""
         if not self.closed:
             try:
-                self._writer.flush()
+                SummaryWriter.flush(self)
             except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
                 self._faults.failed(self.log_dir, exc)
 
@@ -397,7 +424,11 @@ class MemoryWriter(StepHooks, RecordPipeline):
             if self._sinks is not None:
                 self._sinks.close()
             try:
-                self._writer.close()
+                if self._adopted is not None:  # the files are its too: closed once, for both
+                    self._adopted.close()
+                    self.file_writer = self.all_writers = None
+                else:
+                    SummaryWriter.close(self)
             except OSError as exc:
                 self._faults.failed(self.log_dir, exc)
             if self._ranks is not None:  # compact layout: the rank's run joins the job if it matters
@@ -420,6 +451,27 @@ class MemoryWriter(StepHooks, RecordPipeline):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _guarded(name: str, method: Any) -> Any:
+    """``SummaryWriter.<name>`` as a MemoryWriter's own method: ignored after close() (one line),
+    an I/O error counted in :attr:`MemoryWriter.faults` instead of raised."""
+    @functools.wraps(method)
+    def call(self: MemoryWriter, *args: Any, **kwargs: Any) -> Any:
+        if self.closed:
+            self._after_close(name)
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
+            self._faults.failed(self._log_dir, exc, events=1)
+            return None
+    return call
+
+
+for _name, _method in list(vars(SummaryWriter).items()):
+    if _name.startswith(_WRITE_PREFIX) and callable(_method) and _name not in vars(MemoryWriter):
+        setattr(MemoryWriter, _name, _guarded(_name, _method))
 
 
 def _release_recorders() -> None:
