@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from tbmem._fields import flags, integer, optional_config, unknown_keys
 from tbmem._log import logger
 from tbmem.tags import TAGS
 from tbmem.trend import fit_trend
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tbmem._emit import Emitter
 
 __all__ = ["AlertConfig", "Alert", "AlertMonitor", "ALERTS_TEXT_TAG"]
 
@@ -145,15 +148,16 @@ class AlertMonitor:
 
     Args:
         config: The thresholds.
-        writer: Receives the text entry (``add_text``); None: console only.
+        emit: Where the text entry goes (:class:`tbmem._emit.Emitter`, a writer's output); None:
+            the console only.
         snapshot: Called with the step when an alert fires and ``config.snapshot`` is set;
             returns the paths written.
     """
 
-    def __init__(self, config: AlertConfig, *, writer: Any = None,
+    def __init__(self, config: AlertConfig, *, emit: Emitter | None = None,
                  snapshot: Callable[[int], list[str]] | None = None) -> None:
         self.config = config
-        self.writer = writer
+        self.emit = emit
         self.snapshot = snapshot
         self.fired: list[Alert] = []
         self._armed: dict[str, bool] = {}
@@ -230,13 +234,13 @@ class AlertMonitor:
         paths: list[str] = []
         if self.config.snapshot and self.snapshot is not None:
             paths = list(self.snapshot(step))
-        if self.writer is not None:
+        if self.emit is not None:
             lines = [f"**Memory alert** at step {step}:", ""] + [f"- `{a.kind}`: {a.message}" for a in alerts]
             if paths:
                 lines += ["", "Snapshot written: " + ", ".join(f"`{p}`" for p in paths)]
             elif self.config.snapshot:
                 lines += ["", "No snapshot could be written (see the tbmem log)."]
-            self.writer.add_text(ALERTS_TEXT_TAG, "\n".join(lines), step)
+            self.emit.add_text(ALERTS_TEXT_TAG, "\n".join(lines), step)
         return alerts
 
 

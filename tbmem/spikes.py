@@ -45,12 +45,16 @@ import math
 import os
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tbmem._fields import flags, integer, optional_config, unknown_keys
 from tbmem._log import logger, report_once
 from tbmem.logdir.spikes import SPIKES_LOG, append_spike, read_spikes, spikes_log_path
 from tbmem.tags import TAGS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tbmem._emit import Emitter
+    from tbmem._safe_io import FaultLedger
 
 __all__ = ["SpikeConfig", "Spike", "SpikeDetector", "SpikeMonitor", "SPIKES_LOG", "SPIKES_TEXT_TAG",
            "spikes_log_path", "read_spikes"]
@@ -247,20 +251,19 @@ class SpikeMonitor:
 
     Args:
         config: The rule and what to watch.
-        writer: Receives the text entry (``add_text``, ``flush``) and names the run folder
-            (``log_dir``); None: the console only.
+        emit: Where the text entry goes (a :class:`tbmem._emit.Emitter`: a writer's output, its run
+            folder for the side file, its fault ledger); None: the console only.
         snapshot: Called with the step when a spike is found and ``config.snapshot`` is set;
             returns the paths written.
-        faults: A :class:`tbmem._safe_io.FaultLedger` that counts a side-file line the disk refused.
     """
 
-    def __init__(self, config: SpikeConfig, *, writer: Any = None,
-                 snapshot: Callable[[int], list[str]] | None = None, faults: Any = None) -> None:
+    def __init__(self, config: SpikeConfig, *, emit: Emitter | None = None,
+                 snapshot: Callable[[int], list[str]] | None = None) -> None:
         self.config = config
         self.detector = SpikeDetector(config)
-        self.writer = writer
+        self.emit = emit
         self.snapshot = snapshot
-        self.faults = faults
+        self.faults: FaultLedger | None = emit.faults if emit is not None else None
         self.found: list[Spike] = []
         self.off = False
         self.unreported = 0
@@ -283,14 +286,10 @@ class SpikeMonitor:
             report_once("writer:spikes", "tbmem: the spike detector failed and is switched off", exc=exc)
             self.off = True
 
-    def watching(self, add_scalar: Callable[..., Any]) -> Callable[..., Any]:
-        """``add_scalar`` that also hands its value to :meth:`on_scalars`."""
-        def call(tag: str, scalar_value: Any, global_step: int | None = None, *args: Any, **kwargs: Any) -> Any:
-            out = add_scalar(tag, scalar_value, global_step, *args, **kwargs)
-            if global_step is not None and not self.off and self.detector.watches(tag):
-                self.on_scalars({tag: scalar_value}, int(global_step))
-            return out
-        return call
+    def on_scalar(self, tag: str, value: Any, step: int | None) -> None:
+        """One ``add_scalar`` value (none without a step); never raises."""
+        if step is not None and not self.off and self.detector.watches(tag):
+            self.on_scalars({tag: value}, int(step))
 
     def _report(self, spike: Spike) -> None:
         cfg = self.config
@@ -304,7 +303,8 @@ class SpikeMonitor:
             spike = Spike(**{**asdict(spike), "snapshot": self._snapshot_at[1]})
         self.found.append(spike)
         logger.warning("tbmem spike at step %d: %s", spike.step, spike.describe())
-        if self.writer is None:
+        emit = self.emit
+        if emit is None:
             return
         lines = [f"**Spike** at step {spike.step}: {spike.describe()}."]
         if spike.snapshot:
@@ -313,18 +313,16 @@ class SpikeMonitor:
             lines += ["", "No snapshot could be written (see the tbmem log)."]
         if len(self.found) == cfg.max_spikes:
             lines += ["", f"This is the run's {cfg.max_spikes}th spike (max_spikes): later ones are not reported."]
-        self.writer.add_text(SPIKES_TEXT_TAG, "\n".join(lines), spike.step)
-        self._append(spike)
-        self.writer.flush()  # rare: the entry is in the file before the run can end badly
+        emit.add_text(SPIKES_TEXT_TAG, "\n".join(lines), spike.step)
+        self._append(emit, spike)
+        emit.flush()  # rare: the entry is in the file before the run can end badly
 
-    def _append(self, spike: Spike) -> None:
+    def _append(self, emit: Emitter, spike: Spike) -> None:
+        log_dir = emit.log_dir
         try:
-            append_spike(self.writer.log_dir, spike.to_json())
+            append_spike(log_dir, spike.to_json())
         except OSError as exc:
-            if self.faults is not None:
-                self.faults.failed(os.path.dirname(spikes_log_path(self.writer.log_dir)), exc, events=1)
-            else:
-                report_once("spikes-log", f"tbmem: could not append to {SPIKES_LOG}", exc=exc)
+            emit.faults.failed(os.path.dirname(spikes_log_path(log_dir)), exc, events=1)
 
 
 def _number(value: Any) -> float:

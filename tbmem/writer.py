@@ -38,6 +38,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _process, _signals
 from tbmem._direct_events import DirectEvents
+from tbmem._emit import Emitter
 from tbmem._extras import MissingExtraError
 from tbmem._large import LargeThreshold
 from tbmem._log import logger, oom_line, report_once
@@ -158,8 +159,19 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
         # on SIGTERM, in this process only: a forked child inherits the writer closed (tbmem._process)
         self._at_exit = _process.adopt(self)
 
+    def _emitter(self) -> Emitter:
+        """The one output the components get (they never hold the writer): the event file and the sinks."""
+        def text(tag: str, text: str, step: int) -> None:
+            if not self.closed:
+                self._write_text(tag, text, step)
+
+        return Emitter(log_dir=lambda: self._log_dir, faults=self._faults, text=text,
+                       readings=self.write_readings, artifact=self.log_artifact, flush=self.flush,
+                       models=lambda: self.watched_models, optimizers=lambda: self.watched_optimizers)
+
     def _setup(self) -> None:
         cfg = self.config
+        emit = self._emit = self._emitter()
         makers: list[tuple[str, Any]] = [
             ("host", lambda: HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss, system_every_s=cfg.system_every_s)),
             ("process_tree", ProcessTreeProbe),
@@ -191,13 +203,13 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
             from tbmem.snapshot import SnapshotManager
 
             snapshot = ranks.snapshot_config(cfg.snapshot) if ranks is not None else cfg.snapshot
-            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
+            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=emit)
         if ranks is not None:
             ranks.attach(write=self.write_scalars, snapshots=lambda: self._snapshots, flush=self.flush)
         if cfg.alerts is not None:
             from tbmem.alerts import AlertMonitor
 
-            self._alerts = AlertMonitor(cfg.alerts, writer=self,
+            self._alerts = AlertMonitor(cfg.alerts, emit=emit,
                                         snapshot=self._snapshot_now(cfg.alerts.snapshot, "alert"))
         if cfg.sinks:  # a missing extra raises (a configuration error); a sink that fails is switched off
             from tbmem.sinks.fanout import SinkSet
@@ -208,7 +220,7 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
         if cfg.spikes is not None:  # sees what write_scalars and add_scalar write (tbmem.spikes)
             from tbmem.spikes import SpikeMonitor
 
-            self._spikes = SpikeMonitor(cfg.spikes, writer=self, faults=self._faults,
+            self._spikes = SpikeMonitor(cfg.spikes, emit=emit,
                                         snapshot=self._snapshot_now(cfg.spikes.snapshot, "spike"))
         if cfg.profile is not None and cfg.profile.enabled:  # torch.profiler windows (tbmem.profile)
             from tbmem.profile.window import ProfileWindows
@@ -242,7 +254,7 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
 
             base = SnapshotConfig(recorder="off")
             snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
-            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self)
+            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self._emit)
         return lambda step: self._snapshots.snapshot_now(step, kind) if self._snapshots is not None else []
 
     # --- SummaryWriter: its write methods guarded (below the class), add_scalar seen by spikes ---------
@@ -257,9 +269,8 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
             SummaryWriter.add_scalar(self, tag, scalar_value, global_step, walltime, new_style, double_precision)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self._log_dir, exc, events=1)
-        spikes = self._spikes
-        if spikes is not None and global_step is not None and not spikes.off and spikes.detector.watches(tag):
-            spikes.on_scalars({tag: scalar_value}, int(global_step))
+        if self._spikes is not None:
+            self._spikes.on_scalar(tag, scalar_value, global_step)
 
     def _after_close(self, what: str) -> None:
         report_once(f"closed:{id(self)}", _process.ignored_write_line(self, what))

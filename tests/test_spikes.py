@@ -140,7 +140,7 @@ def test_a_failing_detector_is_reported_once_and_switched_off(tmp_path, monkeypa
 
 
 def test_side_file_lines_are_plain_json(tmp_path):
-    monitor = SpikeMonitor(SpikeConfig(window=5, min_history=3), writer=None)
+    monitor = SpikeMonitor(SpikeConfig(window=5, min_history=3), emit=None)
     for step, v in enumerate([1.0, 1.0, 1.0, float("inf")]):
         monitor.on_scalars({"Loss/x": v}, step)
     (spike,) = monitor.found

@@ -61,8 +61,9 @@ class SnapshotManager:
     Args:
         config: The :class:`SnapshotConfig`.
         log_dir: The run's logdir (files go to ``<log_dir>/plugins/tbmem``).
-        writer: The :class:`tbmem.MemoryWriter` that receives the scalars, the text
-            summary and the watched models/optimizers; None writes files only.
+        writer: What receives the scalars, the text summary and the files, and names the watched
+            models/optimizers: a :class:`tbmem.MemoryWriter`'s :class:`tbmem._emit.Emitter`;
+            None writes files only.
     """
 
     def __init__(self, config: SnapshotConfig, *, log_dir: str, writer: Any = None) -> None:
