@@ -46,6 +46,7 @@ from typing import Any, Mapping
 
 from tensorboard.compat.proto.event_pb2 import Event
 
+from tbmem import _tensorboard_private as tbp
 from tbmem._safe_io import SafeRecordWriter
 
 __all__ = ["DirectEvents", "make_event", "encode_event"]
@@ -65,17 +66,6 @@ def make_event(values: Mapping[str, float], step: int, walltime: float | None = 
     for tag, value in values.items():
         add(tag=tag, simple_value=float(value))
     return event
-
-
-def _plain_tensorboard(file_writer: Any) -> bool:
-    """Whether ``add_event`` of ``file_writer`` is TensorBoard's and torch's own: it sets the
-    event's time and step, serialises it and hands the bytes to the asynchronous writer."""
-    try:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-        from torch.utils.tensorboard.writer import FileWriter
-    except ImportError:
-        return False
-    return type(file_writer) is FileWriter and type(getattr(file_writer, "event_writer", None)) is EventFileWriter
 
 
 def _varint(n: int) -> bytes:
@@ -139,15 +129,10 @@ class DirectEvents:
 
     def _target(self) -> Any:
         """The asynchronous writer of the current default event file, or None where unsafe."""
-        file_writer = self._summary_writer._get_file_writer()
+        file_writer = tbp.default_file_writer(self._summary_writer)
         if file_writer is not self._file_writer:  # first use, or SummaryWriter opened a new file
             self._file_writer = file_writer
-            aw = getattr(getattr(file_writer, "event_writer", None), "_async_writer", None)
-            record_writer = getattr(aw, "_writer", None)
-            safe = (isinstance(record_writer, SafeRecordWriter) and record_writer.local
-                    and all(hasattr(aw, a) for a in ("_lock", "_byte_queue", "_worker", "_closed")))
-            self._async = aw if safe else None
-            self._queue = aw if _plain_tensorboard(file_writer) and callable(getattr(aw, "write", None)) else None
+            self._async, self._queue = tbp.direct_target(file_writer, _guarded_local)
         return self._async
 
     def queue(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
@@ -159,28 +144,20 @@ class DirectEvents:
         aw = self._queue
         if aw is None:
             return False
-        aw.write(encode_event(values, step, walltime))
+        tbp.queue_bytes(aw, encode_event(values, step, walltime))
         return True
 
     def write(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> bool:
         """Write one event of ``values`` now; False when it must go through TensorBoard's queue."""
         aw = self._target()
-        return aw is not None and self._append(aw, encode_event(values, step, walltime))
+        return aw is not None and tbp.append_now(aw, encode_event(values, step, walltime))
 
     def write_encoded(self, data: bytes) -> bool:
         """Write one serialized ``Event`` now; False when it must go through TensorBoard's queue."""
         aw = self._target()
-        return aw is not None and self._append(aw, data)
+        return aw is not None and tbp.append_now(aw, data)
 
-    @staticmethod
-    def _append(aw: Any, data: bytes) -> bool:
-        with aw._lock:
-            if aw._closed or aw._worker.exception is not None:
-                return False  # the queued path raises or counts it, as it always did
-            # Events queued before this one are written first. Only AsyncWriter.write queues, under
-            # aw._lock, which this holds: a count of 0 stays 0, and join()'s condition (cold Python
-            # code of queue and threading, ~20 us inside a step) is skipped when nothing is pending.
-            if aw._byte_queue.unfinished_tasks:
-                aw._byte_queue.join()
-            aw._writer.write(data)
-        return True
+
+def _guarded_local(record_writer: Any) -> bool:
+    """tbmem's guarded record writer on a local file: each record appended and the file closed at once."""
+    return isinstance(record_writer, SafeRecordWriter) and record_writer.local

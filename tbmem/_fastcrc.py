@@ -18,8 +18,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable
-
 __all__ = ["masked_crc32c", "install_reader", "available"]
 
 try:
@@ -55,8 +53,7 @@ def install_reader() -> bool:
     """
     if not _C_IMPL:
         return False
-    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
-    from tensorboard.summary.writer import record_writer  # noqa: F401 - binds TensorBoard's CRC first
+    from tbmem._tensorboard_private import use_reader_crc
 
-    pywrap_tensorflow.masked_crc32c = masked_crc32c
+    use_reader_crc(masked_crc32c)
     return True

@@ -37,6 +37,7 @@ import struct
 import threading
 from typing import Any, Callable
 
+from tbmem import _tensorboard_private as tbp
 from tbmem._log import logger, report_once
 from tbmem._retry import Backoff
 
@@ -158,17 +159,17 @@ class SafeRecordWriter:
         # Only TensorBoard's own writer (no TensorFlow) appends each record to the file at once;
         # then the file ends at the last complete record, whose end is tracked here (a stat per
         # record would cost more than the rest of this wrapper).
-        gfile = getattr(inner, "_writer", None)
-        local = bool(getattr(gfile, "fs_supports_append", False)) and os.path.isfile(path)
+        gfile = tbp.gfile_of(inner)
+        local = tbp.appends_locally(gfile) and os.path.isfile(path)
         self._end = _size(path) if local else None
         self.failing = False
         # TensorBoard's RecordWriter module where this frames the same bytes itself, with ``crc``
         # (this file's own: tbmem._fastcrc, bit-identical) or else TensorBoard's
-        framing = _tensorboard_framing(inner)
+        framing = tbp.record_framing(inner)
         self._crc: Callable[[bytes], int] | None = None
         if framing is not None:
             self._crc = crc if crc is not None else framing.masked_crc32c
-        self._framing = framing if local and _local_binary(gfile) else None
+        self._framing = framing if local and tbp.local_binary(gfile) else None
         self._gfile = gfile if self._framing is not None else None
         self._file = gfile if framing is not None else None  # what RecordWriter.write writes to
         self._hold_bytes = 0  # see hold()
@@ -182,14 +183,14 @@ class SafeRecordWriter:
             return
         try:
             gfile = self._gfile
-            if gfile is not None and gfile.write_started and not gfile.closed:
+            if gfile is not None and tbp.appendable(gfile):
                 if self._hold_bytes:
                     self._held += _frame(data, self._crc)
                     self._held_records += 1
                     if len(self._held) >= self._hold_bytes:
                         self.write_held()
                     return
-                _append(gfile.filename, _frame(data, self._crc))
+                _append(tbp.gfile_path(gfile), _frame(data, self._crc))
             elif self._file is not None:  # RecordWriter.write's bytes, with this file's CRC
                 self._file.write(_frame(data, self._crc))
             else:
@@ -230,7 +231,7 @@ class SafeRecordWriter:
         self._held.clear()
         self._held_records = 0
         try:
-            _append(self._gfile.filename, records)
+            _append(tbp.gfile_path(self._gfile), records)
         except Exception as exc:  # noqa: BLE001 - as in write()
             _truncate(self.path, self._end)
             self.failing = True
@@ -264,29 +265,6 @@ class SafeRecordWriter:
     def closed(self) -> bool:
         """Whether the wrapped file is closed."""
         return bool(getattr(self._inner, "closed", False))
-
-
-def _tensorboard_framing(inner: Any) -> Any:
-    """TensorBoard's ``record_writer`` module when ``inner`` is its RecordWriter (then :func:`_frame`
-    frames exactly the bytes its ``write`` would), else None."""
-    try:
-        from tensorboard.summary.writer import record_writer
-    except ImportError:
-        return None
-    same = (type(inner) is record_writer.RecordWriter and hasattr(inner, "_writer")
-            and callable(getattr(record_writer, "masked_crc32c", None)))
-    return record_writer if same else None
-
-
-def _local_binary(gfile: Any) -> bool:
-    """Whether ``gfile`` is TensorBoard's GFile on a local file opened in binary mode (then
-    :func:`_append` writes the bytes it would, in the same file)."""
-    try:
-        from tensorboard.compat.tensorflow_stub.io.gfile import GFile, LocalFileSystem
-    except ImportError:
-        return False
-    return (type(gfile) is GFile and type(gfile.fs) is LocalFileSystem and gfile.binary_mode is True
-            and isinstance(gfile.filename, bytes))
 
 
 def _frame(data: bytes, crc: Any) -> bytes:
@@ -337,56 +315,31 @@ def _truncate(path: str, size: int) -> None:
 def install(summary_writer: Any, ledger: FaultLedger, *, fast_crc: bool = False) -> bool:
     """Guard every event file of ``summary_writer``; False where TensorBoard's internals differ.
 
-    The attributes used (``event_writer._async_writer._writer`` and its ``_worker``) are
-    TensorBoard's; where they are missing the writer keeps TensorBoard's behaviour and
-    :class:`tbmem.MemoryWriter` still catches the errors on the training thread. With
-    ``fast_crc`` these files' records are checksummed by :func:`tbmem._fastcrc.masked_crc32c`
-    (where it is compiled): TensorBoard's own CRC function, which every other SummaryWriter
-    of the process uses, is left as it is.
+    Where they differ (:func:`tbmem._tensorboard_private.replace_record_writer`) the writer keeps
+    TensorBoard's behaviour and :class:`tbmem.MemoryWriter` still catches the errors on the
+    training thread. With ``fast_crc`` these files' records are checksummed by
+    :func:`tbmem._fastcrc.masked_crc32c` (where it is compiled): TensorBoard's own CRC function,
+    which every other SummaryWriter of the process uses, is left as it is.
     """
-    get = getattr(summary_writer, "_get_file_writer", None)
-    if get is None:
-        return False
-    file_writer = get()
-    writers = getattr(summary_writer, "all_writers", None) or {None: file_writer}
-    ok = True
     crc = None
     if fast_crc:
         from tbmem import _fastcrc
 
         crc = _fastcrc.masked_crc32c if _fastcrc.available() else None
-    for fw in writers.values():
-        ok = _install_one(fw, ledger, crc) and ok
+    writers = tbp.file_writers(summary_writer)
+    ok = bool(writers)
+    for fw in writers:
+        ok = tbp.replace_record_writer(
+            fw, lambda inner, path: SafeRecordWriter(inner, path, ledger, crc=crc), SafeRecordWriter) and ok
     return ok
 
 
 def hold_events(summary_writer: Any, limit_bytes: int) -> int:
     """:meth:`SafeRecordWriter.hold` on every guarded event file of ``summary_writer``; how many."""
-    writers = getattr(summary_writer, "all_writers", None) or {None: summary_writer._get_file_writer()}
     held = 0
-    for fw in writers.values():
-        safe = getattr(getattr(getattr(fw, "event_writer", None), "_async_writer", None), "_writer", None)
+    for fw in tbp.file_writers(summary_writer):
+        safe = tbp.record_writer(fw)
         if isinstance(safe, SafeRecordWriter) and safe.local:
             safe.hold(limit_bytes)
             held += 1
     return held
-
-
-def _install_one(file_writer: Any, ledger: FaultLedger, crc: Callable[[bytes], int] | None = None) -> bool:
-    event_writer = getattr(file_writer, "event_writer", None)
-    async_writer = getattr(event_writer, "_async_writer", None)
-    worker = getattr(async_writer, "_worker", None)
-    inner = getattr(async_writer, "_writer", None)
-    lock = getattr(async_writer, "_lock", None)
-    if inner is None or worker is None or lock is None or not hasattr(worker, "_record_writer"):
-        return False
-    if isinstance(inner, SafeRecordWriter):
-        return True
-    if getattr(worker, "exception", None) is not None or not worker.is_alive():
-        return False
-    path = getattr(event_writer, "_file_name", None) or str(event_writer.get_logdir())
-    safe = SafeRecordWriter(inner, path, ledger, crc=crc)
-    with lock:  # no flush or close runs while the references change
-        async_writer._writer = safe
-        worker._record_writer = safe
-    return True

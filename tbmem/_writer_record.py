@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
 from tbmem._log import report_once
 from tbmem.tags import TAGS
@@ -108,8 +109,7 @@ class RecordPipeline:
             if self._direct is not None and events.write(values, step, walltime):
                 return True
             if not events.queue(values, step, walltime):  # what add_summary would queue
-                event = make_event(values, step, walltime)
-                self._get_file_writer().add_event(event, step, event.wall_time)
+                tbp.add_event(self, make_event(values, step, walltime), step)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self.log_dir, exc, events=1)
         return False

@@ -37,6 +37,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _process, _signals
+from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import DirectEvents
 from tbmem._emit import Emitter
 from tbmem._extras import MissingExtraError
@@ -234,11 +235,10 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
     def _adopt(self, writer: SummaryWriter) -> None:
         """Take over ``writer``'s log directory and event files (``writer=``): the same file objects,
         so what either writes lands in one file, in order."""
-        get = getattr(writer, "_get_file_writer", None)
-        if get is None:
+        if not isinstance(writer, SummaryWriter):
             raise TypeError(f"MemoryWriter(writer=...) takes a torch.utils.tensorboard.SummaryWriter, "
                             f"got {type(writer).__name__}")
-        get()  # reopened if it was closed
+        tbp.default_file_writer(writer)  # reopened if it was closed
         self.log_dir = str(writer.get_logdir())
         for name in _ADOPTED:
             if hasattr(writer, name):

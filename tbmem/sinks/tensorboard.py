@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
 
 __all__ = ["TensorBoardSink"]
@@ -36,8 +37,7 @@ class TensorBoardSink:
         self._artifacts = 0
 
     def log(self, values: dict[str, float], step: int) -> None:
-        event = make_event(values, step, None)
-        self.writer._get_file_writer().add_event(event, step, event.wall_time)
+        tbp.add_event(self.writer, make_event(values, step, None), step)
 
     def log_text(self, tag: str, text: str, step: int) -> None:
         self.writer.add_text(tag, text, step)
