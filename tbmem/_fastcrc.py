@@ -18,8 +18,11 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["masked_crc32c", "install_reader", "available"]
 
+_gcrc: Any
 try:
     import google_crc32c as _gcrc
 

@@ -225,7 +225,7 @@ class SafeRecordWriter:
 
     def write_held(self) -> None:
         """Append the records :meth:`hold` keeps; a failure drops and counts them."""
-        if not self._held:
+        if not self._held or self._end is None or self._gfile is None:
             return
         records, count = bytes(self._held), self._held_records
         self._held.clear()

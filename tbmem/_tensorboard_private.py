@@ -63,7 +63,8 @@ def replace_record_writer(file_writer: Any, make: Callable[[Any, str], Any], don
     worker = getattr(aw, "_worker", None)
     inner = getattr(aw, "_writer", None)
     lock = getattr(aw, "_lock", None)
-    if inner is None or worker is None or lock is None or not hasattr(worker, "_record_writer"):
+    if (event_writer is None or aw is None or inner is None or worker is None or lock is None
+            or not hasattr(worker, "_record_writer")):
         return False
     if isinstance(inner, done):
         return True

@@ -7,9 +7,8 @@ TensorBoard's writer thread. A census adds its scalars, its markdown table (a te
 line of the run's census side file (:func:`tbmem.logdir.census_log.append_census`). The
 custom-scalars layout follows the tags written (:class:`tbmem.layout.LayoutTracker`).
 
-:class:`tbmem.MemoryWriter` is this class together with its step hooks
-(:mod:`tbmem._writer_steps`) and its lifecycle (:mod:`tbmem.writer`, which sets the attributes
-used here).
+It stands on the writer's state (:mod:`tbmem._writer_base`); the step hooks
+(:mod:`tbmem._writer_steps`) and the lifecycle (:mod:`tbmem.writer`) stand on it.
 
 Example:
     >>> import tempfile
@@ -24,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
@@ -33,50 +32,18 @@ from tbmem.tags import TAGS
 
 from torch.utils.tensorboard import SummaryWriter
 
+from tbmem._writer_base import WriterBase
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-    from tbmem._direct_events import DirectEvents
-    from tbmem._large import LargeThreshold
-    from tbmem._safe_io import FaultLedger
-    from tbmem.config import MemoryWriterConfig
-    from tbmem.layout import LayoutTracker
-    from tbmem.probes import Probe
-    from tbmem.probes.guard import ProbeGuard
 
 __all__ = ["RecordPipeline"]
 
 _CENSUS_TEXT_TAG = TAGS["census_text"].tag
 
 
-class RecordPipeline:
-    """What :class:`tbmem.MemoryWriter` writes, and how: records, censuses, texts, the layout.
-
-    The attributes are the writer's (set in :meth:`tbmem.MemoryWriter.__init__`), as are the
-    fault helpers used here (``_saw``, ``_after_close``, ``_guard_call``).
-    """
-
-    config: MemoryWriterConfig
-    closed: bool
-    log_dir: str
-    faults: FaultLedger
-    _events: DirectEvents
-    _direct: DirectEvents | None
-    _layout: LayoutTracker | None
-    _probes: list[Probe]
-    _probe_guard: ProbeGuard
-    _large: LargeThreshold
-    _faults: FaultLedger
-    _last_record: tuple[float, int] | None
-    _census_on: bool
-    _stop_capture: Any
-    _spikes: Any  # tbmem.spikes.SpikeMonitor: sees every write_scalars
-    _sinks: Any  # tbmem.sinks.SinkSet or None: gets every event and text written here
-    _profile: Any  # tbmem.profile.window.ProfileWindows
-    _profile_at: int
-    _table: Any  # sink(step, values) of the node's rank table (compact layout: tbmem.ranks.compact), or None
-    watched_models: list[torch.nn.Module]
-    watched_optimizers: list[torch.optim.Optimizer]
+class RecordPipeline(WriterBase):
+    """What :class:`tbmem.MemoryWriter` writes, and how: records, censuses, texts, the layout."""
 
     def write_scalars(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> None:
         """Write many scalars as one event: one ``Summary`` with a value per tag.
@@ -100,7 +67,7 @@ class RecordPipeline:
         self._saw(step)
         if self._sinks is not None:  # W&B, MLflow, ...: the same values on the same step (tbmem.sinks)
             self._sinks.log(values, step)
-        if self._profile_at < 0:  # a profile window is open: its counter tracks (tbmem.profile)
+        if self._profile_at < 0 and self._profile is not None:  # a window is open: its counter tracks
             self._profile.on_scalars(step, values)
         if self._layout is not None:  # queued before the event, so written before it
             self._update_layout(values)
@@ -115,10 +82,13 @@ class RecordPipeline:
         return False
 
     def _update_layout(self, values: Mapping[str, float]) -> None:
+        tracker = self._layout
+        if tracker is None:
+            return
         try:
-            layout = self._layout.see(values)
+            layout = tracker.see(values)
             if layout is not None:
-                SummaryWriter.add_custom_scalars(self, layout)  # type: ignore[arg-type]
+                SummaryWriter.add_custom_scalars(self, layout)
         except Exception as exc:  # noqa: BLE001 - a chart layout is never worth a training run
             report_once("writer:layout", "tbmem: writing the custom-scalars layout failed; it is off", exc=exc)
             self._layout = None
@@ -180,7 +150,8 @@ class RecordPipeline:
 
         if not self._guard_call("census", run):
             self._census_on = False
-            self._stop_capture()
+            if self._stop_capture is not None:
+                self._stop_capture()
             return False
         return direct[0]
 
@@ -201,7 +172,7 @@ class RecordPipeline:
             except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
                 self._faults.failed(self.log_dir, exc, events=1)
                 return False
-        SummaryWriter.add_text(self, tag, text, step)  # type: ignore[arg-type]
+        SummaryWriter.add_text(self, tag, text, step)
         return False
 
 

@@ -7,8 +7,8 @@ between; :meth:`~StepHooks.monitored_step`, :meth:`~StepHooks.begin_step` and
 record (:meth:`tbmem.MemoryWriter.handle_oom`) before it goes on unchanged. These run at every
 step, inside the training loop: each does as little as it can when nothing is due.
 
-:class:`tbmem.MemoryWriter` is this class together with its record pipeline and its lifecycle
-(:mod:`tbmem.writer`, which sets the attributes used here).
+They stand on the record pipeline (:mod:`tbmem._writer_record`); :mod:`tbmem.writer`'s lifecycle
+stands on them. :meth:`~StepHooks.handle_oom` assembles the out-of-memory record (in ``_save_oom``).
 
 Example:
     >>> import tempfile
@@ -24,37 +24,19 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem import _torch_private as tp
-from tbmem._log import report_once
+from tbmem._log import logger, oom_line, report_once
+from tbmem._safe_io import describe
+from tbmem._writer_base import NEVER
+from tbmem._writer_record import RecordPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from tbmem.config import MemoryWriterConfig
-    from tbmem.ranks.support import RankSupport
-    from tbmem.writer import MemoryWriter
-
 __all__ = ["StepHooks"]
 
 
-class StepHooks:
-    """The per-step calls of :class:`tbmem.MemoryWriter`.
-
-    The attributes are the writer's (set in :meth:`tbmem.MemoryWriter.__init__`), as are the
-    methods these call (the record pipeline's ``_read``, ``_write_record`` and ``_take_census``,
-    the lifecycle's ``flush``, ``handle_oom`` and fault helpers).
-    """
-
-    config: MemoryWriterConfig
-    closed: bool
-    _active: bool
-    _ranks: RankSupport | None
-    _last_step: int | None
-    _snapshots: Any
-    _alerts: Any
-    _census_on: bool
-    _profile: Any
-    _profile_at: int
-    _profile_census: bool
+class StepHooks(RecordPipeline):
+    """The per-step calls of :class:`tbmem.MemoryWriter`, and its out-of-memory record."""
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
@@ -157,7 +139,7 @@ class StepHooks:
         except Exception as exc:  # noqa: BLE001 - profiling must never end training
             report_once("writer:profile", "tbmem: a profile window failed; profiling is off", exc=exc)
             self._profile = profile = None
-        self._profile_at = profile.at if profile is not None else 2**62
+        self._profile_at = profile.at if profile is not None else NEVER
         self._profile_census = bool(profile is not None and profile.window is not None and profile.config.census)
         return result
 
@@ -175,6 +157,46 @@ class StepHooks:
             self._flush_quietly()
 
 
+    # --- the out-of-memory record: the one place it is assembled ----------------------------
+    def handle_oom(self, step: int, exc: BaseException) -> None:
+        """Save what can be saved about an out-of-memory error and say so in one line; never raises.
+
+        Whatever fails while saving (a read-only or full disk, a broken probe) is caught here,
+        so the caller re-raises the original exception object, unchanged and without a
+        ``__context__`` from tbmem.
+        """
+        try:
+            self._save_oom(step, exc)
+        except BaseException as err:  # noqa: BLE001 - the OOM must reach the user, not this
+            if not isinstance(err, Exception):
+                raise  # Ctrl-C while saving: the user asked to stop
+            report_once("writer:oom", "tbmem: saving the out-of-memory record failed", exc=err)
+
+    def _save_oom(self, step: int, exc: BaseException) -> None:
+        paths: list[str] = []
+        snap_error: str | None = None
+        if self._active and not self.closed:
+            if self._profile is not None:  # the OOM in the window's trace, written now: the run may end here
+                self._profile.instant("out of memory", step=step, error=f"{type(exc).__name__}: {exc}"[:300])
+                self._profile.close()
+                self._profile_at = self._profile.at
+            if self._snapshots is not None:
+                try:
+                    result = self._snapshots.on_oom(step, exc)
+                except Exception as err:  # noqa: BLE001
+                    result, snap_error = [], describe(err)
+                paths = list(result or [])
+                snap_error = snap_error or getattr(self._snapshots, "last_error", None)
+            try:
+                self.write_readings(self._read(step), step)
+            except Exception as err:  # noqa: BLE001
+                report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
+        self._flush_quietly()
+        logger.error("%s", oom_line(step, exc, paths, snap_error))
+        if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
+            self._ranks.on_oom(step)
+
+
 class _MonitoredStep:
     """What :meth:`MemoryWriter.monitored_step` returns: a plain context manager, not a generator,
     because it wraps every training step (a generator-based one costs several times as much),
@@ -182,7 +204,7 @@ class _MonitoredStep:
 
     __slots__ = ("writer", "step", "log")
 
-    def __init__(self, writer: MemoryWriter, step: int, log: bool) -> None:
+    def __init__(self, writer: StepHooks, step: int, log: bool) -> None:
         self.writer, self.step, self.log = writer, step, log
 
     def __enter__(self) -> None:

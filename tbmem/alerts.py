@@ -161,7 +161,8 @@ class AlertMonitor:
         self.snapshot = snapshot
         self.fired: list[Alert] = []
         self._armed: dict[str, bool] = {}
-        self._history = {key: deque(maxlen=config.growth_window) for key, *_ in _GROWTH}
+        self._history: dict[str, deque[tuple[int, float]]] = {
+            key: deque(maxlen=config.growth_window) for key, *_ in _GROWTH}
         self._retries: tuple[int, float] | None = None  # (step, count) of the previous record
 
     # --- conditions ---------------------------------------------------------------------------

@@ -120,8 +120,9 @@ class SpikeConfig:
         problem = unknown_keys(cls, values)
         if problem:
             raise ValueError(problem)
-        return cls(**{k: (tuple(v) if k in ("tags", "exclude") and not isinstance(v, str) else v)
-                      for k, v in dict(values).items()})
+        fields: dict[str, Any] = {k: (tuple(v) if k in ("tags", "exclude") and not isinstance(v, str) else v)
+                                  for k, v in dict(values).items()}
+        return cls(**fields)
 
     @classmethod
     def coerce(cls, value: Any) -> "SpikeConfig | None":

@@ -7,11 +7,14 @@ ignored with one line); ``log_memory(step)`` adds the readings of the probes, th
 and the snapshots on the steps they are due. All scalars of one record are written as one event
 (one ``Summary`` with many values).
 
-The class is split by its jobs: this module is its lifecycle and its faults (opening the run,
-the probes and the components the configuration asks for, the SummaryWriter calls guarded,
-the out-of-memory record, flushing and closing); :mod:`tbmem._writer_record` is the record
-pipeline (readings and censuses into events and side files); :mod:`tbmem._writer_steps` the
-step hooks a training loop calls. Where the run's files go is :mod:`tbmem.logdir`'s layout.
+The class is built in layers, each calling only what is below it: :mod:`tbmem._writer_base` (the
+SummaryWriter with the writer's state, declared once, its fault guards and flush),
+:mod:`tbmem._writer_record` (the record pipeline: readings and censuses into events and side
+files), :mod:`tbmem._writer_steps` (the step hooks a training loop calls, and the out-of-memory
+record), and this module: the lifecycle (opening the run, the probes and the components the
+configuration asks for, the SummaryWriter's write methods guarded, closing). The components
+(snapshots, alerts, spikes, profile windows, ranks, sinks) never hold the writer: they emit
+through a :class:`tbmem._emit.Emitter`. Where the run's files go is :mod:`tbmem.logdir`'s layout.
 
 Example:
     >>> import tempfile, torch
@@ -31,7 +34,7 @@ import os
 import sys
 import tempfile
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -42,10 +45,10 @@ from tbmem._direct_events import DirectEvents
 from tbmem._emit import Emitter
 from tbmem._extras import MissingExtraError
 from tbmem._large import LargeThreshold
-from tbmem._log import logger, oom_line, report_once
-from tbmem._safe_io import FaultLedger, describe, hold_events
+from tbmem._log import report_once
+from tbmem._safe_io import FaultLedger, hold_events
 from tbmem._safe_io import install as install_safe_io
-from tbmem._writer_record import RecordPipeline
+from tbmem._writer_base import NEVER
 from tbmem._writer_steps import StepHooks
 from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import LayoutTracker
@@ -55,9 +58,11 @@ from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProb
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
 
+if TYPE_CHECKING:  # pragma: no cover
+    from tbmem.profile.window import ProfileWindows
+
 __all__ = ["MemoryWriter"]
 
-_NEVER = 2**62  # no profile window is due
 _HELD_BYTES = 256 << 10  # a staged run's events reach its file in batches of this size (tbmem._safe_io.hold)
 # SummaryWriter methods that write: guarded (never raise an I/O error) and no-ops after close().
 _WRITE_PREFIX = "add_"
@@ -65,7 +70,7 @@ _WRITE_PREFIX = "add_"
 _ADOPTED = ("purge_step", "max_queue", "flush_secs", "filename_suffix", "default_bins")
 
 
-class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
+class MemoryWriter(StepHooks):
     """A ``SummaryWriter`` that also logs memory.
 
     Args:
@@ -108,7 +113,7 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
         self.closed = False
         # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
         self._ranks = RankSupport.create(self.config)
-        self._mirror: Any = None
+        self._mirror = None
         if writer is None:
             if self._ranks is not None:
                 log_dir = self._ranks.run_dir(os.fspath(log_dir) if log_dir is not None else job_dir())
@@ -119,13 +124,13 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
             # resolved once: after an os.chdir a relative logdir would name another folder
             log_dir = os.path.abspath(os.fspath(log_dir) if log_dir is not None else default_run_dir())
             _check_writable(log_dir)
-            self._adopted: SummaryWriter | None = None
+            self._adopted = None
             SummaryWriter.__init__(self, log_dir)
         else:
             self._adopt(writer)
         self._table = self._ranks.table_sink() if self._ranks is not None else None  # compact layout
         self._log_dir = os.path.abspath(str(self._log_dir))
-        self._last_step: int | None = None
+        self._last_step = None
         # A full or read-only disk must not end the run: errors in TensorBoard's writer thread are
         # caught where they surface, counted here and reported once (tbmem._safe_io). The compiled
         # CRC serves these event files only (tbmem._fastcrc): other SummaryWriters keep TensorBoard's.
@@ -138,20 +143,20 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
         self._events = DirectEvents(self)
         self._direct = self._events if self.config.flush_each_record else None
         self._probe_guard = ProbeGuard()
-        self._models: list[weakref.ref[torch.nn.Module]] = []
-        self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
-        self._probes: list[Probe] = []
+        self._models = []
+        self._optimizers = []
+        self._probes = []
         self._census_on = False
-        self._layout: LayoutTracker | None = None
-        self._stop_capture: Any = None
-        self._snapshots: Any = None
-        self._alerts: Any = None
-        self._spikes: Any = None
-        self._sinks: Any = None  # tbmem.sinks.SinkSet: W&B, MLflow, ... beside the event file
-        self._profile: Any = None  # tbmem.profile.window.ProfileWindows
-        self._profile_at = _NEVER  # a step hook at a step >= this calls into the profile windows
+        self._layout = None
+        self._stop_capture = None
+        self._snapshots = None
+        self._alerts = None
+        self._spikes = None
+        self._sinks = None  # tbmem.sinks.SinkSet: W&B, MLflow, ... beside the event file
+        self._profile = None  # tbmem.profile.window.ProfileWindows
+        self._profile_at = NEVER  # a step hook at a step >= this calls into the profile windows
         self._profile_census = False
-        self._last_record: tuple[float, int] | None = None
+        self._last_record = None
         self._large = LargeThreshold(self.config.large_tensor_mb)
         self._active = self.config.enabled
         if self._active:
@@ -272,48 +277,11 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
         if self._spikes is not None:
             self._spikes.on_scalar(tag, scalar_value, global_step)
 
-    def _after_close(self, what: str) -> None:
-        report_once(f"closed:{id(self)}", _process.ignored_write_line(self, what))
-
     @property
-    def faults(self) -> FaultLedger:
-        """What could not be written to disk (events and snapshots dropped, the last error)."""
-        return self._faults
-
-    @property
-    def last_step(self) -> int | None:
-        """The largest step logged so far (None before the first)."""
-        return self._last_step
-
-    def _saw(self, step: int) -> None:
-        if self._last_step is None or step > self._last_step:
-            self._last_step = step
-
-    @property
-    def profile(self) -> Any:
+    def profile(self) -> ProfileWindows | None:
         """The run's profile windows (:class:`tbmem.profile.window.ProfileWindows`; ``.window`` is the
         open one), or None without ``profile=``."""
         return self._profile
-
-    @property
-    def summary_writer(self) -> SummaryWriter:
-        """The ``SummaryWriter`` whose event files this writer writes: the one handed over as
-        ``writer=``, else the MemoryWriter itself."""
-        return self._adopted if self._adopted is not None else self
-
-    @property  # type: ignore[override]  # SummaryWriter sets a plain attribute
-    def log_dir(self) -> str:
-        """The directory the event files are written to (absolute: resolved when the writer opened)."""
-        return self._log_dir
-
-    @log_dir.setter
-    def log_dir(self, value: str) -> None:  # SummaryWriter.__init__ sets it
-        self._log_dir = value
-
-    def log_artifact(self, path: str, kind: str) -> None:
-        """Send a file of the run (a snapshot, a trace) to the sinks (W&B, MLflow); never raises."""
-        if self._sinks is not None and not self.closed:
-            self._sinks.log_artifact(path, kind)
 
     # --- registration -------------------------------------------------------------------
     def watch(self, *objects: torch.nn.Module | torch.optim.Optimizer) -> "MemoryWriter":
@@ -330,88 +298,7 @@ class MemoryWriter(StepHooks, RecordPipeline, SummaryWriter):
                 raise TypeError(f"watch() takes nn.Module or Optimizer objects, got {type(obj).__name__}")
         return self
 
-    @property
-    def watched_models(self) -> list[torch.nn.Module]:
-        """The watched models still alive."""
-        return [m for m in (r() for r in self._models) if m is not None]
-
-    @property
-    def watched_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The watched optimizers still alive."""
-        return [o for o in (r() for r in self._optimizers) if o is not None]
-
-    # --- faults: monitoring that fails is switched off, never raised into training ---------
-    def _guard(self, probe: Probe, fn: Any) -> Any:
-        """Run a probe call; a failure is retried with backoff, then switches the probe off."""
-        return self._probe_guard.call(self._probes, probe, fn)
-
-    def _guard_call(self, what: str, fn: Any, *args: Any) -> bool:
-        try:
-            fn(*args)
-            return True
-        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
-            report_once(f"writer:{what}", f"tbmem: {what} failed and is switched off", exc=exc)
-            return False
-
-    def _call_snapshots(self, method: str, *args: Any) -> None:
-        """Call the snapshot manager; a failure switches snapshots off."""
-        if not self._guard_call("snapshots", getattr(self._snapshots, method), *args):
-            self._snapshots = None
-
-    # --- faults: the out-of-memory record ------------------------------------------------
-    def handle_oom(self, step: int, exc: BaseException) -> None:
-        """Save what can be saved about an out-of-memory error and say so in one line; never raises.
-
-        Whatever fails while saving (a read-only or full disk, a broken probe) is caught here,
-        so the caller re-raises the original exception object, unchanged and without a
-        ``__context__`` from tbmem.
-        """
-        try:
-            self._save_oom(step, exc)
-        except BaseException as err:  # noqa: BLE001 - the OOM must reach the user, not this
-            if not isinstance(err, Exception):
-                raise  # Ctrl-C while saving: the user asked to stop
-            report_once("writer:oom", "tbmem: saving the out-of-memory record failed", exc=err)
-
-    def _save_oom(self, step: int, exc: BaseException) -> None:
-        paths: list[str] = []
-        snap_error: str | None = None
-        if self._active and not self.closed:
-            if self._profile is not None:  # the OOM in the window's trace, written now: the run may end here
-                self._profile.instant("out of memory", step=step, error=f"{type(exc).__name__}: {exc}"[:300])
-                self._profile.close()
-                self._profile_at = self._profile.at
-            if self._snapshots is not None:
-                try:
-                    result = self._snapshots.on_oom(step, exc)
-                except Exception as err:  # noqa: BLE001
-                    result, snap_error = [], describe(err)
-                paths = list(result or [])
-                snap_error = snap_error or getattr(self._snapshots, "last_error", None)
-            try:
-                self.write_readings(self._read(step), step)
-            except Exception as err:  # noqa: BLE001
-                report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
-        self._flush_quietly()
-        logger.error("%s", oom_line(step, exc, paths, snap_error))
-        if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
-            self._ranks.on_oom(step)
-
     # --- lifecycle ----------------------------------------------------------------------
-    def flush(self) -> None:
-        """Flush pending events to disk (never raises an I/O error: see docs/reliability.md)."""
-        if not self.closed:
-            try:
-                SummaryWriter.flush(self)
-            except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
-                self._faults.failed(self.log_dir, exc)
-
-    def _flush_quietly(self) -> None:
-        try:
-            self.flush()
-        except Exception as exc:  # noqa: BLE001 - an exception on its way to the user goes first
-            report_once("writer:flush", "tbmem: flushing the event files failed", exc=exc)
-
     def close(self) -> None:
         """Finish snapshots, stop the probes, flush and close the event files.
 

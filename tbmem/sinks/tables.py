@@ -42,7 +42,7 @@ def _columns_typed(rows: list[list[str]]) -> list[list[float | str]]:
     """A column whose every cell is a number holds floats (one type per column, as trackers want)."""
     width = max((len(r) for r in rows), default=0)
     numeric = [all(i < len(r) and _number(r[i]) is not None for r in rows) for i in range(width)]
-    return [[_number(c) if numeric[i] else _text(c) for i, c in enumerate(r)] for r in rows]
+    return [[float(c) if numeric[i] else _text(c) for i, c in enumerate(r)] for r in rows]
 
 
 def markdown_table(text: str) -> tuple[list[str], list[list[float | str]]] | None:

@@ -142,7 +142,7 @@ class WandbSink(BackgroundSink):
                 run.log_artifact(artifact)
 
     def _log(self, values: dict[str, Any], step: int) -> None:
-        axes, by_axis = self._axes, {}
+        axes, by_axis = self._axes, {}  # type: dict[str, Any], dict[str, dict[str, Any]]
         for tag, value in values.items():
             axis = axes.get(tag)
             if axis is None:
