@@ -50,8 +50,9 @@ class MemoryWriterConfig:
             scalars) are then written on the calling thread, after any queued before them.
         custom_layout: Write the custom-scalars layout that groups tbmem's charts, for the tags the
             run writes (updated when a new kind of reading appears; see tbmem.layout).
-        fast_crc: Checksum event records with the compiled ``google-crc32c`` instead of
-            TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes).
+        fast_crc: Checksum this writer's event records with the compiled ``google-crc32c`` instead
+            of TensorBoard's pure-Python CRC (bit-identical files, ~10x cheaper writes; other
+            SummaryWriters of the process keep TensorBoard's).
         snapshot: Memory snapshot settings (:class:`tbmem.snapshot.SnapshotConfig`
             or a mapping of its fields); None disables snapshots.
         alerts: Memory alerts (:class:`tbmem.alerts.AlertConfig`, a mapping of its fields, or
