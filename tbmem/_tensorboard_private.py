@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -126,10 +127,13 @@ def plain_file_writer(file_writer: Any) -> bool:
     and step, serialises it and hands the bytes to the asynchronous writer."""
     try:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
-        from torch.utils.tensorboard.writer import FileWriter
     except ImportError:
         return False
-    return type(file_writer) is FileWriter and type(getattr(file_writer, "event_writer", None)) is EventFileWriter
+    # torch's module is loaded wherever there is a FileWriter; looked up, not imported: the readers
+    # that use this module's reader CRC (tbmem.logdir) run without torch
+    torch_writer = sys.modules.get("torch.utils.tensorboard.writer")
+    return (torch_writer is not None and type(file_writer) is getattr(torch_writer, "FileWriter", None)
+            and type(getattr(file_writer, "event_writer", None)) is EventFileWriter)
 
 
 def direct_target(file_writer: Any, ours: Callable[[Any], bool]) -> tuple[Any, Any]:
