@@ -171,6 +171,7 @@ class SafeRecordWriter:
             self._crc = crc if crc is not None else framing.masked_crc32c
         self._framing = framing if local and tbp.local_binary(gfile) else None
         self._gfile = gfile if self._framing is not None else None
+        self._append_to = tbp.gfile_path(gfile) if self._gfile is not None else b""
         self._file = gfile if framing is not None else None  # what RecordWriter.write writes to
         self._hold_bytes = 0  # see hold()
         self._held = bytearray()
@@ -190,7 +191,7 @@ class SafeRecordWriter:
                     if len(self._held) >= self._hold_bytes:
                         self.write_held()
                     return
-                _append(tbp.gfile_path(gfile), _frame(data, self._crc))
+                _append(self._append_to, _frame(data, self._crc))
             elif self._file is not None:  # RecordWriter.write's bytes, with this file's CRC
                 self._file.write(_frame(data, self._crc))
             else:
@@ -231,7 +232,7 @@ class SafeRecordWriter:
         self._held.clear()
         self._held_records = 0
         try:
-            _append(tbp.gfile_path(self._gfile), records)
+            _append(self._append_to, records)
         except Exception as exc:  # noqa: BLE001 - as in write()
             _truncate(self.path, self._end)
             self.failing = True

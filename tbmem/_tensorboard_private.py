@@ -119,7 +119,7 @@ def appendable(gfile: Any) -> bool:
 
 def gfile_path(gfile: Any) -> bytes:
     """The path a local GFile appends to."""
-    return gfile.filename  # type: ignore[no-any-return]
+    return bytes(gfile.filename)
 
 
 def plain_file_writer(file_writer: Any) -> bool:

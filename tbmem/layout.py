@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from tbmem.tags import RANK_STATS, TAGS, ranks_tag
+from tbmem.tags import TAGS, ranks_tag
 
 __all__ = ["custom_scalars_layout", "display_order", "rank_charts", "LayoutTracker", "MAX_SEPARATE"]
 
@@ -155,7 +155,6 @@ def custom_scalars_layout(tags: Iterable[str] | None = None, *, rank_tags: Seque
             ``Ranks/<tag>/mean`` had been written).
     """
     seen = _Seen(tags)
-    has = seen.has
     gpu = _charts(seen, [
         ("VRAM allocated (GB)", "vram_allocated"),
         ("VRAM reserved by the caching allocator (GB)", "vram_reserved"),

@@ -54,7 +54,7 @@ from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import LayoutTracker
 from tbmem.logdir.fs import RemoteMirror, is_url
 from tbmem.logdir.layout import default_run_dir, job_dir
-from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
+from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
 
