@@ -243,7 +243,7 @@ def _descends(kind: type) -> bool:
     return verdict
 
 
-def _bounded_referents(level: list[Any], limit: int, atypes: set[type] | None = None, items: Any = None) -> list[Any]:
+def _bounded_referents(level: list[Any], limit: int, atypes: set[type] | frozenset[type] | None = None, items: Any = None) -> list[Any]:
     """At most ``limit`` referents of ``level``, without listing all items of a huge container first:
     the gc referents of the others, then those containers' items, then the items of the arrays of
     objects among ``level`` (``items``), up to the limit."""
