@@ -22,7 +22,15 @@ from typing import Any
 
 __all__ = ["render", "signature_of", "main"]
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+
+
+def _root() -> Path:
+    """The checkout this module is in (the folder with ``docs/`` beside ``tbmem/``), wherever below tbmem."""
+    here = Path(__file__).resolve()
+    return next((p for p in here.parents if (p / "docs").is_dir() and (p / "tbmem").is_dir()), here.parents[1])
+
+
+PAGE = _root() / "docs" / "api.md"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 HEAD = """# The public API
