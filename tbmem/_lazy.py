@@ -25,14 +25,16 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
 
     Args:
         package: The package's ``__name__``.
-        exports: Public name -> module that defines it.
+        exports: Public name -> module that defines it, or ``"module:name"`` where the module
+            calls it otherwise (``"mark_snapshot": "tbmem.snapshot.markers:mark"``).
     """
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        module, _, attr = module.partition(":")
+        value = getattr(importlib.import_module(module), attr or name)
         setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
         return value
 

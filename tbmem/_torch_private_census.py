@@ -110,7 +110,7 @@ def _probe_layout() -> StorageLayout:
     borrowed = [torch.from_numpy(np.empty(n, dtype=np.uint8)) for n in (56, 104, 200)]  # not resizable
     meta = torch.empty(12, dtype=torch.uint8, device="meta")
     samples = owned + borrowed
-    impl_of, storage_of = tensor_impl_getter(), torch._C._storage_address
+    impl_of, storage_of = tensor_impl_getter(), torch._C._storage_address  # type: ignore[attr-defined]
     storage = 8 * _only([w for w in range(1, 8)
                          if all(_word(impl_of(t) + 8 * w) == storage_of(t) for t in [*samples, meta])])
     stores = [t.untyped_storage() for t in samples]  # the facts to compare with (these objects die with the probe)
@@ -186,7 +186,9 @@ def device_names() -> dict[int, str]:
     global _DEVICE_NAMES
     if _DEVICE_NAMES is None:
         names: dict[int, str] = {}
-        for name, code in getattr(torch._C._autograd, "DeviceType", {}).__members__.items():
+        # an enum of torch's C++ API: absent from its stubs, and from builds without autograd's bindings
+        members = getattr(getattr(torch._C._autograd, "DeviceType", None), "__members__", {})
+        for name, code in members.items():
             kind = "privateuseone" if name == "PrivateUse1" else name.lower()
             try:
                 with warnings.catch_warnings():

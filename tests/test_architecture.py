@@ -1,5 +1,6 @@
-"""The structure of tbmem read from its source with ``ast``: no import cycle, the core below the
-readers, ``tbmem.logdir`` at the bottom and torch-free, no module over 500 lines (docs/architecture.md).
+"""The structure of tbmem read from its source with ``ast``: no import cycle, each module in the layer
+docs/architecture.md's table files it in and importing only its own layer and those below,
+``tbmem.logdir`` torch-free, and no function over the complexity limit of pyproject.toml.
 
 What counts as an import (the rule docs/architecture.md states):
 
@@ -19,12 +20,15 @@ What counts as an import (the rule docs/architecture.md states):
 * names resolved at run time from strings (``tbmem._lazy.lazy_exports`` tables,
   ``importlib.import_module``, ``sys.modules`` lookups) are not imports.
 
-Run ``python tests/test_architecture.py`` for the whole report (cycles, upward imports, sizes).
+Run ``python tests/test_architecture.py`` for the whole report (cycles, upward imports, layers).
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,16 +46,16 @@ ENTRY_POINTS = ("tbmem.cli", "tbmem.forecast.cli")
 #: The run layout and its formats: imports nothing of tbmem but itself, the tag table and the
 #: private helpers (``tbmem._*``), and no torch.
 LOGDIR = "tbmem.logdir"
-MAX_LINES = 500
-#: Where the 500-line rule applies: every Python file of these folders, and the JavaScript of tbmem's
-#: pages (the third-party code under ``vendor/`` excepted).
+#: Where the complexity limit applies (ruff's C901 with pyproject.toml's max-complexity).
 SIZE_ROOTS = ("tbmem", "trainers", "tests", "benchmarks", "scripts")
+DOC = ROOT / "docs" / "architecture.md"
 
 # --- Known remaining violations, removed as the work that fixes them is merged -----------------------
 # Each entry names the issue whose branch changes these files; the test fails on anything not listed
 # here and on an entry that no longer applies (then delete it).
 KNOWN_EDGES: dict[tuple[str, str], str] = {}
-KNOWN_LONG: dict[str, str] = {}
+#: Imports against the layers of docs/architecture.md, (module, imported module) -> the issue that fixes it.
+KNOWN_LAYER_EDGES: dict[tuple[str, str], str] = {}
 
 
 def module_files() -> dict[str, Path]:
@@ -210,23 +214,56 @@ def torch_reached(graph: dict[str, set[str]], start: str) -> list[str]:
     return sorted(m for m in seen if mods[m].suffix == ".py" and "torch" in third_party(mods[m], m))
 
 
-def long_files() -> dict[str, int]:
-    """Repository path -> lines, for every file of :data:`SIZE_ROOTS` over :data:`MAX_LINES`."""
-    out = {}
-    for folder in SIZE_ROOTS:
-        for path in sorted((ROOT / folder).rglob("*")):
-            rel = path.relative_to(ROOT).as_posix()
-            wanted = path.suffix == ".py" or (path.suffix == ".js" and folder == "tbmem" and "/vendor/" not in rel)
-            if not wanted or not path.is_file():
-                continue
-            lines = len(path.read_text(encoding="utf-8").splitlines())
-            if lines > MAX_LINES:
-                out[rel] = lines
-    for path in sorted(ROOT.glob("*.py")):
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_LINES:
-            out[path.name] = lines
+def doc_layers(text: str | None = None) -> list[tuple[str, list[str]]]:
+    """``(layer, [path patterns])`` from bottom to top: the table of docs/architecture.md whose header is
+    ``| layer | modules | imports |`` (each backticked path of the modules column is a pattern)."""
+    text = DOC.read_text(encoding="utf-8") if text is None else text
+    rows = text.split("| layer | modules | imports |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    out = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        out.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
     return out
+
+
+def layer_of(path: str, layers: list[tuple[str, list[str]]]) -> str | None:
+    """The layer of the longest pattern naming ``path`` (``tbmem/x/`` a package and all below it)."""
+    best: tuple[int, str] | None = None
+    for layer, patterns in layers:
+        for pat in patterns:
+            hit = path.startswith(pat) if pat.endswith("/") else fnmatch.fnmatchcase(path, pat)
+            if hit and (best is None or len(pat) > best[0]):
+                best = (len(pat), layer)
+    return best[1] if best else None
+
+
+def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, list[str]]],
+                     paths: dict[str, str] | None = None) -> list[str]:
+    """Modules no layer files, and imports of a module from a layer above its own (entry points excepted);
+    ``paths``: module -> repository path (default: every module of :data:`PACKAGES`)."""
+    if paths is None:
+        paths = {m: p.relative_to(ROOT).as_posix() for m, p in module_files().items()}
+    rank = {layer: i for i, (layer, _) in enumerate(layers)}
+    where = {m: layer_of(path, layers) for m, path in paths.items()}
+    bad = [f"{m}: in no layer of docs/architecture.md" for m, lay in sorted(where.items()) if lay is None]
+    for mod, deps in sorted(graph.items()):
+        if where.get(mod) is None or _under(mod, ENTRY_POINTS):
+            continue
+        for dep in sorted(deps):
+            low, high = where.get(dep), where[mod]
+            if low is not None and rank[low] > rank[high]:
+                bad.append(f"{mod} ({high}) -> {dep} ({low})")
+    return bad
+
+
+def too_complex() -> list[str]:
+    """Functions over pyproject.toml's McCabe limit, as ruff reports them."""
+    targets = [p for p in SIZE_ROOTS if (ROOT / p).is_dir()] + sorted(p.name for p in ROOT.glob("*.py"))
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "C901",
+                           "--output-format", "concise", *targets], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode in (0, 1), done.stderr
+    return [line for line in done.stdout.splitlines() if "C901" in line]
 
 
 # --- the tests ---------------------------------------------------------------------------------------
@@ -256,12 +293,26 @@ def test_logdir_is_torch_free(graph):
     assert torch_reached(graph, LOGDIR) == []
 
 
-def test_no_module_over_500_lines():
-    found = long_files()
-    new = {p: n for p, n in found.items() if p not in KNOWN_LONG}
-    assert not new, f"modules over {MAX_LINES} lines (split them by what they do): {new}"
-    stale = sorted(set(KNOWN_LONG) - set(found))
-    assert not stale, f"KNOWN_LONG entries now at most {MAX_LINES} lines (remove them): {stale}"
+def test_each_module_imports_only_its_layer_and_below(graph):
+    layers = doc_layers()
+    assert [name for name, _ in layers] == ["base", "logdir", "core", "recorder", "console", "readers",
+                                           "adapters"], "docs/architecture.md's layer table changed"
+    found = layer_violations(graph, layers)
+
+    def known(line: str, edge: tuple[str, str]) -> bool:
+        return line.startswith(f"{edge[0]} (") and f"-> {edge[1]} (" in line
+
+    new = [b for b in found if not any(known(b, e) for e in KNOWN_LAYER_EDGES)]
+    stale = [e for e in KNOWN_LAYER_EDGES if not any(known(b, e) for b in found)]
+    assert not stale, f"KNOWN_LAYER_EDGES entries that no longer apply (remove them): {stale}"
+    assert not new, "imports against docs/architecture.md's layers, or modules it does not file:\n" + "\n".join(
+        "  " + b for b in new)
+
+
+def test_no_function_over_the_complexity_limit():
+    found = too_complex()
+    assert not found, ("functions over [tool.ruff.lint.mccabe] max-complexity (split them by what their "
+                       "parts do):\n" + "\n".join("  " + f for f in found))
 
 
 # --- the checker checked: each rule fails where it should ------------------------------------------------
@@ -276,6 +327,23 @@ def test_rules_on_a_made_up_graph():
                    "tbmem.writer -> tbmem.plugin.paths: the core imports a reader"]
 
 
+def test_layer_rule_on_a_made_up_table():
+    table = ("| layer | modules | imports |\n|---|---|---|\n| base | `tbmem/_*.py` | - |\n"
+             "| core | `tbmem/census/`, `tbmem/_writer_*.py` | - |\n| readers | `tbmem/cli.py` | - |\n\nafter")
+    layers = doc_layers(table)
+    assert layers == [("base", ["tbmem/_*.py"]), ("core", ["tbmem/census/", "tbmem/_writer_*.py"]),
+                      ("readers", ["tbmem/cli.py"])]
+    assert layer_of("tbmem/_writer_steps.py", layers) == "core"  # the longer pattern wins
+    assert layer_of("tbmem/_log.py", layers) == "base" and layer_of("tbmem/writer.py", layers) is None
+    paths = {"tbmem._log": "tbmem/_log.py", "tbmem.census.core": "tbmem/census/core.py",
+             "tbmem._writer_steps": "tbmem/_writer_steps.py", "tbmem.spikes": "tbmem/spikes.py",
+             "tbmem.cli": "tbmem/cli.py"}
+    graph = {"tbmem._log": {"tbmem.census.core"}, "tbmem._writer_steps": {"tbmem.census.core", "tbmem._log"},
+             "tbmem.census.core": set(), "tbmem.spikes": set(), "tbmem.cli": {"tbmem.spikes"}}
+    assert layer_violations(graph, layers, paths) == [
+        "tbmem.spikes: in no layer of docs/architecture.md", "tbmem._log (base) -> tbmem.census.core (core)"]
+
+
 def test_import_rule(tmp_path):
     """Deferred imports count, TYPE_CHECKING ones do not; ``from pkg import name`` is the package
     unless ``name`` is a submodule."""
@@ -288,8 +356,9 @@ def test_import_rule(tmp_path):
 
 if __name__ == "__main__":  # the report, by hand
     g = import_graph()
-    print("cycles:", *(" <-> ".join(c) for c in cycles(g)) or ["none"], sep="\n  ")
-    print("upward imports:", *upward_imports(g) or ["none"], sep="\n  ")
+    print("cycles:", *([" <-> ".join(c) for c in cycles(g)] or ["none"]), sep="\n  ")
+    print("upward imports:", *(upward_imports(g) or ["none"]), sep="\n  ")
+    print("against the layers:", *(layer_violations(g, doc_layers()) or ["none"]), sep="\n  ")
     print("torch below tbmem.logdir:", torch_reached(g, LOGDIR) or "none")
-    print(f"over {MAX_LINES} lines:", *(f"{p}: {n}" for p, n in long_files().items()) or ["none"], sep="\n  ")
+    print("too complex:", *(too_complex() or ["none"]), sep="\n  ")
     sys.exit(0)

@@ -10,7 +10,8 @@ Example:
 
 from __future__ import annotations
 
-from tbmem._lazy import lazy_exports
+import importlib
+from typing import Any
 
 _EXPORTS = {
     "SyntheticTrainer": "trainers.synthetic",
@@ -27,4 +28,14 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+def __getattr__(name: str) -> Any:  # PEP 562: the module of a name is imported on its first use
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(_EXPORTS)

@@ -65,7 +65,7 @@ class AutoBatch:
 
     def describe(self) -> str:
         """One line: what was chosen and why."""
-        from tbmem.forecast.report import format_bytes
+        from tbmem.forecast import format_bytes
 
         f, n = self.forecast, self.batch_size
         q = f.quality
@@ -156,7 +156,7 @@ def choose_batch_size(trainer: "SyntheticTrainer", *, budget_bytes: int | None =
         explanation = "auto_batch_budget_gb" if p.auto_batch_budget_gb is not None else "given"
     fits = forecast.max_batch_size(budget_bytes)
     if fits == 0:
-        from tbmem.forecast.report import format_bytes
+        from tbmem.forecast import format_bytes
 
         raise ConfigError(f"config key 'trainer_params.batch_size' is auto but not even one sample fits: the "
                           f"forecast peak at batch size 1 is {format_bytes(forecast.peak_bytes(1))}, the budget "
@@ -169,7 +169,7 @@ def choose_batch_size(trainer: "SyntheticTrainer", *, budget_bytes: int | None =
                        budget_explanation=explanation, forecast=forecast)
     if not quiet:
         print(choice.describe(), flush=True)
-    from tbmem.forecast.report import FORECAST_TEXT_TAG
+    from tbmem.forecast import FORECAST_TEXT_TAG
 
     trainer.mon.writer.add_text(FORECAST_TEXT_TAG, choice.describe() + "\n\n" + forecast.to_markdown(
         at=[size], budget_bytes=budget_bytes, budget_explanation=explanation, in_use=size), 0)

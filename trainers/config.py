@@ -262,7 +262,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
 
 
 def _tbmem_config(values: dict[str, Any]) -> Any:
-    from tbmem.config import MemoryWriterConfig
+    from tbmem import MemoryWriterConfig
 
     try:
         return MemoryWriterConfig.from_mapping(values)

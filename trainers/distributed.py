@@ -26,7 +26,7 @@ from typing import Iterator, Mapping, Sequence
 
 import torch
 
-from tbmem.ranks.context import RankInfo, detect_rank
+from tbmem import RankInfo, detect_rank
 
 __all__ = ["Distributed", "setup", "job_run_name", "prepare_hydra", "RUN_NAME_VAR"]
 
@@ -153,7 +153,7 @@ def job_run_name(default: str, *, environ: Mapping[str, str] | None = None) -> s
     if not _torchrun(environ).distributed:
         return default
     try:
-        from tbmem.ranks.store import JobStore
+        from tbmem import JobStore
 
         store = JobStore.connect(environ=os.environ if environ is None else environ, timeout_s=120)
         if store is not None:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tbmem._log import report_once
+from tbmem import report_once
 
 __all__ = ["Iteration", "IterationObserver"]
 

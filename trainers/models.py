@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -74,11 +76,11 @@ class UNet(nn.Module):
         return x + out if self.residual else out
 
 
-def build_model(model_cfg: object, *, dim: int, channels: int, resolution: int) -> UNet:
+def build_model(model_cfg: Any, *, dim: int, channels: int, resolution: int) -> UNet:
     """Build the configured network, checking that ``resolution`` suits its depth."""
-    levels = int(getattr(model_cfg, "levels"))
+    levels = int(model_cfg.levels)
     if resolution % 2 ** (levels - 1):
         raise ValueError(f"config key 'model.levels' = {levels} needs data.resolution divisible by "
                          f"{2 ** (levels - 1)}, got {resolution}")
-    return UNet(dim=dim, channels=channels, levels=levels, filters=int(getattr(model_cfg, "filters")),
-                residual=bool(getattr(model_cfg, "residual")))
+    return UNet(dim=dim, channels=channels, levels=levels, filters=int(model_cfg.filters),
+                residual=bool(model_cfg.residual))

@@ -24,13 +24,11 @@ import contextlib
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TextIO, cast
 
 import torch
 
-from tbmem._log import report_once
-from tbmem.config import MemoryWriterConfig
-from tbmem.snapshot.markers import mark, recording
+from tbmem import MemoryWriterConfig, mark_snapshot, report_once, snapshot_recording
 
 __all__ = ["console_above_progress_bar", "TrainerMonitoring", "CENSUS_POINTS"]
 
@@ -96,7 +94,7 @@ class TrainerMonitoring:
                tbmem_config: MemoryWriterConfig, device: torch.device | None = None,
                census_at: str = "after_backward") -> "TrainerMonitoring":
         """Open the MemoryWriter at ``log_dir`` with ``tbmem_config`` (memory logging off unless ``enabled``)."""
-        from tbmem.writer import MemoryWriter
+        from tbmem import MemoryWriter
 
         index = None
         if device is not None and device.type == "cuda":
@@ -109,7 +107,7 @@ class TrainerMonitoring:
         return cls(writer, enabled=enabled, verbose_batches=verbose_batches, device=index, census_at=census_at)
 
     def _build_monitors(self) -> None:
-        from tbmem.monitor import EpochMemoryMonitor, EpochPerformanceMonitor, MemoryMonitor, PerformanceMonitor
+        from tbmem.console import EpochMemoryMonitor, EpochPerformanceMonitor, MemoryMonitor, PerformanceMonitor
 
         n, w = self.verbose_batches, self.writer
         # Only the performance monitor gets the writer: its per-batch scalars already include the
@@ -165,12 +163,12 @@ class TrainerMonitoring:
         if step is None or not self.enabled:
             return
         self.writer.begin_step(step)
-        marking = self._marking = recording()
+        marking = self._marking = snapshot_recording()
         self.mid_step_hooks = marking or self._record_before_backward
         if marking or self._first_step:
             self._first_step = False
-            mark(f"step {step}", kind="step")
-            mark("forward", kind="phase")
+            mark_snapshot(f"step {step}", kind="step")
+            mark_snapshot("forward", kind="phase")
 
     def before_backward(self, step: int, loss: torch.Tensor) -> None:
         """With ``census_at="before_backward"``, log the due record here: the census walks ``loss``'s
@@ -178,15 +176,15 @@ class TrainerMonitoring:
         while :attr:`mid_step_hooks` is true."""
         if self._record_before_backward and not self._logged < step < self._next_due:
             self._log(step, loss, "before_backward")
-            self._marking = recording()
+            self._marking = snapshot_recording()
         if self._marking:
-            mark("backward", kind="phase")
+            mark_snapshot("backward", kind="phase")
 
     def before_optimizer(self, step: int) -> None:
         """The optimizer step begins (a phase boundary in memory snapshots). Needed only while
         :attr:`mid_step_hooks` is true."""
         if self._marking:
-            mark("optimizer", kind="phase")
+            mark_snapshot("optimizer", kind="phase")
 
     def before_zero_grad(self, step: int, loss: torch.Tensor) -> None:
         """With ``census_at="after_backward"`` (the default), log the due record here: after backward
@@ -280,14 +278,13 @@ class TrainerMonitoring:
         monitor = self.epoch_memory
         if monitor is None:
             return
-        from tbmem import _torch_private as tp
-        from tbmem.monitor import emit, silence_output
+        from tbmem.console import emit, read_memory, silence_output
 
         try:
             with silence_output():  # closes the peak window; its "Epoch end" line is not this report
                 monitor.on_epoch_end()
             if monitor.last_peak_mb is not None:
-                kind = "GPU" if tp.cuda_ready() else "CPU"
+                kind = "GPU" if read_memory().has_gpu else "CPU"
                 emit(f"Peak {kind} memory during optimization: {monitor.last_peak_mb:.1f} MB")
         except Exception as exc:  # noqa: BLE001 - a monitoring failure must not end the run
             report_once("trainers:optimization-peak", "trainers: the optimisation's peak report failed", exc=exc)
@@ -300,7 +297,7 @@ class TrainerMonitoring:
         (:meth:`on_iteration`), not evaluations.
         """
         try:
-            from tbmem.tags import tag_for
+            from tbmem import tag_for
 
             values = {tag_for("eval_loss"): loss}
             values.update({tag_for("eval_param", name): v for name, v in params.items()})
@@ -308,7 +305,7 @@ class TrainerMonitoring:
         except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
             report_once("trainers:evaluation-scalars", "trainers: writing the loss evaluation failed",
                         exc=exc)
-        mark(f"after evaluation {index}", kind="step")
+        mark_snapshot(f"after evaluation {index}", kind="step")
         if not self._evaluations_on:
             return
         try:
@@ -328,7 +325,7 @@ class TrainerMonitoring:
         ``verbose_batches`` iterations with that memory.
         """
         try:
-            from tbmem.tags import TAGS
+            from tbmem import TAGS
 
             values = {TAGS["iteration_loss"].tag: it.loss, TAGS["iteration_evaluations"].tag: it.evaluations,
                       TAGS["iteration_time"].tag: it.seconds / TAGS["iteration_time"].scale}
@@ -336,7 +333,7 @@ class TrainerMonitoring:
                 values[TAGS["iteration_grad_norm"].tag] = it.grad_norm
             reading = None
             if self._evaluations_on:
-                from tbmem.monitor.readings import read
+                from tbmem.console import read_memory as read
 
                 reading = read(self.device)
                 if reading.cpu is not None:
@@ -359,8 +356,7 @@ class TrainerMonitoring:
             line += f" ({evaluations} evaluation{'s' if evaluations != 1 else ''})"
         line += note
         if reading is not None:
-            from tbmem.monitor import emit
-            from tbmem.monitor.memory import usage_line
+            from tbmem.console import emit, usage_line
 
             emit(usage_line(line + "; memory", reading))
         else:
@@ -403,7 +399,7 @@ def console_above_progress_bar(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from tbmem.monitor import redirect_output
+    from tbmem.console import redirect_output
 
-    with redirect_output(_TqdmStream()):
+    with redirect_output(cast(TextIO, _TqdmStream())):  # a text stream in all that monitors call
         yield

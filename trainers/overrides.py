@@ -46,11 +46,7 @@ __all__ = ["check_overrides", "config_groups", "config_names"]
 
 def _schemas() -> dict[str, type]:
     """Dataclass of each mapping key, by dotted path (tbmem's sub-configs import no torch)."""
-    from tbmem.alerts import AlertConfig
-    from tbmem.config import MemoryWriterConfig
-    from tbmem.ranks.config import RanksConfig
-    from tbmem.snapshot.config import SnapshotConfig
-    from tbmem.spikes import SpikeConfig
+    from tbmem import AlertConfig, MemoryWriterConfig, RanksConfig, SnapshotConfig, SpikeConfig
 
     return {"": RunConfig, "data": DataConfig, "model": ModelConfig, "trainer_params": TrainerParams,
             "tbmem": MemoryWriterConfig, "tbmem.snapshot": SnapshotConfig, "tbmem.alerts": AlertConfig,

@@ -38,7 +38,7 @@ import os
 import tempfile
 from typing import Any, Callable, TypeVar
 
-from tbmem._log import report_once
+from tbmem import report_once
 
 __all__ = ["profiled", "FIELD_OPERATIONS"]
 

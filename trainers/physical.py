@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from tbmem._signals import deferred_interrupt
+from tbmem import deferred_interrupt
 from trainers.config import ConfigError, RunConfig
 from trainers.data import ensure_simulations, load_simulation, make_step, phi_flow
 from trainers.lbfgs import Iteration, IterationObserver

@@ -100,11 +100,14 @@ class SyntheticTrainer:
         self.net = build_model(cfg.model, dim=data.dim, channels=channels(data),
                                resolution=data.resolution).to(self.device)
         self.model: torch.nn.Module = self.net
+        # DDP's context that skips the gradient all-reduce of a micro-batch that does not step
+        self._no_sync: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         if self.dist.active:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = DistributedDataParallel(self.net, device_ids=ids)
+            ddp = DistributedDataParallel(self.net, device_ids=ids)
+            self.model, self._no_sync = ddp, ddp.no_sync
         self.optimizer = self._optimizer()
         self.scheduler = self._scheduler()
         self.amp_dtype = (torch.float16 if self.device.type == "cuda" else torch.bfloat16) \
@@ -140,7 +143,7 @@ class SyntheticTrainer:
 
     def _loader(self, dataset: Any, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        sampler = None
+        sampler: torch.utils.data.Sampler[int] | None = None
         if shuffle and self.dist.active:
             from torch.utils.data.distributed import DistributedSampler
 
@@ -221,7 +224,7 @@ class SyntheticTrainer:
                         mon.before_backward(step, loss)
                     last_micro = (batch_idx + 1) % accum == 0 or batch_idx + 1 == batches
                     # DDP: gradients are averaged across ranks on the micro-batch that steps only
-                    sync = self.model.no_sync() if self.dist.active and not last_micro else contextlib.nullcontext()
+                    sync = self._no_sync() if not last_micro else contextlib.nullcontext()
                     with sync:
                         self.scaler.scale(loss / accum).backward()
                     if last_micro:
@@ -278,7 +281,7 @@ class SyntheticTrainer:
         dataset: Any = self.val_set
         if self.dist.active:  # rank r takes windows r, r + W, ...: each window exactly once
             dataset = Subset(self.val_set, range(self.dist.rank, len(self.val_set), self.dist.world_size))
-        total, count = 0.0, 0
+        total, count = 0.0, 0.0
         for x0, targets in self._loader(dataset, shuffle=False):
             with self._autocast():
                 loss = rollout_loss(self.net, x0.to(self.device), targets.to(self.device))

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["fit_unit", "legend_outside", "figure", "integer_steps"]
+__all__ = ["fit_unit", "legend_outside", "figure", "integer_steps", "line_values"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -60,6 +60,16 @@ def figure(panels: int) -> tuple["Figure", list["Axes"]]:
     fig = Figure(figsize=(11, 2.6 * panels + 0.4), layout="constrained")
     axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
     return fig, list(axes)
+
+
+def line_values(ax: "Axes") -> list[float]:
+    """Every y value of the lines drawn on ``ax``, as floats (NaN kept: callers drop what they must).
+
+    Matplotlib types ``get_ydata()`` as any array-like; the lines tbmem draws hold numbers only.
+    """
+    import numpy as np
+
+    return [float(y) for line in ax.get_lines() for y in np.asarray(line.get_ydata(), dtype=float)]
 
 
 def integer_steps(ax: "Axes", steps: Sequence[int]) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from tbmem.analysis.axes import figure, fit_unit, legend_outside
+from tbmem.analysis.axes import figure, fit_unit, legend_outside, line_values
 from tbmem.analysis.summary import CATEGORIES, CATEGORY_PREFIX
 from tbmem.palette import RUNS, category_color
 from tbmem.tags import TAGS
@@ -74,10 +74,10 @@ def plot_comparison(df: "pd.DataFrame", comparison: Any, path: str | os.PathLike
             ax_time.plot(_x(g, first, last, phase), g["value"], color=color, linewidth=1.2,
                          marker="o" if len(g) <= 12 else None, markersize=3, label=f"{lab}")
     ax_mem.set(title="process memory over the run", xlabel=xlabel, ylabel=unit)
-    ax_mem.set_ylim(0, max((max(line.get_ydata(), default=0) for line in ax_mem.get_lines()), default=0) * 1.08 or 1)
+    ax_mem.set_ylim(0, max(line_values(ax_mem), default=0.0) * 1.08 or 1)
     legend_outside(ax_mem)
     ax_time.set(title="step time (mean per step since the previous record)", xlabel=xlabel, ylabel="ms")
-    times = [y for line in ax_time.get_lines() for y in line.get_ydata() if y > 0]
+    times = [y for y in line_values(ax_time) if y > 0]
     if times and max(times) / min(times) > 100:
         ax_time.set_yscale("log")
     legend_outside(ax_time)
@@ -114,8 +114,10 @@ def _census_bars(ax: Any, df: "pd.DataFrame", comparison: Any) -> None:
             v = values.get((p["name"], run))
             ticks.append(x)
             names.append(lab if v is not None else f"{lab}\n(none)")
+            if v is None:
+                continue
             bottom = 0.0
-            for c in cats if v is not None else ():
+            for c in cats:
                 ax.bar([x], [v[c] * factor], bottom=[bottom], width=width * 0.9, color=category_color(c),
                        label=c if c not in seen else None)
                 seen.add(c)

@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem._extras import require
 from tbmem.analysis.axes import fit_unit, legend_outside
@@ -72,7 +72,7 @@ def plot_readings(df: "pd.DataFrame", runs: Sequence[str] | None = None) -> "Fig
     from matplotlib.figure import Figure
 
     runs = list(runs) if runs is not None else sorted(df.loc[df["tag"].str.startswith("Memory/"), "run"].unique())
-    rows = [[f"vram{i}", f"ram{i}"] if _has(df, run, VRAM_LINES) else [f"ram{i}", f"ram{i}"]
+    rows: list[Any] = [[f"vram{i}", f"ram{i}"] if _has(df, run, VRAM_LINES) else [f"ram{i}", f"ram{i}"]
             for i, run in enumerate(runs)]
     fig = Figure(figsize=(13, 3.0 * max(len(runs), 1)), layout="constrained")
     if not runs:
@@ -102,7 +102,7 @@ def plot_large_tensors(df: "pd.DataFrame", run: str, *, ax: "Axes | None" = None
     plot_lines(df, run, [("count (right)", count_tag)], ax=count_ax, color="tab:gray", drawstyle="steps-post")
     ax.set(title=f"{run}: large tensors", ylabel=f"total ({unit})")
     count_ax.set_ylabel("count")
-    count_ax.yaxis.get_major_locator().set_params(integer=True)
+    count_ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]  # MaxNLocator's
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = count_ax.get_legend_handles_labels()
     # beside the chart, past the count axis's labels: never over a line

@@ -115,7 +115,10 @@ def headroom(s: RunSummary, df: "pd.DataFrame", texts: "pd.DataFrame | None",
         return None
     limit, explanation, budget_step = budget
     fits = largest_fitting(lines, limit)
-    peak_at = (lambda n: max(a + b * n for a, b in lines))
+
+    def peak_at(n: float) -> float:
+        return max(a + b * n for a, b in lines)
+
     if fits is None:
         advice = "The peak does not grow with the batch size: any batch size fits."
     elif in_use is None:

@@ -78,7 +78,7 @@ def _read(logdir: str | os.PathLike[str], *, runs: Iterable[str] | None, progres
 def _frame(pd: Any, cols: dict[str, list[Any]], value_type: Any) -> "pd.DataFrame":
     df = pd.DataFrame(cols).astype({"run": str, "tag": str, "step": "int64", "wall_time": "float64",
                                     "value": value_type})
-    if value_type != object:
+    if value_type is not object:
         df = _current_names(df)
     # A run restarted in the same directory rewrites steps: keep the latest write of each
     # (run, tag, step), as TensorBoard's purge of orphaned data does.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside
+from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside, line_values
 from tbmem.analysis.plot import plot_lines
 from tbmem.tags import TAGS, x_axis
 
@@ -110,6 +110,6 @@ def plot_loss_and_memory(df: "pd.DataFrame", run: str, *, max_marks: int = 20,
 
 def _log_if_wide(ax: "Axes") -> None:
     """A log scale for positive losses spanning more than two decades (a falling loss stays readable)."""
-    ys = [y for line in ax.get_lines() for y in line.get_ydata() if y == y]
+    ys = [y for y in line_values(ax) if y == y]
     if ys and min(ys) > 0 and max(ys) / min(ys) > 100:
         ax.set_yscale("log")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside
+from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside, line_values
 from tbmem.analysis.summary import CATEGORIES, CATEGORY_PREFIX
 from tbmem.palette import stack_colors
 from tbmem.tags import TAGS
@@ -170,8 +170,7 @@ def draw_run(df: "pd.DataFrame", run: str, axes: "Sequence[Axes]") -> None:
         if not ax.get_lines():
             ax.text(0.5, 0.5, "no VRAM or RSS readings", ha="center", va="center", transform=ax.transAxes)
         # from zero: a 1 MB wiggle of RSS must not look like a cliff
-        tops = [max(line.get_ydata(), default=0) for line in ax.get_lines()]
-        ax.set_ylim(0, max(tops, default=0) * 1.08 or 1.0)
+        ax.set_ylim(0, max(line_values(ax), default=0.0) * 1.08 or 1.0)
         ax.set_ylabel(f"process ({unit})")
         legend_outside(ax)
         title = "process and allocator memory (RSS, VRAM)"

@@ -91,6 +91,18 @@ def _census_cost(s: RunSummary) -> str | None:
     return f"{format_ms(cost['median_ms'])} median{share}"
 
 
+def _category_getter(category: str) -> _Getter:
+    return lambda s: s.category_mb_at_peak.get(category)
+
+
+def _step_time_getter(stat: str) -> _Getter:
+    return lambda s: (s.step_time_ms or {}).get(stat)
+
+
+def _loss_getter(tag: str) -> _Getter:
+    return lambda s: s.last_loss.get(tag)
+
+
 def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, str]]:
     rows: list[tuple[str, _Getter, str]] = [
         ("steps", lambda s: f"{s.first_step}..{s.last_step}", "text"),
@@ -105,12 +117,12 @@ def _rows(summaries: Sequence[RunSummary]) -> list[tuple[str, _Getter, str]]:
     ]
     seen = {c for s in summaries for c in s.category_mb_at_peak}
     for cat in [c for c in CATEGORIES if c in seen] + sorted(seen - set(CATEGORIES)):
-        rows.append((f"  {cat}", lambda s, c=cat: s.category_mb_at_peak.get(c), "mb"))
+        rows.append((f"  {cat}", _category_getter(cat), "mb"))
     for stat in ("mean", "p95", "max"):
-        rows.append((f"step time {stat}", lambda s, k=stat: (s.step_time_ms or {}).get(k), "ms"))
+        rows.append((f"step time {stat}", _step_time_getter(stat), "ms"))
     rows.append(("census cost", _census_cost, "text"))
     for tag in sorted({t for s in summaries for t in s.last_loss}):
-        rows.append((f"last {tag}", lambda s, t=tag: s.last_loss.get(t), "g"))
+        rows.append((f"last {tag}", _loss_getter(tag), "g"))
     rows.append(("leaks flagged", lambda s: f"{len(s.leaks)}" if s.leaks else "none", "text"))
     return rows
 

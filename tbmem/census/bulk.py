@@ -116,6 +116,8 @@ def _counted(data: np.ndarray, nbytes: np.ndarray, code: np.ndarray, named: Sequ
     known: set[tuple[int, int, int]] = {(a, n, code_of[w]) for w, a, n in named if w in code_of}
     addresses = [np.fromiter((a for a, _, _ in known), dtype=np.int64, count=len(known))]
     for b in blocks:
+        if b.address is None:  # dropped once a census is done; these blocks are still being counted
+            raise ValueError("a block without addresses cannot be matched")
         mine = np.asarray([code_of.get(name, -1) for name in b.devices], dtype=np.int64)[b.device]
         keep = mine >= 0
         addresses.append(b.address[keep])

@@ -324,6 +324,7 @@ class Ledger:
                 for b, rows in enumerate(block_rows):
                     for i in np.flatnonzero(rows):
                         block = blocks[b]
+                        assert block.address is not None  # overlapping() found rows by these addresses
                         key = (block.devices[block.device[i]], int(block.address[i]), int(block.nbytes[i]))
                         items.append((int(block.positions[i]), key, block.record(int(i))))
                     blocks[b] = blocks[b].keep(~rows)

@@ -27,7 +27,6 @@ from itertools import compress
 import warnings
 from typing import Any, Callable, Iterable, Literal
 
-import numpy as np
 import torch
 
 from tbmem import _torch_private as tp
@@ -153,66 +152,99 @@ def _is_flagged_parameter(t: Any) -> bool:
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
          numpy_scan: NumpyScan, full_scan: bool, top_k: int = 10) -> tuple[Ledger, str]:
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
-    ttypes, htypes, method = found.tensor_types, found.holder_types, found.method
-    stypes, ntypes = found.storage_types, found.node_types
-    objs, kinds = found.objects, list(map(type, found.objects))
-    is_tensor = list(map(ttypes.__contains__, kinds))  # most are tensors: the rest are sorted apart
-    tensors = list(compress(objs, is_tensor))
-    objs = list(compress(objs, map(operator.not_, is_tensor)))
-    kinds = list(map(type, objs))
-    storages, nodes, holders, modules = (list(compress(objs, map(types.__contains__, kinds)))
-                                         for types in (stypes, ntypes, htypes, found.module_types))
-    del is_tensor
-    del found, kinds, objs
-    ledger = Ledger(ttypes)
-    walk.own_types(refresh=True)
-    got = _facts(ledger, tensors)  # what every phase asks of every tensor, read once (None: asked one by one)
-    if got is not None:
-        ledger.use_facts(tensors, got)
-        plain_kind = got.rows[:, 3] & facts.PLAIN != 0
-        got_plain = got._replace(rows=got.rows[plain_kind])
-        plain_kind = plain_kind.tolist()
-    else:
-        plain_kind, got_plain = list(map(_IS_TENSOR, map(type, tensors))), None
-    subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
-    plain = list(compress(tensors, plain_kind))
-    del plain_kind
-    frozen = heap.frozen_objects()
-    if frozen and not heap.FROZEN_READABLE:
-        ledger._note("frozen", f"{frozen} objects frozen by gc.freeze() are out of the heap pass's sight here (it reads "
-                               "them on CPython 3.10 and 3.11 with the C extension): their tensors count where the "
-                               "models, optimizers and roots handed to the census reach them, and the others are "
-                               "not counted", warn=False)
-    param_types = {t for t in ttypes if issubclass(t, _Param)}
-    cpp_nodes = heap.cpp_node_types()
-    py_nodes = ntypes - cpp_nodes  # the nodes of custom autograd.Functions: their ctx
-    named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
-    root_tensors: list[tuple[Any, str]] = []  # tensors handed over as roots, or below them, without a graph
-    grads: list[torch.Tensor] = []
+    census = _Pass(models, optimizers, roots, numpy_scan, top_k, found)
+    del found
+    for what, fn in census.phases():
+        _guarded(census.ledger, what, fn)
+    return census.ledger, census.method
 
-    def parameters() -> None:
-        for i, model in enumerate(models):
+
+class _Pass:
+    """One census pass: what the heap pass found, sorted by kind, then claimed phase by phase in the
+    order of the categories' priority (the module docstring); the phases share what earlier ones found
+    (the named parameters, the gradients, the tensors handed over as roots)."""
+
+    def __init__(self, models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
+                 numpy_scan: NumpyScan, top_k: int, found: heap.Found) -> None:
+        self.models, self.optimizers, self.roots, self.numpy_scan, self.top_k = (
+            models, optimizers, roots, numpy_scan, top_k)
+        self.method = "full" if found.method != "young" else "incremental"
+        ttypes, htypes = found.tensor_types, found.holder_types
+        objs, kinds = found.objects, list(map(type, found.objects))
+        is_tensor = list(map(ttypes.__contains__, kinds))  # most are tensors: the rest are sorted apart
+        tensors = list(compress(objs, is_tensor))
+        objs = list(compress(objs, map(operator.not_, is_tensor)))
+        kinds = list(map(type, objs))
+        self.storages, self.nodes, self.holders, self.modules = (
+            list(compress(objs, map(types.__contains__, kinds)))
+            for types in (found.storage_types, found.node_types, htypes, found.module_types))
+        del is_tensor, kinds, objs
+        self.ttypes, self.tensors = ttypes, tensors
+        self.ledger = ledger = Ledger(ttypes)
+        walk.own_types(refresh=True)
+        self.got = got = _facts(ledger, tensors)  # what every phase asks of every tensor, read once (None: one by one)
+        self.got_plain: facts.TensorFacts | None = None
+        if got is not None:
+            ledger.use_facts(tensors, got)
+            plain_mask = got.rows[:, 3] & facts.PLAIN != 0
+            self.got_plain = got._replace(rows=got.rows[plain_mask])
+            plain_kind = plain_mask.tolist()
+        else:
+            plain_kind = list(map(_IS_TENSOR, map(type, tensors)))
+        self.subclassed = list(compress(tensors, map(operator.not_, plain_kind)))
+        self.plain = list(compress(tensors, plain_kind))
+        del plain_kind
+        frozen = heap.frozen_objects()
+        if frozen and not heap.FROZEN_READABLE:
+            ledger._note("frozen", f"{frozen} objects frozen by gc.freeze() are out of the heap pass's sight here (it "
+                                   "reads them on CPython 3.10 and 3.11 with the C extension): their tensors count "
+                                   "where the models, optimizers and roots handed to the census reach them, and the "
+                                   "others are not counted", warn=False)
+        self.param_types = {t for t in ttypes if issubclass(t, _Param)}
+        self.cpp_nodes = heap.cpp_node_types()
+        self.py_nodes = found.node_types - self.cpp_nodes  # the nodes of custom autograd.Functions: their ctx
+        self.named: dict[int, tuple[torch.Tensor, str, str | None]] = {}  # id(param) -> (param, name, module)
+        self.root_tensors: list[tuple[Any, str]] = []  # tensors handed over as roots, or below them, without a graph
+        self.grads: list[torch.Tensor] = []
+
+    def phases(self) -> list[tuple[str, Callable[[], None]]]:
+        """``(what, phase)`` in the order they claim."""
+        out = [("parameters", self.parameters), ("gradients", self.gradients),
+               ("optimizer state", self.optimizer_state), ("buffers", self.buffers),
+               ("activations", self.activations), ("other tensors", self.other),
+               ("DDP's gradient buckets", self.ddp_buckets)]
+        if self.numpy_scan != "off":
+            out.append(("numpy arrays", self.arrays))
+        out.append(("what holds unnamed tensors", self.holder_names))
+        out.append(("the autocast cache", self.autocast_cache))
+        return out
+
+    def parameters(self) -> None:
+        ledger, named, param_types = self.ledger, self.named, self.param_types
+        for i, model in enumerate(self.models):
             label = _label("model", i)
             for name, p in model.named_parameters():
                 qual = name if i == 0 else f"{label}.{name}"
                 module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
                 named.setdefault(id(p), (p, qual, module))
-        for k, opt in enumerate(optimizers):
+        for k, opt in enumerate(self.optimizers):
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group.get("params", ())):
                     named.setdefault(id(p), (p, f"{_label('optimizer', k)}.param_groups[{g}][{j}]", None))
-        for p, name, module in named.values():
-            ledger.claim(p, "parameters", name, module)
+        for param, qualname, owner in named.values():
+            ledger.claim(param, "parameters", qualname, owner)
 
         def found_parameter(t: Any) -> None:
             kind = type(t)
             if kind in param_types or _is_flagged_parameter(t):
                 ledger.claim(t, "parameters", kind.__name__)
 
-        held.held_parameters(ledger, modules)  # TorchScript modules' and quantized modules' packed weights
-        _each(ledger, "parameters", subclassed, found_parameter)
+        held.held_parameters(ledger, self.modules)  # TorchScript modules' and quantized modules' packed weights
+        _each(ledger, "parameters", self.subclassed, found_parameter)
 
-    def gradients() -> None:
+    def gradients(self) -> None:
+        ledger, grads = self.ledger, self.grads
+
         def named_grad(entry: tuple[torch.Tensor, str, str | None]) -> None:
             p, name, module = entry
             g = _grad(p)
@@ -227,43 +259,68 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                     ledger.claim(g, "gradients", type(t).__name__ + ".grad")
                     grads.append(g)
 
-        _each(ledger, "gradients", list(named.values()), named_grad)
-        _each(ledger, "gradients", _flagged(tensors, got, facts.REQUIRES_GRAD, _requires_grad), leaf_grad)
+        _each(ledger, "gradients", list(self.named.values()), named_grad)
+        _each(ledger, "gradients", _flagged(self.tensors, self.got, facts.REQUIRES_GRAD, _requires_grad), leaf_grad)
 
-    def optimizer_state() -> None:
-        for k, outer in enumerate(optimizers):
+    def optimizer_state(self) -> None:
+        for k, outer in enumerate(self.optimizers):
             for path, opt in walk.optimizers_in(outer):  # ZeroRedundancyOptimizer keeps its state in .optim
-                label = _label("optimizer", k) + path
+                _each(self.ledger, "optimizer state", list(opt.state.items()),
+                      self._state_claimer(_label("optimizer", k) + path))
 
-                def state_of(item: tuple[Any, Any]) -> None:
-                    p, state = item
-                    entry = named.get(id(p))
-                    _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
-                    prefix = f"{label}.state[{pname}]."
-                    if type(state) is not dict and not issubclass(type(state), dict):
-                        state = {"": state}
-                    for key, value in list(state.items()):
-                        if type(value) in ttypes:  # the usual entry (exp_avg, step)
-                            ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
-                            continue
-                        # lists (LBFGS's history), dicts, objects (a dataclass of preconditioners): whatever it holds
-                        for t, suffix in walk.named_below(value, ttypes, depth=4):
-                            ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
+    def _state_claimer(self, label: str) -> Callable[[tuple[Any, Any]], None]:
+        ledger, named, ttypes = self.ledger, self.named, self.ttypes
 
-                _each(ledger, "optimizer state", list(opt.state.items()), state_of)
+        def state_of(item: tuple[Any, Any]) -> None:
+            p, state = item
+            entry = named.get(id(p))
+            _, pname, module = entry if entry is not None else (p, f"param@{id(p):x}", None)
+            prefix = f"{label}.state[{pname}]."
+            if type(state) is not dict and not issubclass(type(state), dict):
+                state = {"": state}
+            for key, value in list(state.items()):
+                if type(value) in ttypes:  # the usual entry (exp_avg, step)
+                    ledger.claim(value, "optimizer_state", f"{prefix}{key}", module)
+                    continue
+                # lists (LBFGS's history), dicts, objects (a dataclass of preconditioners): whatever it holds
+                for t, suffix in walk.named_below(value, ttypes, depth=4):
+                    ledger.claim(t, "optimizer_state", f"{prefix}{key}{suffix}", module)
 
-    def buffers() -> None:
-        for i, model in enumerate(models):
+        return state_of
+
+    def buffers(self) -> None:
+        for i, model in enumerate(self.models):
             label = _label("model", i)
             for name, b in model.named_buffers():
                 if b is None:
                     continue
                 qual = name if i == 0 else f"{label}.{name}"
                 module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
-                ledger.claim(b, "buffers", qual, module)
-        held.held_buffers(ledger, modules)
+                self.ledger.claim(b, "buffers", qual, module)
+        held.held_buffers(self.ledger, self.modules)
 
-    def activations() -> None:
+    def activations(self) -> None:
+        ledger = self.ledger
+        starts = self._graph_starts()
+        graphs = _Graphs(ledger, self.ttypes, self.py_nodes)
+        graphs.walk_from(starts)
+        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++ node can be
+        # found again only by a full scan (see heap.forget), which is needed where such a graph holds
+        # something this census counted: not for the nodes torch.compile's tracing leaves behind, whose
+        # saved tensors were released (or never held memory), which would make every census a full one.
+        orphans = [n for n in self.nodes if id(n) not in graphs.visited]
+        counted = ledger.count()
+        graphs.walk_from([n for n in orphans if type(n) in self.cpp_nodes])
+        if ledger.count() != counted:
+            heap.forget()
+        graphs.walk_from([n for n in orphans if type(n) not in self.cpp_nodes])
+        if graphs.errors:
+            ledger._note("graph", "an autograd node could not be read", graphs.errors[0])
+
+    def _graph_starts(self) -> list[Any]:
+        """The autograd nodes the graph walk starts from (the roots', the live non-leaf tensors', the
+        gradients'), claiming the tensors they belong to as activations."""
+        ledger, ttypes, root_tensors = self.ledger, self.ttypes, self.root_tensors
         starts: list[Any] = []
 
         def root(r: Any) -> None:
@@ -296,81 +353,69 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
             if fn is not None:
                 starts.append(fn)
 
-        def walk_from(from_nodes: list[Any]) -> None:
-            walked = len(keep)
-            for saved, name in scan.walk_autograd(from_nodes, visited, keep, errors):
-                if type(saved) in ttypes:
-                    ledger.claim(saved, "activations", name)
-                elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
-                    for t in walk.tensors_below(saved, ttypes):
-                        ledger.claim(t, "activations", f"{name} (packed)")
-            # A custom autograd.Function's ctx is its node: what forward kept there (ctx.mask = h > 0) is
-            # held for backward like what it saved (and after backward, as long as the graph is held).
-            for node in compress(keep[walked:], map(py_nodes.__contains__, map(type, keep[walked:]))):
-                for t, path in walk.named_below(walk.instance_dict(node), ttypes, depth=2):
-                    ledger.claim(t, "activations", f"{type(node).__name__}.ctx{walk.attribute_path(path)}")
+        _each(ledger, "activations", self.roots, root)
+        _each(ledger, "activations", _flagged(self.tensors, self.got, facts.HAS_GRAD_FN, _grad_fn), output)
+        _each(ledger, "activations", self.grads, grad_graph)
+        return starts
 
-        _each(ledger, "activations", roots, root)
-        _each(ledger, "activations", _flagged(tensors, got, facts.HAS_GRAD_FN, _grad_fn), output)
-        _each(ledger, "activations", grads, grad_graph)
-        visited: set[int] = set()
-        keep: list[Any] = []
-        errors: list[BaseException] = []
-        walk_from(starts)
-        # Graphs held by nothing but a node object (``fn = loss.grad_fn``): an old one of a C++ node can be
-        # found again only by a full scan (see heap.forget), which is needed where such a graph holds
-        # something this census counted: not for the nodes torch.compile's tracing leaves behind, whose
-        # saved tensors were released (or never held memory), which would make every census a full one.
-        orphans = [n for n in nodes if id(n) not in visited]
-        counted = ledger.count()
-        walk_from([n for n in orphans if type(n) in cpp_nodes])
-        if ledger.count() != counted:
-            heap.forget()
-        walk_from([n for n in orphans if type(n) not in cpp_nodes])
-        if errors:
-            ledger._note("graph", "an autograd node could not be read", errors[0])
-
-    def other() -> None:
-        for t, name in root_tensors:  # handed over by the caller: named after what holds them
+    def other(self) -> None:
+        ledger = self.ledger
+        for t, name in self.root_tensors:  # handed over by the caller: named after what holds them
             ledger.claim(t, "other", name)
         # Subclass instances first: a wrapper (DTensor, a nested tensor) names the memory of its inner tensors.
-        for t in subclassed:
+        for t in self.subclassed:
             if not ledger.seen(t):
                 ledger.claim(t, "other", type(t).__name__)
-        for position, t in ledger.claim_plain(plain, "other", got_plain):  # in bulk; the odd ones one by one
+        for position, t in ledger.claim_plain(self.plain, "other", self.got_plain):  # in bulk; odd ones one by one
             ledger.claim(t, "other", type(t).__name__, position=position)
-        ledger.claim_storages(storages)  # storages held without a tensor
+        ledger.claim_storages(self.storages)  # storages held without a tensor
 
-    def arrays() -> None:
+    def ddp_buckets(self) -> None:
+        held.ddp_buckets(self.ledger, self.modules + [m for m in self.models if m not in self.modules])
+
+    def arrays(self) -> None:
         atypes = heap.array_types()
-        if numpy_scan == "all":
+        if self.numpy_scan == "all":
             sources: Iterable[Any] = _chain(walk.all_arrays(atypes), walk.frame_arrays(atypes))
         else:
-            sources = _chain(walk.frame_arrays(atypes), walk.holder_arrays(holders, atypes))
+            sources = _chain(walk.frame_arrays(atypes), walk.holder_arrays(self.holders, atypes))
         for arr, name in sources:
-            ledger.claim_array(arr, name)
+            self.ledger.claim_array(arr, name)
 
-    def holder_names() -> None:  # the largest tensors named only by their type: named after what holds them
-        rows = ledger.unnamed(top_k)
+    def holder_names(self) -> None:  # the largest tensors named only by their type: named after what holds them
+        rows = self.ledger.unnamed(self.top_k)
         found = names.holder_names([t for _, t, _ in rows]) if rows else {}
         for _, t, handle in rows:
             if id(t) in found:
-                ledger.rename(handle, found[id(t)])
+                self.ledger.rename(handle, found[id(t)])
 
-    def autocast_cache() -> None:
-        held.autocast_blind_spot(ledger, [p for p, _, _ in named.values()] + tensors)
+    def autocast_cache(self) -> None:
+        held.autocast_blind_spot(self.ledger, [p for p, _, _ in self.named.values()] + self.tensors)
 
-    phases = [("parameters", parameters), ("gradients", gradients), ("optimizer state", optimizer_state),
-              ("buffers", buffers), ("activations", activations), ("other tensors", other),
-              ("DDP's gradient buckets", lambda: held.ddp_buckets(ledger, modules + [m for m in models
-                                                                                   if m not in modules]))]
-    if numpy_scan != "off":
-        phases.append(("numpy arrays", arrays))
-    phases.append(("what holds unnamed tensors", holder_names))
-    phases.append(("the autocast cache", autocast_cache))
-    for what, fn in phases:
-        _guarded(ledger, what, fn)
-    return ledger, "full" if method != "young" else "incremental"
+
+class _Graphs:
+    """The walk of autograd graphs: what each node saved, claimed as activations, each node once."""
+
+    def __init__(self, ledger: Ledger, ttypes: frozenset[type], py_nodes: frozenset[type] | set[type]) -> None:
+        self.ledger, self.ttypes, self.py_nodes = ledger, ttypes, py_nodes
+        self.visited: set[int] = set()
+        self.keep: list[Any] = []
+        self.errors: list[BaseException] = []
+
+    def walk_from(self, from_nodes: list[Any]) -> None:
+        ledger, ttypes, keep = self.ledger, self.ttypes, self.keep
+        walked = len(keep)
+        for saved, name in scan.walk_autograd(from_nodes, self.visited, keep, self.errors):
+            if type(saved) in ttypes:
+                ledger.claim(saved, "activations", name)
+            elif saved is not None:  # what a pack hook returned: (device, tensor), a checkpoint placeholder
+                for t in walk.tensors_below(saved, ttypes):
+                    ledger.claim(t, "activations", f"{name} (packed)")
+        # A custom autograd.Function's ctx is its node: what forward kept there (ctx.mask = h > 0) is
+        # held for backward like what it saved (and after backward, as long as the graph is held).
+        for node in compress(keep[walked:], map(self.py_nodes.__contains__, map(type, keep[walked:]))):
+            for t, path in walk.named_below(walk.instance_dict(node), ttypes, depth=2):
+                ledger.claim(t, "activations", f"{type(node).__name__}.ctx{walk.attribute_path(path)}")
 
 
 def _chain(*its: Iterable[Any]) -> Iterable[Any]:

@@ -262,7 +262,9 @@ def find_instances(holders: bool = True, *, incremental: bool = True) -> Found:
         promoted = _promoted
         _promoted = []
         new_class, _new_class = _new_class, False
-        found = kinds = classes = None
+        found: Found | None = None
+        kinds: Kinds | None = None
+        classes: list[type] | None = None
         if incremental and _last is not None:
             found, kinds, classes = _incremental(_last, promoted, promotions, observed, frozen, holders, new_class)
             if _promotions() != promotions:  # a collection ran meanwhile (another thread's gc.collect())
@@ -273,6 +275,7 @@ def find_instances(holders: bool = True, *, incremental: bool = True) -> Found:
             kinds = list_kinds(holders)
             found = _full(kinds.types)
         del promoted
+        assert kinds is not None and classes is not None  # each branch that finds also lists the types
         fresh = _remember(found, promotions, observed, frozen, holders, kinds, classes)
         _last = fresh if _forgotten == forgotten else None
         return found._replace(tensor_types=kinds.tensor_types, holder_types=kinds.holder_types,
@@ -321,7 +324,7 @@ def _young(types: frozenset[type], known: list[weakref.ref[Any]], instances: lis
     by_id = dict(zip(map(id, kept), kept))  # the first of each, in order (one id: one object while held)
     objects = list(by_id.values())
     objects += itertools.compress(instances, map(operator.not_, map(by_id.__contains__, map(id, instances))))
-    return Found(objects, set(), set(), "young")
+    return Found(objects, frozenset(), frozenset(), "young")
 
 
 def _remember(found: Found, promotions: tuple[int, int], observed: int, frozen: int, holders: bool,
@@ -377,13 +380,13 @@ def _tracked(types: frozenset[type]) -> Found:
             pass
         else:
             _spacing = max(1, length // (4 * STRETCHES))
-            return Found(objs, set(), set(), "objects")
+            return Found(objs, frozenset(), frozenset(), "objects")
     if _select_tracked is not None:
         try:
-            return Found(_select_tracked(tuple(types)), set(), set(), "objects")
+            return Found(_select_tracked(tuple(types)), frozenset(), frozenset(), "objects")
         except (NotImplementedError, MemoryError):
             pass
     objs = gc.get_objects()
     found = select_types(objs, types)
     del objs
-    return Found(found, set(), set(), "objects")
+    return Found(found, frozenset(), frozenset(), "objects")

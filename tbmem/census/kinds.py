@@ -71,8 +71,10 @@ def subclasses(root: type) -> set[type]:
     """``root`` and every subclass of it, recursively (``type.__subclasses__``, unbound)."""
     if _subclasses_c is not None:  # the same calls in C: a thousand types cost 90 us in Python
         return _subclasses_c(root)
-    out, stack = {root}, [root]
+    out: set[type] = {root}
+    stack = [root]
     while stack:
+        sub: type
         for sub in type.__subclasses__(stack.pop()):
             if sub not in out:
                 out.add(sub)

@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import weakref
+from types import FrameType
 from typing import Any, NamedTuple
 
 from tbmem.census import walk
@@ -146,6 +147,7 @@ def _roots() -> list[tuple[str, Any, Any]]:
     out: list[tuple[str, Any, Any]] = []
     release_mine = not walk._tracing()
     me = threading.get_ident()
+    frame: FrameType | None
     for thread, frame in list(sys._current_frames().items()):
         stack = []
         while frame is not None:
@@ -180,7 +182,7 @@ def _search(wanted: dict[int, Any], roots: list[tuple[str, Any, Any]], budget: i
                     found[id(obj)] = (_SUBMODULE.sub(r".\1", name), _root_of(*root), steps, parent)
             if len(found) == len(wanted):
                 return found
-            for obj, name, root, steps, parent in level:
+            for obj, name, root, steps, _parent in level:
                 if id(obj) in wanted:
                     continue
                 kind = type(obj)
@@ -197,4 +199,4 @@ def _search(wanted: dict[int, Any], roots: list[tuple[str, Any, Any]], budget: i
         return found
     finally:
         seen.clear()
-        level = following = []  # type: ignore[assignment]
+        level = following = []

@@ -266,18 +266,18 @@ _MKLDNN = getattr(torch, "_mkldnn", None)
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 
 
-def array_storage(a: np.ndarray, ttypes: set[type]) -> Storage | torch.Tensor | None:
+def array_storage(a: np.ndarray, ttypes: set[type] | frozenset[type]) -> Storage | torch.Tensor | None:
     """The buffer an array occupies, found through its ``base`` chain.
 
     Returns the torch tensor instead when the array is a view of one
     (``tensor.numpy()``), so that memory is counted once, as the tensor.
     """
     root = a
-    while issubclass(type(root.base), np.ndarray):
+    while isinstance(root.base, np.ndarray) and issubclass(type(root.base), np.ndarray):
         root = root.base
-    base = root.base
+    base: Any = root.base
     if type(base) in ttypes:
-        return base
+        return base  # a torch tensor's memory (``tensor.numpy()``)
     nbytes = int(root.nbytes)
     if nbytes == 0:
         return None

@@ -37,6 +37,8 @@ def _spans(keys: Sequence[_Key], blocks: Sequence[Block]) -> tuple[np.ndarray, n
     starts = []
     offset = len(keys)
     for b in blocks:
+        if b.address is None:  # dropped once a census is done; these blocks are still being counted
+            raise ValueError("a block without addresses has no spans")
         codes = np.asarray([devices.setdefault(name, len(devices)) for name in b.devices], np.int64)
         parts_dev.append(codes[b.device] if len(b) else np.zeros(0, np.int64))
         parts_lo.append(b.address.astype(np.int64))
@@ -82,9 +84,10 @@ def _overlapping_few(keys: list[_Key]) -> set[_Key]:
         by_device.setdefault(key[0], []).append((key[1], key[1] + key[2], key))
     for spans in by_device.values():
         spans.sort()
+        reacher: _Key | None
         reach, reacher = -1, None
         for lo, hi, key in spans:
-            if lo < reach:
+            if lo < reach and reacher is not None:  # reach > -1: some span set reacher
                 involved.add(key)
                 involved.add(reacher)
             if hi > reach:

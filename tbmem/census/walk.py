@@ -79,7 +79,7 @@ def object_items(arr: Any, room: int) -> list[Any] | None:
     return list(itertools.islice(arr.flat, room))
 
 
-def _instances_below(obj: Any, atypes: set[type], depth: int, budget: list[int],
+def _instances_below(obj: Any, atypes: set[type] | frozenset[type], depth: int, budget: list[int],
                      stop: frozenset[type] = frozenset(), items: Any = None) -> Iterator[Any]:
     """Instances of ``atypes`` reachable from ``obj`` through at most ``depth`` hops of gc referents.
 
@@ -113,7 +113,7 @@ def _instances_below(obj: Any, atypes: set[type], depth: int, budget: list[int],
             level += [a for a in found if items(a, 1) is not None]
 
 
-def _below(obj: Any, atypes: set[type], depth: int, budget: list[int], stop: frozenset[type] = frozenset(),
+def _below(obj: Any, atypes: set[type] | frozenset[type], depth: int, budget: list[int], stop: frozenset[type] = frozenset(),
            items: Any = None) -> Iterable[Any]:
     """:func:`_instances_below`, in C where it was built (the same instances in the same order, the same
     budget spent)."""
@@ -173,7 +173,7 @@ def labelled_steps(obj: Any) -> list[tuple[str, Any, tuple[str, Any]]]:
     for klass in kind.__mro__:
         slots = vars(klass).get("__slots__", ())
         for slot in slots if type(slots) in (tuple, list) else ():
-            member = vars(klass).get(slot)
+            member: Any = vars(klass).get(slot)
             if type(member).__name__ == "member_descriptor":
                 try:
                     out.append((f".{slot}", member.__get__(obj, kind), ("slot", member)))
@@ -243,7 +243,7 @@ def _descends(kind: type) -> bool:
     return verdict
 
 
-def _bounded_referents(level: list[Any], limit: int, atypes: set[type] | None = None, items: Any = None) -> list[Any]:
+def _bounded_referents(level: list[Any], limit: int, atypes: set[type] | frozenset[type] | None = None, items: Any = None) -> list[Any]:
     """At most ``limit`` referents of ``level``, without listing all items of a huge container first:
     the gc referents of the others, then those containers' items, then the items of the arrays of
     objects among ``level`` (``items``), up to the limit."""
@@ -314,6 +314,7 @@ def frame_arrays(atypes: set[type], *, depth: int = 2, budget: int = 20_000,
     # An object several frames hold (each method's ``self``, a shared config) is walked once: what
     # it leads to was named by the innermost frame holding it, as the first claim names a storage.
     walked: dict[int, Any] = {}  # id -> the object, held so that no id is reused during the walk
+    frame: FrameType | None
     try:
         for thread, frame in stacks:
             while frame is not None:

@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "Budget": "tbmem.forecast.budget",
     "default_budget": "tbmem.forecast.budget",
     "format_bytes": "tbmem.forecast.report",
+    "FORECAST_TEXT_TAG": "tbmem.forecast.report",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.forecast.core import FitQuality, Forecast, fit
     from tbmem.forecast.probe import ForecastError
     from tbmem.forecast.measure import StepMeasurement, measure_step
-    from tbmem.forecast.report import format_bytes
+    from tbmem.forecast.report import FORECAST_TEXT_TAG, format_bytes
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

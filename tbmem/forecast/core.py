@@ -252,8 +252,10 @@ def _resolve_device(device: Any, models: list[torch.nn.Module], make_batch: Call
     if device is not None:
         d = torch.device(device)
     else:
-        d = next((p.device for m in models for p in m.parameters()), None)
-        if d is None:
+        found = next((p.device for m in models for p in m.parameters()), None)
+        if found is not None:
+            d = found
+        else:
             from tbmem.forecast.measure import _tensors
 
             d = next((t.device for t in _tensors(make_batch(n))), torch.device("cpu"))

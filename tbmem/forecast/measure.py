@@ -225,7 +225,7 @@ def measure_step(step: Callable[[Any], Any], batch: Any, *, device: torch.device
     rec = _DeviceRecorder(device, backend="dispatch", stacks="none", max_entries=2**62, models=lambda: models,
                           optimizers=lambda: optimizers)
     gc_was_enabled = gc.isenabled()
-    if cuda:
+    if index is not None:  # CUDA
         tp.synchronize_if_pending(index)
         tp.reset_cuda_peaks(index)
     gc.disable()
@@ -245,7 +245,7 @@ def measure_step(step: Callable[[Any], Any], batch: Any, *, device: torch.device
     if rec.failed is not None:
         raise RuntimeError("the allocation recorder failed during the step") from rec.failed
     allocator_peak = None
-    if cuda:
+    if index is not None:  # CUDA
         stats = tp.cuda_memory_stats(index) or {}
         allocator_peak = int(stats.get("allocated_bytes.all.peak", 0))
     snap = rec.snapshot(kind="snapshot", step=0)

@@ -63,7 +63,8 @@ def format_table(f: "Forecast", *, at: Iterable[int] | None = None, budget_bytes
     """Rows: categories at the peak; columns: each probed size (measured), then the forecasts."""
     wanted, fits, budget_text, limit = _columns(f, at, budget_bytes, budget_explanation)
     measured = {m.batch_size: m for m in f.measurements}
-    cols = [(f"n={n}", f.breakdown(n), f.peak_bytes(n), measured[n].peak_bytes) for n in f.batch_sizes]
+    cols: list[tuple[str, dict[str, int], int, int | None]] = [
+        (f"n={n}", f.breakdown(n), f.peak_bytes(n), measured[n].peak_bytes) for n in f.batch_sizes]
     cols += [(f"n={n} (forecast)", f.breakdown(n), f.peak_bytes(n), None) for n in wanted]
     keys = [k for k in _LABELS if any(k in c[1] for c in cols)]
     keys += sorted({k for c in cols for k in c[1]} - set(keys))

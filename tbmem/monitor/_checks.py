@@ -12,7 +12,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, TextIO, Union
+import warnings
+from typing import Any, Sequence, TextIO, Union
 
 import torch
 
@@ -22,7 +23,7 @@ from tbmem._log import report_once
 DeviceLike = Union[int, str, torch.device, None]
 
 __all__ = ["DeviceLike", "check_file", "check_count", "check_positive", "check_device", "check_label",
-           "hook_failed"]
+           "hook_failed", "old_positional"]
 
 
 def check_file(file: TextIO | None, field: str = "file") -> TextIO | None:
@@ -74,3 +75,30 @@ def check_label(value: Any, field: str = "label") -> str:
 def hook_failed(where: str, exc: BaseException) -> None:
     """Log once that a monitor hook failed; training goes on."""
     report_once(f"monitor:{where}", f"tbmem: {where} failed; the monitor keeps going without it", exc=exc)
+
+
+def old_positional(owner: str, names: Sequence[str], args: Sequence[Any], given: dict[str, Any]) -> list[Any]:
+    """The values of ``names`` where a caller still passes them by position (the signature before
+    0.2, where siblings disagreed): ``args`` fill ``names`` in order, with a DeprecationWarning; the
+    others keep their keyword value from ``given``.
+
+    Raises:
+        TypeError: more positional arguments than the old signature had.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True):
+        ...     warnings.simplefilter("always")
+        ...     old_positional("PerformanceMonitor", ["device"], [1], {"device": None})
+        [1]
+    """
+    if len(args) > len(names):
+        raise TypeError(f"{owner}() takes at most {len(names)} more positional arguments, got {len(args)}")
+    values = [given[n] for n in names]
+    if args:
+        moved = list(names[: len(args)])
+        warnings.warn(f"{owner}(): pass {', '.join(n + '=' for n in moved)} by keyword; passing it by position "
+                      "is deprecated and stops working in a later release", DeprecationWarning, stacklevel=3)
+        for i, value in enumerate(args):
+            values[i] = value
+    return values

@@ -38,7 +38,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TextIO, TypeVar
 
-from tbmem.monitor._checks import DeviceLike, check_device, check_file, check_label, hook_failed
+from tbmem.monitor._checks import DeviceLike, check_device, check_file, check_label, hook_failed, old_positional
 from tbmem.monitor.formatting import NA
 from tbmem.monitor.measure import PerformanceMetric, Span, Tracked
 from tbmem.monitor.output import emit
@@ -109,25 +109,29 @@ def _measured(label: str, *, kind: str, print_result: bool, device: int | None, 
                 hook_failed(f"track_{kind}", exc)
 
 
-def track_memory(label: str, *, device: DeviceLike = None, writer: Any = None, step: int | None = None,
-                 file: TextIO | None = None, enabled: bool = True) -> Any:
+def track_memory(label: str, *, print_result: bool = True, device: DeviceLike = None, writer: Any = None,
+                 step: int | None = None, file: TextIO | None = None, enabled: bool = True) -> Any:
     """Context manager: print the RSS/GPU change and peak of the block; yields a :class:`Tracked`.
 
     Raises:
         ValueError: an invalid argument (empty label, negative device, file without write()).
     """
     check_label(label)
-    return _measured(label, kind="memory", print_result=True, device=check_device(device), writer=writer,
+    return _measured(label, kind="memory", print_result=print_result, device=check_device(device), writer=writer,
                      step=step, file=check_file(file), enabled=enabled)
 
 
-def track_performance(label: str, print_result: bool = True, device: DeviceLike = 0, *, writer: Any = None,
-                      step: int | None = None, file: TextIO | None = None, enabled: bool = True) -> Any:
+def track_performance(label: str, *_old: Any, print_result: bool = True, device: DeviceLike = None,
+                      writer: Any = None, step: int | None = None, file: TextIO | None = None,
+                      enabled: bool = True) -> Any:
     """Context manager: time the block (CUDA synchronised) and measure its memory; yields a :class:`Tracked`.
 
     Raises:
         ValueError: an invalid argument.
     """
+    if _old:  # before 0.2: track_performance(label, print_result, device)
+        print_result, device = old_positional("track_performance", ("print_result", "device"), _old,
+                                              {"print_result": print_result, "device": device})
     check_label(label)
     return _measured(label, kind="performance", print_result=print_result, device=check_device(device),
                      writer=writer, step=step, file=check_file(file), enabled=enabled)
@@ -165,7 +169,9 @@ def monitor_memory(label: str | Callable[..., Any] | None = None, **kwargs: Any)
     return _decorator(track_memory, label, kwargs)
 
 
-def monitor_performance(label: str | Callable[..., Any] | None = None, device: DeviceLike = 0,
-                        **kwargs: Any) -> Any:
+def monitor_performance(label: str | Callable[..., Any] | None = None, *_old: Any, **kwargs: Any) -> Any:
     """Decorator form of :func:`track_performance`; prints on every call."""
-    return _decorator(track_performance, label, {"device": device, **kwargs})
+    if _old:  # before 0.2: monitor_performance(label, device)
+        (kwargs["device"],) = old_positional("monitor_performance", ("device",), _old,
+                                             {"device": kwargs.get("device")})
+    return _decorator(track_performance, label, kwargs)

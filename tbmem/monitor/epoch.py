@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from tbmem.monitor._checks import DeviceLike, check_count, check_device, check_file, check_positive, hook_failed
+from tbmem.monitor._checks import (DeviceLike, check_count, check_device, check_file, check_positive, hook_failed,
+                                   old_positional)
 from tbmem.monitor.formatting import format_mb, loss_summary, render_loss, to_mb
 from tbmem.monitor.output import emit
 from tbmem.monitor.readings import PeakWindow, Reading, read
@@ -78,8 +79,11 @@ class EpochMemoryMonitor:
         0
     """
 
-    def __init__(self, enabled: bool = True, verbose_batches: int = 5, writer: Any = None,
-                 file: TextIO | None = None, *, device: DeviceLike = None, log_every: int = 1) -> None:
+    def __init__(self, enabled: bool = True, verbose_batches: int = 5, *_old: Any, device: DeviceLike = None,
+                 writer: Any = None, file: TextIO | None = None, log_every: int = 1) -> None:
+        if _old:  # before 0.2: EpochMemoryMonitor(enabled, verbose_batches, writer, file)
+            writer, file = old_positional("EpochMemoryMonitor", ("writer", "file"), _old,
+                                          {"writer": writer, "file": file})
         self.enabled = bool(enabled)
         self.verbose_batches = check_count(verbose_batches, "verbose_batches")
         self.log_every = check_positive(log_every, "log_every")

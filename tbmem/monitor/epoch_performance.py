@@ -32,7 +32,8 @@ import time
 from typing import Any, TextIO
 
 from tbmem import _torch_private as tp
-from tbmem.monitor._checks import DeviceLike, check_count, check_device, check_file, check_positive, hook_failed
+from tbmem.monitor._checks import (DeviceLike, check_count, check_device, check_file, check_positive, hook_failed,
+                                   old_positional)
 from tbmem.monitor.formatting import format_mb, loss_summary, render_loss
 from tbmem.monitor.measure import AggregateStats
 from tbmem.monitor.output import emit
@@ -67,8 +68,10 @@ class EpochPerformanceMonitor:
         0
     """
 
-    def __init__(self, enabled: bool = True, verbose_batches: int = 5, device: DeviceLike = 0, *,
+    def __init__(self, enabled: bool = True, verbose_batches: int = 5, *_old: Any, device: DeviceLike = None,
                  writer: Any = None, file: TextIO | None = None, log_every: int = 1) -> None:
+        if _old:  # before 0.2: EpochPerformanceMonitor(enabled, verbose_batches, device)
+            (device,) = old_positional("EpochPerformanceMonitor", ("device",), _old, {"device": device})
         self.enabled = bool(enabled)
         self.verbose_batches = check_count(verbose_batches, "verbose_batches")
         self.log_every = check_positive(log_every, "log_every")

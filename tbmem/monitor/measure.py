@@ -116,9 +116,9 @@ class Span:
         cpu_peak, gpu_peak = self._window.close()
         before = self._before
         gpu_delta = None
-        if after.has_gpu:
+        if after.gpu_allocated is not None:
             # CUDA initialised inside the span: nothing was allocated before it.
-            gpu_delta = after.gpu_allocated - (before.gpu_allocated if before.has_gpu else 0.0)
+            gpu_delta = after.gpu_allocated - (before.gpu_allocated if before.gpu_allocated is not None else 0.0)
             if gpu_peak is None:
                 gpu_peak = after.gpu_peak
         cpu_delta = None if after.cpu is None or before.cpu is None else after.cpu - before.cpu

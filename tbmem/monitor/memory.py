@@ -127,7 +127,7 @@ class MemoryTracker:
         ['initialization', 'after_data_loading']
     """
 
-    def __init__(self, *, enabled: bool = True, device: DeviceLike = None, writer: Any = None,
+    def __init__(self, enabled: bool = True, *, device: DeviceLike = None, writer: Any = None,
                  file: TextIO | None = None) -> None:
         self.enabled = bool(enabled)
         self.device = check_device(device)

@@ -29,7 +29,7 @@ from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from typing import Any, ContextManager, Iterator, TextIO
 
-from tbmem.monitor._checks import DeviceLike, check_device, check_file, hook_failed
+from tbmem.monitor._checks import DeviceLike, check_device, check_file, hook_failed, old_positional
 from tbmem.monitor.formatting import NA, MiB
 from tbmem.monitor.measure import AggregateStats, PerformanceMetric, Span
 from tbmem.monitor.output import emit
@@ -104,8 +104,10 @@ class PerformanceMonitor:
         3
     """
 
-    def __init__(self, enabled: bool = True, device: DeviceLike = 0, *, writer: Any = None,
+    def __init__(self, enabled: bool = True, *_old: Any, device: DeviceLike = None, writer: Any = None,
                  file: TextIO | None = None) -> None:
+        if _old:  # before 0.2: PerformanceMonitor(enabled, device)
+            (device,) = old_positional("PerformanceMonitor", ("device",), _old, {"device": device})
         self.enabled = bool(enabled)
         self.device = check_device(device)
         self.file = check_file(file)

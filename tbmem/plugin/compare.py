@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
 
 from tbmem.plugin.findings import finite
 from tbmem.plugin.series import Series, minmax_indices

@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 from tensorboard import errors
@@ -54,6 +54,10 @@ from tbmem.plugin.runs import PEAK_TAGS, rank_peaks
 from tbmem.plugin.series import ScalarCache
 from tbmem.plugin.snapshots import SnapshotError, SnapshotPages
 from tbmem.tags import TAGS
+
+#: werkzeug's ``Request.application`` for the plugin's methods: its stubs type it for plain functions
+#: of a request, while the bound method it wraps here takes ``self`` first.
+_route = cast(Callable[[Callable[..., Any]], Any], wrappers.Request.application)
 
 __all__ = ["MemoryPlugin", "PLUGIN_NAME"]
 
@@ -201,12 +205,12 @@ class MemoryPlugin(base_plugin.TBPlugin):
         """The page of snapshot ``sid`` of ``run``: found by listing, opened below the run's root."""
         found = self._dirs.run_dir(run)
         entry = next((e for e in self._logdir.snapshots(run) if e.id == sid), None) if found and sid else None
-        if entry is None:
+        if entry is None or found is None:
             raise errors.NotFoundError("unknown snapshot id")
         return self._pages.page(entry, found[1])
 
     # --- routes ---------------------------------------------------------------------------
-    @wrappers.Request.application
+    @_route
     def _serve_runs(self, request: Any) -> Any:
         ctx, eid = self._ids(request)
         names = self._run_names(ctx, eid)
@@ -223,7 +227,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
             g["census"] = any(m["census"] for m in g["members"])
         return _json(request, {"groups": groups})
 
-    @wrappers.Request.application
+    @_route
     def _serve_overview(self, request: Any) -> Any:
         ctx, eid, run = self._run(request)
         breakdown = request.args.get("breakdown", "category")
@@ -255,7 +259,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         doc.update(run=run, marks=marks)
         return _json(request, doc)
 
-    @wrappers.Request.application
+    @_route
     def _serve_at(self, request: Any) -> Any:
         ctx, eid, run = self._run(request)
         step = _int_arg(request, "step")
@@ -293,12 +297,12 @@ class MemoryPlugin(base_plugin.TBPlugin):
                 return parse_census_markdown(text)
         return None
 
-    @wrappers.Request.application
+    @_route
     def _serve_snapshots(self, request: Any) -> Any:
         _, _, run = self._run(request)
         return _json(request, [e.to_json() for e in self._snapshots(run)])
 
-    @wrappers.Request.application
+    @_route
     def _serve_snapshot(self, request: Any) -> Any:
         _, _, run = self._run(request)
         try:
@@ -316,18 +320,18 @@ class MemoryPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError("unknown run")
         return found
 
-    @wrappers.Request.application
+    @_route
     def _serve_profiles(self, request: Any) -> Any:
         return _json(request, list_windows(self._profile_run(request)))
 
-    @wrappers.Request.application
+    @_route
     def _serve_profile(self, request: Any) -> Any:
         try:
             return _json(request, window_summary(self._profile_run(request), request.args.get("name", "")))
         except ProfileError as exc:
             return _json(request, {"error": str(exc)}, code=exc.status)
 
-    @wrappers.Request.application
+    @_route
     def _serve_profile_trace(self, request: Any) -> Any:
         name = request.args.get("name", "")
         try:
@@ -338,13 +342,13 @@ class MemoryPlugin(base_plugin.TBPlugin):
         response.headers["Content-Disposition"] = f'attachment; filename="{name}"'  # a listed TRACE_FILE name
         return response
 
-    @wrappers.Request.application
+    @_route
     def _serve_findings(self, request: Any) -> Any:
         ctx, eid, run = self._run(request)
         series, _ = self._series(ctx, eid, run, lambda t: t.startswith(SUMMARY_PREFIXES))
         return _json(request, dict(findings(run, series), run=run))
 
-    @wrappers.Request.application
+    @_route
     def _serve_compare(self, request: Any) -> Any:
         ctx, eid = self._ids(request)
         runs = request.args.getlist("run")
@@ -358,7 +362,7 @@ class MemoryPlugin(base_plugin.TBPlugin):
         per_run = {r: self._series(ctx, eid, r, lambda t: t.startswith(SUMMARY_PREFIXES))[0] for r in runs}
         return _json(request, dict(comparison(per_run, align=align, points=points), runs=runs))
 
-    @wrappers.Request.application
+    @_route
     def _serve_ranks(self, request: Any) -> Any:
         ctx, eid = self._ids(request)
         group = request.args.get("group")
@@ -398,13 +402,13 @@ class MemoryPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError("no compact job of that name")
         return group, job
 
-    @wrappers.Request.application
+    @_route
     def _serve_heatmap(self, request: Any) -> Any:
         group, job = self._compact_group(request)
         columns = _int_arg(request, "columns", 200, lo=10, hi=1000)
         return _json(request, {"group": group, **self._tables.heatmap(*job, columns=columns)})
 
-    @wrappers.Request.application
+    @_route
     def _serve_rank_series(self, request: Any) -> Any:
         group, job = self._compact_group(request)
         rank = _int_arg(request, "rank", lo=0)

@@ -98,7 +98,7 @@ def _peaks_of(c: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows of :data:`PEAK_TAGS` per rank from one file's rows, in O(rows): the highest value per rank,
     then the earliest step holding it."""
     ranks, row = _dense(c["rank"])
-    out = [{"run": None, "rank": int(r)} for r in ranks]
+    out: list[dict[str, Any]] = [{"run": None, "rank": int(r)} for r in ranks]
     for column, tags in PEAK_TAGS.items():
         value = np.full(len(ranks), np.nan)
         step = np.zeros(len(ranks), dtype=np.int64)

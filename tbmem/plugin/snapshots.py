@@ -55,7 +55,7 @@ class _Flight:
         self.error: tuple[int, str] | None = None
 
     def answer(self) -> str:
-        return _answer(self.page if self.page is not None else self.error)  # type: ignore[arg-type]
+        return _answer(self.page if self.page is not None else self.error)
 
 
 class SnapshotPages:

@@ -68,7 +68,8 @@ def merge_external(external: list[tuple[str, list[dict[str, Any]]]], torch_event
     for source, events in external:
         for e in events:
             e = dict(e)
-            pid = f"{source} {PROCESS_NAMES.get(e.get('pid'), e.get('pid'))}"
+            raw_pid = e.get("pid")
+            pid = f"{source} {PROCESS_NAMES.get(raw_pid, raw_pid) if isinstance(raw_pid, int) else raw_pid}"
             e["pid"] = pid
             if e.get("ph") == "M":
                 if e.get("name") == "process_name":

@@ -53,7 +53,7 @@ def decode_column(doc: Any, name: str, length: int | None = None) -> np.ndarray:
     """The int64 array of an encoded column (or a plain list of integers); ValueError names the field."""
     if isinstance(doc, list):
         try:
-            arr = np.asarray(doc, dtype=np.int64)
+            arr: np.ndarray = np.asarray(doc, dtype=np.int64)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"snapshot field {name} must hold integers") from exc
         if arr.ndim != 1:

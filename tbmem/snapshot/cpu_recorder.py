@@ -100,7 +100,7 @@ class AllocatorRecording:
     def _freed(self, ref: weakref.ref) -> None:
         sid = self._sids.pop(id(ref), None)
         entry = self._watched.get(sid) if sid is not None else None
-        if entry is None or entry[1] is not ref:
+        if sid is None or entry is None or entry[1] is not ref:
             return
         del self._watched[sid]
         self._rec.free_handle(entry[0])

@@ -93,6 +93,9 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
                  limits: Limits | None = None, classifier: FrameClassifier | None = None) -> Snapshot:
     """Convert a torch snapshot whose traces were read into ``rows`` (see :mod:`.pickle_stream`)."""
     limits = limits or rows.limits
+    segments: Any
+    traces: Any
+    top: Mapping[str, Any]
     if isinstance(data, list):
         segments, traces, top = data, [], {}
     elif isinstance(data, Mapping):
@@ -112,8 +115,8 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
             raise SnapshotRefused(f"segment device {dev!r} is not a device index")
         seg_by_dev.setdefault(dev, []).append(seg)
     per_dev = {d: rows.rows_of(t) for d, t in enumerate(traces)}
-    cols = {c: rows.column(c) for c in ("action", "addr", "size", "time", "stack", "meta")}
-    cols["streams"] = rows.streams  # type: ignore[assignment] - by row, segment events only
+    cols: dict[str, Any] = {c: rows.column(c) for c in ("action", "addr", "size", "time", "stack", "meta")}
+    cols["streams"] = rows.streams  # by row, segment events only
     devices_idx = sorted({d for d, r in per_dev.items() if r.shape[0]} | set(seg_by_dev))
     tcol = cols["time"]  # every row is an event of a device trace
     known = tcol != NO_TIME
@@ -228,7 +231,7 @@ def _final_segments(name: str, segs: list[Mapping[str, Any]], seg_stacks: dict[i
                 raise SnapshotRefused(f"a block of {name} has size {bsize!r}, outside 0..{limits.max_bytes:,}")
             baddr = baddr if isinstance(baddr, int) and not isinstance(baddr, bool) else base
             base = baddr + bsize
-            state = {"active_allocated": 1, "active_pending_free": 2}.get(b.get("state"), 0)
+            state = {"active_allocated": 1, "active_pending_free": 2}.get(str(b.get("state")), 0)
             blocks.append((baddr, bsize, _requested(b, bsize), seg_stacks.get(id(b), -1), state))
     return finals, blocks
 
@@ -299,7 +302,7 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
         real = b_size[order][pos] - allocs["size"][alive]
         ok = hit & (real >= 0)
         allocs["round"][alive[ok]] = real[ok]
-    ooms = [{"event": int(i), "requested_bytes": int(size[i]), "free_bytes": int(addr[i]),
+    ooms: list[dict[str, Any]] = [{"event": int(i), "requested_bytes": int(size[i]), "free_bytes": int(addr[i]),
              "time_us": int(time_us[i] + (t0 or 0)) if has_time else None}
             for i in np.flatnonzero(act == _OOM).tolist()]
     for o in ooms:

@@ -30,7 +30,7 @@ __all__ = ["Pairs", "pair_allocations", "pair_allocations_numpy", "C_PAIRING"]
 try:  # the same pairing in one pass of C (tbmem/snapshot/_pair.c), where the install could compile it
     from tbmem.snapshot import _creader as _C
 except ImportError:  # pragma: no cover - no C compiler at install time
-    _C = None  # type: ignore[assignment]
+    _C = None
 #: Whether allocator events are paired in C (False: no C compiler when tbmem was installed).
 C_PAIRING = _C is not None
 

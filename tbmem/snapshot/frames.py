@@ -152,8 +152,8 @@ class FrameClassifier:
             if site_packages_are_library:
                 roots.update(_site_roots())
         for name in set(filenames):
-            packages, stdlib = _inferred_roots(_norm(name), site_packages_are_library)
-            roots.update(packages)
+            inferred, stdlib = _inferred_roots(_norm(name), site_packages_are_library)
+            roots.update(inferred)
             stdlibs.update(stdlib)
         return cls(roots, stdlibs=stdlibs, site_packages_are_library=site_packages_are_library)
 

@@ -59,7 +59,7 @@ def load_torch_pickle(path: str | os.PathLike[str] | BinaryIO) -> Any:
         tbmem.snapshot.safe_pickle.UnsafePickleError: the file names a Python object.
         ValueError: the file is plain data but not a snapshot.
     """
-    source = path if hasattr(path, "read") else os.fspath(path)  # type: ignore[arg-type]
+    source = path if hasattr(path, "read") else os.fspath(path)
     data = load_plain(source)
     if not (isinstance(data, dict) and "segments" in data) and not isinstance(data, list):
         raise ValueError(f"{getattr(path, 'name', path)} is not a torch.cuda.memory._snapshot() pickle")

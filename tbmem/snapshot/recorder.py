@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import weakref
+from types import FrameType
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -203,6 +204,7 @@ class DispatchRecorder:
             report_once("snapshot:native", f"tbmem: CPU snapshots use the dispatch-mode recorder (slower while "
                         f"recording): {reason}")
             return None
+        assert mod is not None  # unavailable_reason() names why when load() gave None
         return AllocatorRecording(mod, max_entries=self.max_entries, stacks=self.stacks,
                                   stack_depth=self.stack_depth, skip_suffixes=_SKIP_FILES)
 
@@ -293,7 +295,7 @@ class DispatchRecorder:
 
     def _stack_id(self) -> int:
         # 3 frames up: past _stack_id, _record and __torch_dispatch__, the frame that called the operator
-        f = sys._getframe(3)
+        f: FrameType | None = sys._getframe(3)
         known = self._codes
         skipped = self._skipped
         key: list[int] = []
@@ -334,7 +336,7 @@ class DispatchRecorder:
         # callback never runs, so every reference seen here is one of this recording's
         sid = self._sids.pop(id(ref), None)
         entry = self._live.get(sid) if sid is not None else None
-        if entry is None or entry[1] is not ref:
+        if sid is None or entry is None or entry[1] is not ref:
             return
         del self._live[sid]
         time_us = self._time_us

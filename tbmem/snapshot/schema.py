@@ -85,8 +85,10 @@ class SnapshotBuilder:
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self.categories: list[str] = []
         self._category_ids: dict[str, int] = {}
-        self.cols: dict[str, list[int]] = {c: [] for c in (*COLUMNS, "device")}
-        self.time_us: list[int] = []
+        # lists while events are added one by one, or arrays a recorder read back whole sets at once
+        # (tbmem.snapshot.cpu_recorder): build() takes either
+        self.cols: dict[str, Any] = {c: [] for c in (*COLUMNS, "device")}
+        self.time_us: Any = []
         self.dropped = 0
         self.devices: list[str] = []
         self._device_ids: dict[str, int] = {}

@@ -7,7 +7,6 @@ import gc
 import warnings
 from dataclasses import dataclass
 
-import pytest
 import torch
 from torch import nn
 

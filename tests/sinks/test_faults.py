@@ -8,7 +8,6 @@ under MLflow's store (a small tmpfs: root only, as tests/faults).
 from __future__ import annotations
 
 import http.server
-import logging
 import shutil
 import socket
 import threading

@@ -7,7 +7,6 @@ import io
 import os
 import pickle
 
-import numpy as np
 import pytest
 
 from tbmem.snapshot.pickle_rows import ACTIONS, NO_TIME, Limits, SnapshotRefused

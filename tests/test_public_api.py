@@ -1,0 +1,128 @@
+"""The drawn public API (docs/api.md): what ``tbmem.__all__`` and the public modules name, and that the
+bundled trainers and the framework integrations use nothing else of tbmem."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+import tbmem
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The public modules: tbmem itself, those tbmem.PUBLIC_MODULES names, and the integrations' modules.
+PUBLIC_PREFIXES = ("tbmem.integrations",)
+
+
+def public_module(name: str) -> bool:
+    return name == "tbmem" or name in tbmem.PUBLIC_MODULES or any(
+        name.startswith(p + ".") for p in PUBLIC_PREFIXES)
+
+
+def non_public_imports(path: Path) -> list[str]:
+    """``file:line: import`` for each import in ``path`` of tbmem that is neither a public module nor a
+    name of one (``from tbmem import MemoryWriter`` is public, ``from tbmem.writer import ...`` is not)."""
+    bad = []
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "tbmem"]
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: import {n}" for n in names if not public_module(n)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "tbmem":
+            module = node.module or ""
+            for alias in node.names:
+                if public_module(module) and not alias.name.startswith("_"):
+                    continue
+                if public_module(f"{module}.{alias.name}"):  # from tbmem import console
+                    continue
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {module} import {alias.name}")
+    return bad
+
+
+def adapter_files() -> list[Path]:
+    files = sorted((ROOT / "trainers").rglob("*.py"))
+    integrations = ROOT / "tbmem" / "integrations"
+    return files + (sorted(integrations.rglob("*.py")) if integrations.is_dir() else [])
+
+
+def test_trainers_and_integrations_import_only_public_names():
+    bad = [line for path in adapter_files() for line in non_public_imports(path)]
+    assert not bad, "imports of tbmem's own modules (use what tbmem.__all__ or docs/api.md's modules name):\n" + \
+        "\n".join("  " + b for b in bad)
+
+
+def test_the_import_check_can_fail(tmp_path, monkeypatch):
+    monkeypatch.setattr(tbmem, "PUBLIC_MODULES", ("tbmem.console",))
+    src = ROOT / "trainers" / "_made_up_for_the_test.py"
+    text = ("import tbmem\nfrom tbmem import MemoryWriter, _log\nfrom tbmem.console import emit\n"
+            "from tbmem.monitor.readings import read\nimport tbmem._torch_private as tp\n"
+            "from tbmem import console\nfrom tbmem.integrations.lightning import Callback\n")
+    src.write_text(text)
+    try:
+        found = non_public_imports(src)
+    finally:
+        src.unlink()
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "from tbmem import _log", "from tbmem.monitor.readings import read", "import tbmem._torch_private"]
+
+
+@pytest.mark.parametrize("name", sorted(tbmem.__all__))
+def test_every_top_level_name_resolves(name):
+    assert getattr(tbmem, name) is not None
+    assert name in dir(tbmem) or name in vars(tbmem)
+
+
+def test_every_config_class_is_at_the_top():
+    import dataclasses
+
+    from tbmem.config import MemoryWriterConfig
+
+    for field in dataclasses.fields(MemoryWriterConfig):
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        kind = type(default)
+        if kind.__name__.endswith("Config"):
+            assert getattr(tbmem, kind.__name__) is kind, field.name
+    for name in ("MemoryWriterConfig", "SnapshotConfig", "RanksConfig", "AlertConfig", "SpikeConfig",
+                 "ProfileConfig"):
+        assert name in tbmem.__all__
+
+
+@pytest.mark.parametrize("module", sorted(tbmem.PUBLIC_MODULES))
+def test_public_modules_name_what_they_export(module):
+    if module == "tbmem.integrations" and not (ROOT / "tbmem" / "integrations").is_dir():
+        pytest.skip("tbmem.integrations is reserved: issue 37 adds it")
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None, (module, name)
+
+
+def _listed(page: str, module: str) -> list[str]:
+    """The names docs/api.md lists in ``module``'s section."""
+    section = page.split(f"## `{module}`\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^- `([A-Za-z_][A-Za-z0-9_]*)", section, flags=re.M)
+
+
+def test_the_api_page_is_current_and_names_exactly_the_public_names():
+    from tbmem import _apidoc
+
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    assert page == _apidoc.render(), "docs/api.md is not current: run python -m tbmem._apidoc"
+    assert _apidoc.render() == page  # regenerating gives the same text
+    assert sorted(_listed(page, "tbmem")) == sorted(n for n in tbmem.__all__ if not n.startswith("__"))
+    for module in tbmem.PUBLIC_MODULES:
+        assert f"## `{module}`" in page
+        if importlib.util.find_spec(module) is not None:
+            assert sorted(_listed(page, module)) == sorted(importlib.import_module(module).__all__), module
+
+
+def test_the_page_check_fails_on_a_stale_page(tmp_path, monkeypatch):
+    from tbmem import _apidoc
+
+    monkeypatch.setattr(_apidoc, "PAGE", tmp_path / "api.md")
+    (tmp_path / "api.md").write_text(_apidoc.render().replace("- `take_census", "- `take_a_census"))
+    assert _apidoc.main(["--check"]) == 1
+    assert _apidoc.main([]) == 0 and _apidoc.main(["--check"]) == 0
