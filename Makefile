@@ -14,7 +14,7 @@ TORCH_INDEX ?=
 # which torch build pip picks depends on its indexes: PyPI's Linux wheel is the multi-GB CUDA build,
 # PyTorch's CPU index (TORCH_INDEX) or a local wheel (pip's find-links) the CPU build. README.md.
 # tbmem/census/_gcwalk.c and the snapshot reader's compiled parts (tbmem/snapshot/_creader.h, _creader.c,
-# _pickle_scan.c, _pickle_run.c, _pair.c) are compiled by the install (optional C extensions, setup.py): rebuilt
+# _pickle_run.c, _pair.c) are compiled by the install (optional C extensions, setup.py): rebuilt
 # when they change.
 # The CPU allocation recorder (tbmem/snapshot/_cpu_alloc_recorder.cpp) needs torch's headers, so it is
 # compiled after the install, into ~/.cache/tbmem (tbmem.snapshot.native); without a C++ compiler CPU
@@ -22,7 +22,7 @@ TORCH_INDEX ?=
 # pip is not quiet: on a fresh clone the install takes 2-3 minutes, and its lines (Collecting ...,
 # the download bars, Installing ...) show that it is going.
 $(STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tbmem/snapshot/_creader.h \
-          tbmem/snapshot/_creader.c tbmem/snapshot/_pickle_scan.c tbmem/snapshot/_pickle_run.c tbmem/snapshot/_pair.c \
+          tbmem/snapshot/_creader.c tbmem/snapshot/_pickle_run.c tbmem/snapshot/_pair.c \
           tbmem/snapshot/_cpu_alloc_recorder.cpp
 	@echo "== creating $(VENV) and installing tbmem with its dependencies (2-3 minutes the first time)"
 	$(PYTHON) -m venv $(VENV)

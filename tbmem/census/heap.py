@@ -69,23 +69,13 @@ from tbmem.census.kinds import (
     node_types, outdated, split_classes, storage_types, tensor_types,
 )
 
-try:  # the heap pass in C (tbmem/census/_gcwalk.c), built where a C compiler was at install time
-    from tbmem.census._gcwalk import select_tracked as _select_tracked
-except ImportError:
-    _select_tracked = None
-try:  # apart: an extension built from an older _gcwalk.c still gives the full pass
-    from tbmem.census._gcwalk import select_listed as _select_listed
-except ImportError:
-    _select_listed = None
-try:
-    from tbmem.census._gcwalk import weak_refs as _weak_refs_c
-except ImportError:
-    _weak_refs_c = None
-try:
+try:  # the heap pass in C (tbmem/census/_gcwalk.c), built where a C compiler was at install time (wheels have it)
     from tbmem.census._gcwalk import own_anchors as _own_anchors
+    from tbmem.census._gcwalk import select_listed as _select_listed
     from tbmem.census._gcwalk import select_tracked_from as _select_from
-except ImportError:
-    _select_from = None
+    from tbmem.census._gcwalk import weak_refs as _weak_refs_c
+except ImportError:  # the one Python fallback: gc.get_objects() and a selection by exact type
+    _own_anchors = _select_listed = _select_from = _weak_refs_c = None
 try:  # the permanent generation (gc.freeze()), where the extension can read it (CPython 3.10, 3.11)
     from tbmem.census._gcwalk import select_frozen as _select_frozen
 
@@ -95,7 +85,7 @@ except (ImportError, NotImplementedError):
 #: Whether full scans also see the objects frozen by ``gc.freeze()`` (else no scan does).
 FROZEN_READABLE = _select_frozen is not None
 #: Whether full scans walk the heap in C (False: ``gc.get_objects()``, as fast as numpy makes it).
-C_HEAP_PASS = _select_tracked is not None
+C_HEAP_PASS = _select_from is not None
 
 __all__ = [  # the type listings are re-exported from tbmem.census.kinds
     "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "MAX_INDEXED", "FROZEN_READABLE", "tensor_types", "storage_types", "node_types", "array_types",
@@ -377,15 +367,10 @@ def _tracked(types: frozenset[type]) -> Found:
                 _anchors.extend(_own_anchors())
             objs, _, length = _select_from(tuple(types), _anchors, _spacing, True)
         except (NotImplementedError, MemoryError, RuntimeError):
-            pass
+            pass  # the Python pass below lists the same objects
         else:
             _spacing = max(1, length // (4 * STRETCHES))
             return Found(objs, frozenset(), frozenset(), "objects")
-    if _select_tracked is not None:
-        try:
-            return Found(_select_tracked(tuple(types)), frozenset(), frozenset(), "objects")
-        except (NotImplementedError, MemoryError):
-            pass
     objs = gc.get_objects()
     found = select_types(objs, types)
     del objs

@@ -9,6 +9,10 @@ the largest that fits the budget, and what ``batch_size=auto`` would choose.
 Exit status: 0 the configured batch size fits (or is ``auto``); 1 it does not fit the
 budget; 2 the config or the command line is invalid (one line on stderr).
 
+The trainers are the repository's demo trainers (``trainers/`` beside ``conf/`` in a clone), not a
+package of the wheel: the command finds them beside the config folder or in the working folder,
+and says so in one line where neither holds them (an installed tbmem outside a clone).
+
 Example:
     >>> from tbmem.cli import main
     >>> main(["forecast", "--config-dir", "/nonexistent", "--config-name", "x"])
@@ -98,9 +102,24 @@ def _compose(config_dir: str, name: str, overrides: list[str]) -> Any:
         return compose(config_name=name, overrides=overrides)
 
 
+def _find_trainers(config_dir: str) -> None:
+    """Make the clone's ``trainers`` importable: beside the config folder, or in the working folder."""
+    import importlib.util
+
+    if importlib.util.find_spec("trainers") is not None:
+        return
+    for root in (os.path.dirname(os.path.abspath(config_dir)), os.getcwd()):
+        if os.path.isfile(os.path.join(root, "trainers", "__init__.py")):
+            sys.path.insert(0, root)  # a command line's own process: run.py's layout, the clone's root first
+            return
+    raise ValueError("tbmem forecast runs the repository's demo trainers (trainers/ beside conf/), which a "
+                     "wheel does not install: run it in a clone of tbmem, with --config-dir pointing at its conf/")
+
+
 def _forecast(args: argparse.Namespace) -> int:
     if args.budget_gb is not None and not args.budget_gb > 0:
         raise ValueError(f"--budget-gb must be > 0, got {args.budget_gb}")
+    _find_trainers(args.config_dir)
     cfg = _compose(args.config_dir, args.config_name, list(args.overrides))
     import dataclasses
 

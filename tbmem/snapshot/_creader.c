@@ -2,11 +2,6 @@
 #include "_creader.h"
 
 static PyMethodDef methods[] = {
-    {"count", tbmem_count, METH_VARARGS,
-     "count(buf, lo, hi) -> int\n\nHow many candidate events (the bytes ``}\\x94(``) start in ``buf[lo:hi]``."},
-    {"scan", tbmem_scan, METH_VARARGS,
-     "scan(buf, lo, hi, spec, outs, str_pos, str_len) -> tuple\n\npickle_fast.scan into the given arrays "
-     "(pickle_fast.scan_c passes them); returns how many candidates each layout took."},
     {"new_runner", tbmem_runner_new, METH_NOARGS, "new_runner() -> capsule\n\nThe caches of run()."},
     {"forget", tbmem_runner_forget, METH_O, "forget(runner)\n\nDrop the stacks cached by reference bytes."},
     {"run", tbmem_runner_run, METH_VARARGS,
@@ -24,7 +19,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_creader",
 
 PyMODINIT_FUNC PyInit__creader(void) {
     PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[ssssss]", "count", "scan", "new_runner", "forget", "run", "pair") : NULL;
+    PyObject *all = m ? Py_BuildValue("[ssss]", "new_runner", "forget", "run", "pair") : NULL;
     if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
         Py_XDECREF(all);
         Py_XDECREF(m);

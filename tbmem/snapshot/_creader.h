@@ -1,11 +1,10 @@
-/* tbmem.snapshot._creader, the snapshot reader's optional compiled parts (setup.py; each has a numpy twin,
- * and tests compare the two): _pickle_scan.c (the pickle parser, candidate by candidate, against
- * pickle_fast.scan), _pickle_run.c (the reader's runs of trace events, against scan + commit), _pair.c
- * (allocator events paired by address, against cuda_replay's numpy pairing); _creader.c, the module.
- * This header holds the parser the first two share.
+/* tbmem.snapshot._creader, the snapshot reader's compiled parts (setup.py builds them, into the wheels too;
+ * tests compare each with its Python twin): _pickle_run.c (the reader's runs of trace events, against the
+ * interpreter of pickle_stream.py reading every event), _pair.c (allocator events paired by address, against
+ * cuda_replay's numpy pairing); _creader.c, the module. This header holds the event parser of the runs.
  *
- * The input is hostile: every read goes through byte_at()/word(), which read zeros past ``hi``
- * (as the numpy version's zero-padded copy does), and every position is a 64-bit integer that
+ * The input is hostile: every read goes through byte_at()/word(), which read zeros past ``hi``,
+ * and every position is a 64-bit integer that
  * grows by at most a few hundred bytes per step, bounded by the number of steps.
  */
 #ifndef TBMEM_CREADER_H
@@ -319,8 +318,6 @@ bad:
 }
 
 /* the module's functions (_creader.c lists them) */
-PyObject *tbmem_count(PyObject *module, PyObject *args);
-PyObject *tbmem_scan(PyObject *module, PyObject *args);
 PyObject *tbmem_pair(PyObject *module, PyObject *args);
 PyObject *tbmem_runner_new(PyObject *module, PyObject *unused);
 PyObject *tbmem_runner_forget(PyObject *module, PyObject *capsule);

@@ -1,20 +1,19 @@
-/* Runs of trace events turned into rows in one pass: what pickle_fast.scan and pickle_commit.commit do
- * with numpy, event by event (tbmem/snapshot/pickle_crun.py drives it; tests/snapshot/test_pickle_scan_c.py
- * compares the rows, frames, stacks and strings it gives with theirs: change them together).
+/* Runs of trace events turned into rows in one pass, event by event (tbmem/snapshot/pickle_crun.py drives it;
+ * tests/snapshot/test_pickle_scan_c.py compares the rows, frames, stacks and strings it gives with those of
+ * pickle_stream.py's interpreter reading every event: change them together).
  *
  * From ``pos``, each event is parsed (_creader.h), its references resolved, its row and the memo
  * entries the interpreter would store written out; the run stops before the first event that is not
  * parsed, not linked to the previous one (back to back, or across a FRAME header and/or "APPENDS
- * MARK", as Scan.finish links them), or whose references do not resolve to what torch writes (the
+ * MARK"), or whose references do not resolve to what torch writes (the
  * general interpreter then reads it). What a reference means comes from Python, once per memo object
  * (callbacks passed to each run, cached here by the object's slot in pickle_rows.Memo's table, which never changes):
  * action(slot) -> action code or -1, frames(slot) -> stack id or -3, meta(slot) -> string id, -1 (empty)
  * or -3; and once per distinct value: stack(reference bytes) -> stack id or -1 (only with references to
  * memo entries before the run), string(bytes) -> memo slot of the decoded string, meta_inline(bytes) ->
  * string id or -1, refslot(stack id) -> memo slot of its StackRef. A reference to a memo entry stored
- * in this run is refused, except a frames list stored by an earlier event of the run (as commit does).
- * Stacks of new frames lists are cached by the two 64-bit hashes of their reference bytes (as
- * pickle_commit.State.stacks); forget() drops them when the memo is overwritten.
+ * in this run is refused, except a frames list stored by an earlier event of the run.
+ * Stacks of new frames lists are cached by the two 64-bit hashes of their reference bytes ; forget() drops them when the memo is overwritten.
  */
 #include "_creader.h"
 

@@ -1,17 +1,20 @@
-"""The snapshot pickle reader's runs of trace events in C: what :func:`~tbmem.snapshot.pickle_fast.scan`
-and :func:`~tbmem.snapshot.pickle_commit.commit` do with numpy, in one pass per event.
+"""The snapshot pickle reader's runs of trace events in C, one pass per event.
 
-``tbmem/snapshot/_pickle_run.c`` (part of an optional extension, built by the install where a C compiler is)
-parses each event, resolves its references through the answers of :class:`CRunner`'s callbacks
-(cached there per memo object and per distinct string or frames list), and writes its row and the
-memo entries the interpreter would store; it stops before the first event it cannot account for,
-which the general interpreter reads (:mod:`tbmem.snapshot.pickle_stream`). Without the extension
-(:data:`C_READER` False) the reader uses the numpy path; both give the same rows, frames, stacks
-and strings (tests/snapshot/test_pickle_scan_c.py).
+A torch trace event is a small dict pickled as ``EMPTY_DICT MEMOIZE MARK (key value)* SETITEMS``
+whose keys, after the first event, are references to memoised strings: the same bytes in every
+event of one :class:`Layout`, which the interpreter (:mod:`tbmem.snapshot.pickle_stream`) learns
+from the first events it builds. ``tbmem/snapshot/_pickle_run.c`` (part of an optional extension,
+built by the install and into the wheels) parses each event of a learned layout, resolves its
+references through the answers of :class:`CRunner`'s callbacks (cached there per memo object and
+per distinct string or frames list), and writes its row and the memo entries the interpreter would
+store; it stops before the first event it cannot account for, which the interpreter reads.
+Without the extension (:data:`C_READER` False) :func:`tbmem.snapshot.readers.read_snapshot` reads
+pickles with the restricted Unpickler instead (:mod:`tbmem.snapshot.safe_pickle`); the interpreter
+alone (``read_pickle(c_reader=False)``) gives the same rows, frames, stacks and strings as with the
+C runs, which tests/snapshot/test_pickle_scan_c.py checks on real, synthetic and damaged pickles.
 
 Example:
     >>> from tbmem.snapshot.pickle_rows import EventRows, Limits, Memo
-    >>> from tbmem.snapshot.pickle_commit import State
     >>> runner = CRunner(Memo(), EventRows(Limits()), State()) if C_READER else None
     >>> runner is None or runner.run(b"", 0, []) == (0, 0, [])
     True
@@ -19,15 +22,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from typing import Any, Sequence
 
 import numpy as np
 
-from tbmem.snapshot.pickle_commit import State, _decode, _new_stack
-from tbmem.snapshot.pickle_fast import Layout, c_parser_takes, pack_layouts
 from tbmem.snapshot.pickle_rows import ACTION_CODE, EventRows, Memo, StackRef
 
-__all__ = ["CRunner", "C_READER"]
+__all__ = ["CRunner", "C_READER", "Layout", "State", "c_parser_takes"]
 
 try:  # the parser and runs in C, where the install could compile them
     from tbmem.snapshot import _creader as _C
@@ -36,6 +38,72 @@ except ImportError:  # pragma: no cover - no C compiler at install time
 #: Whether the reader's runs of events are read in C (False: no C compiler when tbmem was installed).
 C_READER = _C is not None
 _CAP = 1 << 16  # events per call: the output arrays are reused, each run's rows copied out
+_H = 0x68
+_KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,
+         "user_metadata": 7}
+
+
+class Layout:
+    """The keys of one kind of event, in file order, with the bytes of their memo references."""
+
+    def __init__(self, keys: Sequence[str], key_refs: Sequence[bytes]) -> None:
+        self.keys = list(keys)
+        self.raw_refs = [bytes(r) for r in key_refs]
+        if any(len(r) > 8 for r in self.raw_refs):
+            raise ValueError("a key reference is at most 5 bytes (LONG_BINGET)")
+
+
+def pack_layouts(layouts: Sequence[Layout]) -> bytes:
+    """The layouts as the C parser reads them."""
+    spec = bytearray((len(layouts),))
+    names: list[str] = []
+    for layout in layouts:
+        spec.append(len(layout.keys))
+        for key, ref in zip(layout.keys, layout.raw_refs):
+            kind = _KIND.get(key, 6)
+            gen = 0
+            if kind >= 6:
+                if key not in names:
+                    names.append(key)
+                gen = names.index(key)
+            spec += bytes((kind, gen, len(ref))) + ref.ljust(8, b"\0")
+    return bytes(spec)
+
+
+def c_parser_takes(layouts: Sequence[Layout]) -> bool:
+    """Whether the C parser is built and its fixed bounds hold these layouts (64 of 64 keys at most)."""
+    return _C is not None and 0 < len(layouts) <= 64 and all(0 < len(x.keys) <= 64 for x in layouts) \
+        and len({k for x in layouts for k in x.keys if _KIND.get(k, 6) >= 6}) <= 64
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+class State:
+    """What the runs remember between calls: decoded strings, the references to stacks read before."""
+
+    def __init__(self) -> None:
+        self.strings: dict[Any, str] = {}
+        self.stack_refs: list[StackRef] = []
+
+
+_REFS = re.compile(rb"h.|j....", re.DOTALL)
+
+
+def _new_stack(key: bytes, memo: Memo, base: int, rows: EventRows) -> int:
+    """Stack id of the frame references ``key`` (-1 if one is not a frame dict stored before)."""
+    fids = []
+    for r in _REFS.findall(key):
+        idx = r[1] if r[0] == _H else int.from_bytes(r[1:], "little")
+        v = memo[idx] if idx < base else None
+        if type(v) is not dict:
+            return -1
+        fids.append(rows.frame_id(v))
+    return rows.intern_stack(tuple(fids))
 
 
 class CRunner:
@@ -99,7 +167,7 @@ class CRunner:
         if not layouts or not c_parser_takes(layouts):
             return 0, pos, []
         if len(layouts) != self._n_layouts:
-            self._spec = pack_layouts(layouts)[0]
+            self._spec = pack_layouts(layouts)
             self._n_layouts = len(layouts)
             self._entries = np.empty(_CAP * (1 + max(len(x.keys) for x in layouts)), dtype=np.int32)
         memo = self.memo

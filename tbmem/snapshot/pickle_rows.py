@@ -379,6 +379,6 @@ def _int64(value: Any, name: str) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise SnapshotRefused(f"event field {name} is a {type(value).__name__}, not an integer")
-    if not -(2 ** 63) < value < 2 ** 63:
+    if not -(2 ** 63) <= value < 2 ** 63:  # as the C runs read them: int64, its least value included
         raise SnapshotRefused(f"event field {name} = {value} does not fit in 64 bits")
     return value

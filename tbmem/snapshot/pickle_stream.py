@@ -8,10 +8,12 @@ or persistent ids, refused as :class:`~tbmem.snapshot.safe_pickle.UnsafePickleEr
 and turns trace events straight into rows of integer columns
 (:class:`~tbmem.snapshot.pickle_rows.EventRows`) instead of dicts: the layout of an
 event's keys is learned from the first events the interpreter builds, then runs of
-further events are parsed side by side with numpy (:mod:`tbmem.snapshot.pickle_fast`).
-Anything the vectorised parser does not cover (a first occurrence of a frame, an
-``oom`` event, an unusual pickler) goes through the interpreter, so the result does
-not depend on the fast path, only the speed does. Protocol 4/5 FRAME headers are
+further events are read in C (:mod:`tbmem.snapshot.pickle_crun`, where the extension was
+built). Anything the C runs do not cover (a first occurrence of a frame, an ``oom`` event,
+an unusual pickler) goes through the interpreter, so the result does not depend on the C
+runs, only the speed does (the interpreter alone reads every event, about 50 times slower;
+without the extension :func:`tbmem.snapshot.readers.read_snapshot` uses the restricted
+Unpickler instead). Protocol 4/5 FRAME headers are
 removed while reading, so that no event straddles one.
 
 Limits (:class:`~tbmem.snapshot.pickle_rows.Limits`) bound what a file can make the
@@ -33,12 +35,9 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
 from typing import Any, BinaryIO, Callable
 
-from tbmem.snapshot.pickle_commit import State, commit
-from tbmem.snapshot.pickle_crun import C_READER, CRunner
-from tbmem.snapshot.pickle_fast import Layout, Scan, scan
+from tbmem.snapshot.pickle_crun import C_READER, CRunner, Layout, State
 from tbmem.snapshot.pickle_input import Input, ascii_text, text_int, utf8
 from tbmem.snapshot.pickle_rows import EVENT, ROW, EventRows, Limits, Memo, SnapshotRefused
 from tbmem.snapshot.safe_pickle import UnsafePickleError
@@ -73,12 +72,7 @@ class _Machine(Input):
         self.layouts: list[Layout] = []
         self.layout_keys: set[tuple[str, ...]] = set()
         self.objects = 0
-        self.fast = State()
-        self.scan: Scan | None = None
-        self.scan_buf: bytes | None = None
-        self.scan_layouts = 0
-        self.scan_hi = 0
-        self.crun = CRunner(self.memo, self.rows, self.fast) if C_READER and c_reader else None
+        self.crun = CRunner(self.memo, self.rows, State()) if C_READER and c_reader else None
 
     # --- memo ----------------------------------------------------------------------------------
     def _put(self, idx: int, value: Any) -> None:
@@ -87,8 +81,7 @@ class _Machine(Input):
             memo.append(value)
         elif idx < len(memo):
             memo[idx] = value
-            self.fast.forget()  # an overwritten entry: cached meanings of references may be stale
-            if self.crun is not None:
+            if self.crun is not None:  # an overwritten entry: cached meanings of references may be stale
                 self.crun.forget()
         else:
             if idx > len(memo) + 1_000_000:
@@ -359,12 +352,12 @@ class _Machine(Input):
                 raise SnapshotRefused(f"unknown pickle opcode 0x{op:02x} at byte {self.consumed + pos}")
 
     def _fast(self, buf: bytes, pos: int, stack: list, marks: list) -> int:
-        """Take the run of events at ``pos`` through the fast parser (C, or numpy); 0 if there is none.
+        """Take the run of events at ``pos`` through the C runs; 0 if there is none (or no C runs).
 
         A run may span batches of list items: each ``APPENDS MARK`` inside it is applied here,
         as the interpreter would (items since the mark appended to the list below it).
         """
-        if not buf.startswith(b"}\x94(", pos) or not any(buf.startswith(x.raw_refs[0], pos + 3)
+        if self.crun is None or not buf.startswith(b"}\x94(", pos) or not any(buf.startswith(x.raw_refs[0], pos + 3)
                                                          for x in self.layouts):
             return 0  # not the start of an event of a learned layout
         # events the interpreter built since the last rows of this list (the trace's first events, whose
@@ -385,26 +378,10 @@ class _Machine(Input):
                     self.rows.add_dict(x)
                 stack[j:] = [_ROW] * len(tail)
         first_row = self.rows.count
-        if self.crun is not None:
-            n, end, cuts = self.crun.run(buf, pos, self.layouts)
-            if not n:
-                return 0
-            self.pos = end
-        else:
-            sc = self.scan
-            if sc is None or self.scan_buf is not buf or self.scan_layouts != len(self.layouts) \
-                    or pos > self.scan_hi:
-                # one scan covers the buffer from here on; it is redone after a refill or a new layout
-                sc = self.scan = scan(buf, pos, self.layouts)
-                self.scan_buf = buf
-                self.scan_layouts = len(self.layouts)
-                self.scan_hi = len(buf)
-            i = sc.index_at(pos)
-            n = commit(sc, i, buf, self.layouts, self.memo, self.rows, self.fast) if i >= 0 else 0
-            if not n:
-                return 0
-            self.pos = int(sc.end[i + n - 1])
-            cuts = (np.flatnonzero(sc.batch_end[i:i + n - 1]) + 1).tolist()
+        n, end, cuts = self.crun.run(buf, pos, self.layouts)
+        if not n:
+            return 0
+        self.pos = end
         if cuts:
             if not marks or marks[-1] < 1:
                 raise SnapshotRefused("list items without a MARK")
@@ -463,8 +440,9 @@ def read_pickle(fh: BinaryIO, *, limits: Limits | None = None, progress: Callabl
     """Read a plain-data pickle, turning trace events into rows; returns ``(top object, rows)``.
 
     In the top object, each list of trace events is replaced by a :class:`TraceRef`; pass it to
-    :meth:`EventRows.rows_of` for its row indices. ``c_reader=False`` reads runs of events with numpy
-    even where the C reader was built (:mod:`tbmem.snapshot.pickle_crun`; the same rows).
+    :meth:`EventRows.rows_of` for its row indices. ``c_reader=False`` reads every event with the
+    interpreter even where the C runs were built (:mod:`tbmem.snapshot.pickle_crun`; the same rows,
+    about 50 times slower: the tests' reference).
 
     Raises:
         tbmem.snapshot.safe_pickle.UnsafePickleError: the file names a Python object.

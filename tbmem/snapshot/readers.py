@@ -3,7 +3,11 @@
 Pickles (``torch.cuda.memory._dump_snapshot``, Composer's, torchtitan's) are read by
 :mod:`tbmem.snapshot.pickle_stream`, which interprets only plain-data opcodes (a file naming
 any Python object is refused before anything is imported) and turns trace events straight
-into integer columns, so a 1 GB pickle needs a fraction of the memory of unpickling it.
+into integer columns, so a 1 GB pickle needs a fraction of the memory of unpickling it. Where
+tbmem's C extension was not built (a clone without ``setup.py build_ext``; wheels have it),
+pickles are unpickled whole by the restricted Unpickler of :mod:`tbmem.snapshot.safe_pickle`
+(which refuses the same files) and converted from plain data: the same snapshot, about 10 times
+slower and with about 3 times the memory.
 Every reader is bounded (:class:`~tbmem.snapshot.pickle_rows.Limits`): a file over a limit,
 truncated or malformed raises :class:`~tbmem.snapshot.pickle_rows.SnapshotRefused` (a
 ValueError) saying why. Nothing here imports torch. Summaries: :mod:`tbmem.snapshot.stats`.
@@ -26,13 +30,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 import zlib
 from typing import Any, BinaryIO, Callable
 
-from tbmem.snapshot.cuda import convert_rows
+from tbmem.snapshot.cuda import convert_rows, convert_torch_snapshot
+from tbmem.snapshot.pickle_crun import C_READER
 from tbmem.snapshot.pickle_rows import Limits, SnapshotRefused
 from tbmem.snapshot.pickle_stream import read_pickle
-from tbmem.snapshot.safe_pickle import load_plain, looks_like_pickle
+from tbmem.snapshot.safe_pickle import UnsafePickleError, load_plain, looks_like_pickle
 from tbmem.snapshot.schema import NotASnapshot, Snapshot, read_json_gz
 from tbmem.snapshot.stats import format_bytes, stats_doc, stats_text
 
@@ -103,6 +109,8 @@ def read_snapshot(fh: BinaryIO, name: str, *, allow_pickle: bool = True, limits:
         if is_pickle_path(name) or looks_like_pickle(head):
             if not allow_pickle:
                 raise ValueError(f"not reading {name}: pickles were not allowed by the caller")
+            if not C_READER:
+                return _unpickled(fh, name, limits, progress)
             top, rows = read_pickle(fh, limits=limits, progress=progress)
             return convert_rows(top, rows, kind="snapshot", step=0, limits=limits)
         return read_json_gz(name, max_bytes=limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio,
@@ -120,6 +128,43 @@ def read_snapshot(fh: BinaryIO, name: str, *, allow_pickle: bool = True, limits:
                               f"{name} is not a valid snapshot: {exc}") from None
     except (TypeError, KeyError, IndexError, AttributeError) as exc:  # a shape no check foresaw
         raise SnapshotRefused(f"{name} is not a valid snapshot ({type(exc).__name__}: {exc})") from None
+
+
+class _Counted:
+    """A binary file that reports the bytes read so far (what the Unpickler calls on it)."""
+
+    def __init__(self, fh: BinaryIO, progress: Callable[[int], None]) -> None:
+        self._fh, self._progress, self._done = fh, progress, 0
+
+    def _count(self, data: bytes) -> bytes:
+        self._done += len(data)
+        self._progress(self._done)
+        return data
+
+    def read(self, n: int = -1) -> bytes:
+        return self._count(self._fh.read(n))
+
+    def readline(self) -> bytes:
+        return self._count(self._fh.readline())
+
+    def readinto(self, buf: Any) -> int:
+        n = self._fh.readinto(buf)  # type: ignore[attr-defined]
+        self._done += n or 0
+        self._progress(self._done)
+        return n
+
+
+def _unpickled(fh: BinaryIO, name: str, limits: Limits, progress: Callable[[int], None] | None) -> Snapshot:
+    """The fallback without the C extension: the whole pickle unpickled as plain data, then converted."""
+    try:
+        data = load_plain(_Counted(fh, progress) if progress else fh)  # type: ignore[arg-type]  # read, readline, readinto
+    except UnsafePickleError:
+        raise
+    except (pickle.UnpicklingError, OverflowError) as exc:  # a MemoryError stays one (the tab answers 413)
+        raise SnapshotRefused(f"{name} is not a valid snapshot pickle ({type(exc).__name__}: {exc})") from None
+    if not (isinstance(data, dict) and "segments" in data) and not isinstance(data, list):
+        raise SnapshotRefused(f"{name} holds plain data but not a snapshot: {_FORMATS}")
+    return convert_torch_snapshot(data, kind="snapshot", step=0, limits=limits)
 
 
 def snapshot_stats(snap: Snapshot, *, top: int = 10, device: str | None = None, cpp: bool = False) -> str:

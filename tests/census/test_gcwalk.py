@@ -39,7 +39,7 @@ def _walk():
 
 def test_the_c_heap_pass_is_built_and_used() -> None:
     _walk()  # losing it would cost every full census about 10 ms at 350k objects
-    assert heap._select_tracked is not None
+    assert heap._select_from is not None
 
 
 def test_it_selects_what_get_objects_lists_in_the_same_order() -> None:
@@ -79,7 +79,7 @@ def test_full_scans_find_the_same_with_and_without_it(monkeypatch) -> None:
     _walk()
     keep = [torch.zeros(7), torch.nn.Parameter(torch.ones(3)), torch.UntypedStorage(16)]
     with_c = heap.find_instances(incremental=False)
-    monkeypatch.setattr(heap, "_select_tracked", None)
+    monkeypatch.setattr(heap, "_select_from", None)  # the one Python fallback: gc.get_objects()
     without = heap.find_instances(incremental=False)
     assert [id(o) for o in with_c.objects] == [id(o) for o in without.objects]
     assert all(any(o is k for o in with_c.objects) for k in keep)

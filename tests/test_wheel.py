@@ -1,0 +1,193 @@
+"""A packaged tbmem is whole: the wheel and the sdist built from the clone, the wheel installed alone in a
+fresh venv outside the clone, and from a folder outside the clone the README's Quickstart, ``tbmem report``,
+``tbmem snapshot html``, the CPU recorder's build and a TensorBoard whose plugins list the Memory tab.
+
+The wheel holds the compiled C extensions and the CPU recorder's C++ source, and no top-level package
+but ``tbmem`` (the demo trainers stay in the repository's ``trainers/``). The fresh venv (no system site
+packages) gets the wheel by pip, without its dependencies from an index: they are the test runner's own
+installed distributions, seen through one ``.pth`` file (every top-level entry of the runner's
+site-packages but tbmem's own, linked), and ``pip check`` confirms they satisfy the wheel's requirements.
+``TBMEM_WHEEL_FULL_INSTALL=1`` installs them by pip instead, from the local package mirror (pip's
+configuration; about 8 minutes here under load: torch is most of it). One test, about a minute: the
+steps share the wheel and the venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+_QUICKSTART_PRELUDE = '''
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+optimizer = torch.optim.Adam(model.parameters())
+loader = [torch.randn(4, 8) for _ in range(21)]
+def train_step(batch):
+    optimizer.zero_grad()
+    loss = model(batch).square().mean()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+'''
+
+
+def _clone_files(dest: Path) -> None:
+    """The clone's files as a fresh clone has them (tracked and new, nothing git ignores: no build/, no .so)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                         capture_output=True).stdout.decode()
+    for rel in filter(None, out.split("\0")):
+        src = ROOT / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+def _quickstart() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def _link_dependencies(venv_python: Path, deps: Path) -> None:
+    """The runner's installed distributions, less tbmem, importable in the fresh venv through one .pth file."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    deps.mkdir()
+    for entry in site.iterdir():
+        name = entry.name.lower()
+        if name.startswith(("tbmem", "__editable__", "trainers", "_distutils_hack", "distutils-precedence")) \
+                or name.endswith(".pth") or name == "__pycache__":
+            continue
+        (deps / entry.name).symlink_to(entry)
+    target = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    Path(target, "runner-dependencies.pth").write_text(f"{deps}\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _plugins_listing(venv: Path, logdir: Path, cwd: Path, env: dict[str, str]) -> dict:
+    port = _free_port()
+    script = venv / "bin" / "tensorboard"  # pip writes it with tensorboard (the full install); else its module
+    tensorboard = [str(script)] if script.exists() else [str(venv / "bin" / "python"), "-m", "tensorboard.main"]
+    proc = subprocess.Popen([*tensorboard, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugins_listing", timeout=5) as r:
+                    return json.loads(r.read())
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"tensorboard did not answer: {proc.stderr.read() if proc.poll() else ''}")
+                time.sleep(0.5)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(tmp_path) -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git clone: the files of a fresh clone cannot be listed")
+    src, dist, work = tmp_path / "src", tmp_path / "dist", tmp_path / "elsewhere"
+    src.mkdir()
+    work.mkdir()
+    _clone_files(src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # the recorder is built afresh, from the wheel's source
+    env["PIP_NO_INPUT"] = "1"
+
+    # the wheel (C extensions compiled) and the sdist, offline, with this venv's setuptools
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), "."],
+         cwd=src, env=env, timeout=600)
+    _run([sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(dist)!r})"],
+         cwd=src, env=env)
+    wheel, = dist.glob("tbmem-*.whl")
+    sdist, = dist.glob("tbmem-*.tar.gz")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names}
+    assert tops == {"tbmem", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, tops
+    assert "tbmem/snapshot/_cpu_alloc_recorder.cpp" in names
+    ext = sysconfig.get_config_var("EXT_SUFFIX")
+    assert {f"tbmem/census/_gcwalk{ext}", f"tbmem/snapshot/_creader{ext}"} <= set(names)
+    assert not [n for n in names if n.endswith((".c", ".h"))]
+    with tarfile.open(sdist) as tar:
+        members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
+    assert {"setup.py", "pyproject.toml", "tbmem/census/_gcwalk.c", "tbmem/snapshot/_creader.h",
+            "tbmem/snapshot/_pickle_run.c", "tbmem/snapshot/_cpu_alloc_recorder.cpp"} <= members
+    assert not [m for m in members if m.startswith("trainers/")]
+
+    # a fresh venv outside the clone, the wheel alone in it
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work, env=env)
+    py, bindir = venv / "bin" / "python", venv / "bin"
+    pip = [sys.executable, "-m", "pip", "--python", str(py)]
+    if os.environ.get("TBMEM_WHEEL_FULL_INSTALL") == "1":
+        _run([*pip, "install", "-q", "--no-compile", str(wheel)], cwd=work, env=env, timeout=1800)
+    else:
+        _link_dependencies(py, tmp_path / "deps")
+        _run([*pip, "install", "-q", "--no-deps", "--no-index", str(wheel)], cwd=work, env=env)
+    _run([*pip, "check"], cwd=work, env=env)
+    probe = "import tbmem, importlib.util; print(tbmem.__file__); print(importlib.util.find_spec('trainers'))"
+    where = _run([str(py), "-c", probe], cwd=work, env=env)
+    assert str(venv) in where.splitlines()[0] and where.splitlines()[1] == "None", where
+
+    # the README's Quickstart, as written, around a tiny model
+    (work / "quickstart.py").write_text(_QUICKSTART_PRELUDE + _quickstart())
+    _run([str(py), "-W", "error::DeprecationWarning:tbmem", "quickstart.py"], cwd=work, env=env)
+    assert list((work / "runs" / "exp").glob("events.out.tfevents.*"))
+    report = _run([str(bindir / "tbmem"), "report", "runs"], cwd=work, env=env)
+    assert "exp" in report and "MiB" in report, report
+
+    # tbmem snapshot html on a torch snapshot pickle
+    from benchmarks.bench_snapshot import write_torch_pickle
+
+    with open(work / "s.pickle", "wb") as fh:
+        write_torch_pickle(fh, n_entries=3000)
+    _run([str(bindir / "tbmem"), "snapshot", "html", "s.pickle", "-o", "s.html"], cwd=work, env=env)
+    assert (work / "s.html").stat().st_size > 20_000
+
+    # the CPU recorder, compiled from the wheel's source for the installed torch
+    if shutil.which("c++") or shutil.which("g++"):
+        built = _run([str(py), "-m", "tbmem.snapshot.native"], cwd=work, env=env)
+        assert "CPU allocation recorder ready" in built and str(tmp_path / "cache") in built, built
+
+    # tbmem forecast names what it needs in one line (the demo trainers are the clone's)
+    proc = subprocess.run([str(bindir / "tbmem"), "forecast"], cwd=work, env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2 and "clone" in proc.stderr, proc.stderr
+
+    # TensorBoard from the venv lists the Memory tab
+    listing = _plugins_listing(venv, work / "runs", work, env)
+    assert "tbmem" in listing and listing["tbmem"]["enabled"], listing
