@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 from tbmem._fields import flags, integer, optional_config, unknown_keys
 from tbmem._log import logger, report_once
 from tbmem.logdir.spikes import SPIKES_LOG, append_spike, read_spikes, spikes_log_path
-from tbmem.tags import TAGS
+from tbmem.tags import FRAMEWORK_LOSS_TAGS, TAGS
 
 __all__ = ["SpikeConfig", "Spike", "SpikeDetector", "SpikeMonitor", "SPIKES_LOG", "SPIKES_TEXT_TAG",
            "spikes_log_path", "read_spikes"]
@@ -84,7 +84,7 @@ class SpikeConfig:
         ValueError: SpikeConfig.factor must be a number > 1, got 1.0
     """
 
-    tags: tuple[str, ...] = ("Loss/*", "*grad_norm*")
+    tags: tuple[str, ...] = ("Loss/*", *FRAMEWORK_LOSS_TAGS, "*grad_norm*")
     exclude: tuple[str, ...] = ("Loss/evaluation", "LBFGS/grad_norm")
     factor: float = 2.0
     window: int = 50

@@ -190,13 +190,15 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
     root_tensors: list[tuple[Any, str]] = []  # tensors handed over as roots, or below them, without a graph
     grads: list[torch.Tensor] = []
 
+    depth = names.module_depth()
+
     def parameters() -> None:
         for i, model in enumerate(models):
-            label = _label("model", i)
+            label, prefix = _label("model", i), names.wrapper_prefix(model)
             for name, p in model.named_parameters():
+                name = names.unwrapped(name, prefix)  # the user's names, not torch.compile's, DDP's or peft's
                 qual = name if i == 0 else f"{label}.{name}"
-                module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
-                named.setdefault(id(p), (p, qual, module))
+                named.setdefault(id(p), (p, qual, names.module_of(name, label, depth)))
         for k, opt in enumerate(optimizers):
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group.get("params", ())):
@@ -204,13 +206,19 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         for p, name, module in named.values():
             ledger.claim(p, "parameters", name, module)
 
+        unnamed: list[Any] = []
+
         def found_parameter(t: Any) -> None:
-            kind = type(t)
-            if kind in param_types or _is_flagged_parameter(t):
-                ledger.claim(t, "parameters", kind.__name__)
+            if type(t) in param_types or _is_flagged_parameter(t):
+                unnamed.append(t)
 
         held.held_parameters(ledger, modules)  # TorchScript modules' and quantized modules' packed weights
         _each(ledger, "parameters", subclassed, found_parameter)
+        # a model nobody watched (a frozen teacher): named after the module found holding it (names.py)
+        held_by = names.parameter_holders([t for t in unnamed if not ledger.seen(t)]) if unnamed else {}
+        for t in unnamed:
+            name, module = held_by.get(id(t), (type(t).__name__, None))
+            ledger.claim(t, "parameters", name, module)
 
     def gradients() -> None:
         def named_grad(entry: tuple[torch.Tensor, str, str | None]) -> None:
@@ -254,13 +262,13 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
 
     def buffers() -> None:
         for i, model in enumerate(models):
-            label = _label("model", i)
+            label, prefix = _label("model", i), names.wrapper_prefix(model)
             for name, b in model.named_buffers():
                 if b is None:
                     continue
+                name = names.unwrapped(name, prefix)
                 qual = name if i == 0 else f"{label}.{name}"
-                module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
-                ledger.claim(b, "buffers", qual, module)
+                ledger.claim(b, "buffers", qual, names.module_of(name, label, depth))
         held.held_buffers(ledger, modules)
 
     def activations() -> None:
