@@ -126,6 +126,7 @@ class MemoryCallback(transformers.TrainerCallback):  # type: ignore[misc,name-de
             self._hook = None
         if self.writer is not None:
             self.writer.close()  # our own SummaryWriter: the Trainer's is the Trainer's to close
+            self.writer = None
 
 
 class MemoryTrainerMixin:
