@@ -215,7 +215,12 @@ def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
         held.held_parameters(ledger, modules)  # TorchScript modules' and quantized modules' packed weights
         _each(ledger, "parameters", subclassed, found_parameter)
         # a model nobody watched (a frozen teacher): named after the module found holding it (names.py)
-        held_by = names.parameter_holders([t for t in unnamed if not ledger.seen(t)]) if unnamed else {}
+        held_by: dict[int, tuple[str, str]] = {}
+        if unnamed:
+            try:
+                held_by = names.parameter_holders([t for t in unnamed if not ledger.seen(t)])
+            except Exception as exc:  # noqa: BLE001 - then they are named after their type
+                ledger._note("holders", "the modules holding unwatched parameters could not be read", exc)
         for t in unnamed:
             name, module = held_by.get(id(t), (type(t).__name__, None))
             ledger.claim(t, "parameters", name, module)

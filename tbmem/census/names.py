@@ -117,8 +117,9 @@ def parameter_holders(targets: list[Any]) -> dict[int, tuple[str, str]]:
     module = _module_type()
     for var, value, _ in _roots():
         label = type(value).__name__ if var in ("self", "cls") else var
-        found = [(label, value)] if isinstance(value, module) else [
-            (label + lab, item) for lab, item, _ in walk.labelled_steps(value) if isinstance(item, module)]
+        # type(), not isinstance: a hostile object's __class__ is not read
+        found = [(label, value)] if issubclass(type(value), module) else [
+            (label + lab, item) for lab, item, _ in walk.labelled_steps(value) if issubclass(type(item), module)]
         for where, m in found:
             prefix = wrapper_prefix(m)
             for name, p in m.named_parameters():
