@@ -152,7 +152,7 @@ class MemoryTrainerMixin:
 def _tensorboard_dir(me: Any) -> str | None:
     """The logging_dir of the Trainer's TensorBoardCallback, read from the CallbackHandler calling us
     (a callback is handed no reference to the Trainer or its other callbacks)."""
-    frame = sys._getframe()
+    frame: Any = sys._getframe()
     for _ in range(6):
         if frame is None:
             return None

@@ -73,7 +73,7 @@ def test_module_depth(monkeypatch):
 
 def test_parameters_of_a_model_nobody_watched_are_named_after_the_module_holding_them():
     watched = torch.nn.Linear(4, 4)
-    teacher = _Net().requires_grad_(False)  # noqa: F841 - found through this frame's variable
+    teacher = _Net().requires_grad_(False)
     gc.collect()
     census = take_census(models=[watched])
     names = _named(census, "parameters")

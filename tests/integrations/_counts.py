@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
 from tbmem.logdir.census_log import CensusLog, census_log_path
 from tests._events import read_events
 
-__all__ = ["storage_bytes", "count", "censuses", "scalar_steps", "run_dirs", "CATEGORIES"]
+__all__ = ["CATEGORIES", "censuses", "count", "run_dirs", "scalar_steps", "storage_bytes"]
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "buffers")
 

@@ -9,8 +9,14 @@ import torch
 
 accelerate = pytest.importorskip("accelerate")
 
-from tbmem.integrations.accelerate import WHERE, MemoryTracker  # noqa: E402
-from tests.integrations._counts import CATEGORIES, censuses, count, run_dirs, scalar_steps  # noqa: E402
+from tbmem.integrations.accelerate import WHERE, MemoryTracker
+from tests.integrations._counts import (
+    CATEGORIES,
+    censuses,
+    count,
+    run_dirs,
+    scalar_steps,
+)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 

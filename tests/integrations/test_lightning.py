@@ -10,9 +10,15 @@ import torch
 
 pytest.importorskip("lightning")
 
-from tbmem.integrations.lightning import WHERE, WHERE_ACTIVATIONS, MemoryCallback  # noqa: E402
-from tests.integrations._counts import CATEGORIES, censuses, count, run_dirs, scalar_steps  # noqa: E402
-from tests.integrations._lit import module_class  # noqa: E402
+from tbmem.integrations.lightning import WHERE, WHERE_ACTIVATIONS, MemoryCallback
+from tests.integrations._counts import (
+    CATEGORIES,
+    censuses,
+    count,
+    run_dirs,
+    scalar_steps,
+)
+from tests.integrations._lit import module_class
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]

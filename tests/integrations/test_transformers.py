@@ -11,8 +11,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from tbmem.integrations.transformers import WHERE, MemoryCallback, MemoryTrainerMixin  # noqa: E402
-from tests.integrations._counts import CATEGORIES, censuses, count, run_dirs, scalar_steps  # noqa: E402
+from tbmem.integrations.transformers import WHERE, MemoryCallback, MemoryTrainerMixin
+from tests.integrations._counts import (
+    CATEGORIES,
+    censuses,
+    count,
+    run_dirs,
+    scalar_steps,
+)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
