@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.fil
 
 def _loop(tmp_path, tracker, *, batches=12, accumulation=2, fail_at=None):
     gc.collect()  # the census counts every parameter alive: the previous test's model must be gone
+    # a Trainer earlier in this process set accelerate's process-wide state up without bf16
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
     accelerator = accelerate.Accelerator(log_with=[tracker], gradient_accumulation_steps=accumulation,
                                          mixed_precision="bf16", cpu=True)
     accelerator.init_trackers("tiny")
