@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from tbmem._fields import flags, integer, optional_config, unknown_keys
 from tbmem._log import logger, report_once
 from tbmem.logdir.spikes import SPIKES_LOG, append_spike, read_spikes, spikes_log_path
-from tbmem.tags import TAGS
+from tbmem.tags import FRAMEWORK_LOSS_TAGS, TAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     from tbmem._emit import Emitter
@@ -88,7 +88,7 @@ class SpikeConfig:
         ValueError: SpikeConfig.factor must be a number > 1, got 1.0
     """
 
-    tags: tuple[str, ...] = ("Loss/*", "*grad_norm*")
+    tags: tuple[str, ...] = ("Loss/*", *FRAMEWORK_LOSS_TAGS, "*grad_norm*")
     exclude: tuple[str, ...] = ("Loss/evaluation", "LBFGS/grad_norm")
     factor: float = 2.0
     window: int = 50

@@ -31,12 +31,14 @@ Example:
 
 from __future__ import annotations
 
+import fnmatch
+import os
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
 __all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table",
-           "x_axis", "RENAMED", "current_tag"]
+           "x_axis", "RENAMED", "current_tag", "FRAMEWORK_LOSS_TAGS", "loss_tags", "is_loss_tag"]
 
 GiB = float(2**30)
 MiB = float(2**20)
@@ -349,6 +351,34 @@ def x_axis(tag: str) -> str:
             if tag == row.tag or (templated and tag.startswith(prefix) and tag.endswith(suffix)):
                 return row.x
     return "step"
+
+
+#: The per-step losses the frameworks log: the Hugging Face Trainer's ``train/loss``, Lightning's
+#: ``train_loss`` (the name its examples ``self.log``), a bare ``loss`` (accelerate's examples).
+FRAMEWORK_LOSS_TAGS = ("train/loss", "train_loss", "loss")
+
+
+def loss_tags() -> tuple[str, ...]:
+    """The patterns (``fnmatch``) of the tags that are losses: ``Loss/*``, :data:`FRAMEWORK_LOSS_TAGS`, and
+    those a comma-separated ``TBMEM_LOSS_TAGS`` adds (``"train/ce_loss,val/*_loss"``); read at each call, in the
+    training process (loss spikes), the Memory tab's and ``tbmem report``'s.
+
+    Example:
+        >>> loss_tags()[:2]
+        ('Loss/*', 'train/loss')
+    """
+    extra = tuple(p.strip() for p in os.environ.get("TBMEM_LOSS_TAGS", "").split(",") if p.strip())
+    return ("Loss/*", *FRAMEWORK_LOSS_TAGS, *extra)
+
+
+def is_loss_tag(tag: str, patterns: tuple[str, ...] | None = None) -> bool:
+    """Whether ``tag`` is a loss (one of :func:`loss_tags`, or of ``patterns``).
+
+    Example:
+        >>> is_loss_tag("train/loss"), is_loss_tag("Loss/batch"), is_loss_tag("train/grad_norm")
+        (True, True, False)
+    """
+    return any(fnmatch.fnmatchcase(tag, p) for p in (loss_tags() if patterns is None else patterns))
 
 
 def to_unit(key: str, raw: float) -> float:

@@ -40,7 +40,7 @@ PACKAGES = ("tbmem", "trainers")
 #: the command line). Nothing of the core imports them.
 READERS = ("tbmem.plugin", "tbmem.analysis", "tbmem.forecast", "tbmem.cli")
 #: Adapters above everything of tbmem: nothing of tbmem imports them but the command lines that run them.
-ADAPTERS = ("trainers",)
+ADAPTERS = ("trainers", "tbmem.integrations")
 #: What ``tbmem`` runs: may import anything (``tbmem forecast`` builds the trainer of a Hydra config).
 ENTRY_POINTS = ("tbmem.cli", "tbmem.forecast.cli")
 #: The run layout and its formats: imports nothing of tbmem but itself, the tag table and the

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from tbmem.analysis.axes import figure, fit_unit, integer_steps, legend_outside, line_values
 from tbmem.analysis.plot import plot_lines
-from tbmem.tags import TAGS, x_axis
+from tbmem.tags import TAGS, is_loss_tag, x_axis
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -61,7 +61,7 @@ def plot_loss_and_memory(df: "pd.DataFrame", run: str, *, max_marks: int = 20,
         the steps marked as spikes (at most ``max_marks``).
     """
     sel = df[df["run"] == run]
-    losses = sorted(t for t in sel["tag"].unique() if t.startswith("Loss/"))
+    losses = sorted(t for t in sel["tag"].unique() if is_loss_tag(t))
     per_step = [(t.removeprefix("Loss/"), t) for t in losses if x_axis(t) == "step"]
     per_epoch = [(t.removeprefix("Loss/"), t) for t in losses if x_axis(t) == "epoch"]
     mem = [(label, tag) for label, tag in memory if (sel["tag"] == tag).any()]

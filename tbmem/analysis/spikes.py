@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.logdir.spikes import read_spikes
 from tbmem.spikes import SpikeConfig, SpikeDetector
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, loss_tags
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -114,7 +114,7 @@ def _memory_around(run_df: "pd.DataFrame", step: int) -> list[dict[str, Any]]:
 
 def _offline(run_df: "pd.DataFrame") -> list[dict[str, Any]]:
     """The default rule over the run's event files (what the online detector would have found)."""
-    detector = SpikeDetector(SpikeConfig())
+    detector = SpikeDetector(_config())
     found = []
     for tag in sorted(t for t in run_df["tag"].unique() if detector.watches(t)):
         g = run_df[run_df["tag"] == tag]
@@ -161,7 +161,13 @@ def _has_side_file(run_dir: str) -> bool:
 def format_spikes(findings: list[SpikeFinding]) -> str:
     """``LOSS SPIKES:`` and a line per spike, or a line saying none was found."""
     if not findings:
-        cfg = SpikeConfig()
+        cfg = _config()
         return (f"No loss spike: no watched scalar ({', '.join(cfg.tags)}) rose above {cfg.factor:g}x the median "
                 f"of its last {cfg.window} values (tbmem.spikes).")
     return "LOSS SPIKES:\n" + "\n".join(f"  {f.describe()}" for f in findings)
+
+
+def _config() -> SpikeConfig:
+    """The detector's defaults, with the loss tags of :func:`tbmem.tags.loss_tags` (``TBMEM_LOSS_TAGS`` too)."""
+    base = SpikeConfig()
+    return SpikeConfig(tags=tuple(dict.fromkeys((*loss_tags(), *base.tags))))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from tbmem.analysis.leaks import LeakFinding, detect_leaks
 from tbmem.analysis.load import NoTbmemTagsError, load_scalars
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, is_loss_tag
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -62,7 +62,7 @@ class RunSummary:
         census_cost: ``censuses``, ``median_ms`` and ``percent`` (of the run's time between its
             first and last record, from the step times) of ``Perf/census_duration_ms``; None
             without a census.
-        last_loss: Last value of each ``Loss/*`` tag.
+        last_loss: Last value of each loss tag (``Loss/*``, ``train/loss``, ...: :func:`tbmem.tags.loss_tags`).
         leaks: Flagged :class:`LeakFinding`\\ s, steepest first.
         hints: Advice with numbers (:class:`tbmem.analysis.hints.Hint`); filled by
             ``tbmem report`` and :func:`tbmem.analysis.hints.find_hints`, empty from :func:`summarize`.
@@ -189,7 +189,7 @@ def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> Ru
         v = st["value"]
         step_time = {"mean": float(v.mean()), "median": float(v.median()),
                      "p95": float(v.quantile(0.95)), "max": float(v.max())}
-    losses = {t: float(g["value"].iloc[-1]) for t, g in sorted(series.items()) if t.startswith("Loss/")}
+    losses = {t: float(g["value"].iloc[-1]) for t, g in sorted(series.items()) if is_loss_tag(t)}
     census_cost = _census_cost(series.get(TAGS["census_duration"].tag), st)
     return RunSummary(
         run=run, first_step=int(memory_steps.min()), last_step=int(memory_steps.max()),

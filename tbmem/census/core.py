@@ -220,13 +220,13 @@ class _Pass:
         return out
 
     def parameters(self) -> None:
-        ledger, named, param_types = self.ledger, self.named, self.param_types
+        ledger, named, param_types, depth = self.ledger, self.named, self.param_types, names.module_depth()
         for i, model in enumerate(self.models):
-            label = _label("model", i)
+            label, prefix = _label("model", i), names.wrapper_prefix(model)
             for name, p in model.named_parameters():
+                name = names.unwrapped(name, prefix)  # the user's names, not torch.compile's, DDP's or peft's
                 qual = name if i == 0 else f"{label}.{name}"
-                module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
-                named.setdefault(id(p), (p, qual, module))
+                named.setdefault(id(p), (p, qual, names.module_of(name, label, depth)))
         for k, opt in enumerate(self.optimizers):
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group.get("params", ())):
@@ -234,13 +234,24 @@ class _Pass:
         for param, qualname, owner in named.values():
             ledger.claim(param, "parameters", qualname, owner)
 
+        unnamed: list[Any] = []
+
         def found_parameter(t: Any) -> None:
-            kind = type(t)
-            if kind in param_types or _is_flagged_parameter(t):
-                ledger.claim(t, "parameters", kind.__name__)
+            if type(t) in param_types or _is_flagged_parameter(t):
+                unnamed.append(t)
 
         held.held_parameters(ledger, self.modules)  # TorchScript modules' and quantized modules' packed weights
         _each(ledger, "parameters", self.subclassed, found_parameter)
+        # a model nobody watched (a frozen teacher): named after the module found holding it (names.py)
+        held_by: dict[int, tuple[str, str]] = {}
+        if unnamed:
+            try:
+                held_by = names.parameter_holders([t for t in unnamed if not ledger.seen(t)])
+            except Exception as exc:  # noqa: BLE001 - then they are named after their type
+                ledger._note("holders", "the modules holding unwatched parameters could not be read", exc)
+        for t in unnamed:
+            name, module = held_by.get(id(t), (type(t).__name__, None))
+            ledger.claim(t, "parameters", name, module)
 
     def gradients(self) -> None:
         ledger, grads = self.ledger, self.grads
@@ -289,14 +300,15 @@ class _Pass:
         return state_of
 
     def buffers(self) -> None:
+        depth = names.module_depth()
         for i, model in enumerate(self.models):
-            label = _label("model", i)
+            label, prefix = _label("model", i), names.wrapper_prefix(model)
             for name, b in model.named_buffers():
                 if b is None:
                     continue
+                name = names.unwrapped(name, prefix)
                 qual = name if i == 0 else f"{label}.{name}"
-                module = f"{label}.{name.split('.', 1)[0]}" if "." in name else label
-                self.ledger.claim(b, "buffers", qual, module)
+                self.ledger.claim(b, "buffers", qual, names.module_of(name, label, depth))
         held.held_buffers(self.ledger, self.modules)
 
     def activations(self) -> None:

@@ -34,7 +34,8 @@ from typing import Any, NamedTuple
 
 from tbmem.census import walk
 
-__all__ = ["holder_names", "BUDGET", "DEPTH"]
+__all__ = ["holder_names", "BUDGET", "DEPTH", "wrapper_prefix", "unwrapped", "module_of", "module_depth",
+           "parameter_holders", "WRAPPER_PARTS"]
 
 #: Objects looked into per search (about 2 us each) and hops below a local variable.
 BUDGET, DEPTH = 2_000, 4
@@ -42,6 +43,99 @@ _SKIPPED_KEYS = frozenset({"_parameters", "_buffers", "_forward_hooks", "_forwar
                            "_state_dict_hooks", "_load_state_dict_pre_hooks", "_non_persistent_buffers_set"})
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tbmem/
 _SUBMODULE = re.compile(r"\._modules\['([^']+)'\]")  # model._modules['encoder'] reads model.encoder
+#: Path parts that only wrappers add, wherever they are (torch.compile, FSDP1, activation checkpointing).
+WRAPPER_PARTS = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+_DDP_TYPES = ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel")
+
+
+def wrapper_prefix(model: Any) -> str:
+    """The path the wrappers around ``model`` put before each of its names: ``module.`` for DDP, DataParallel
+    and FSDP, ``_orig_mod.`` for torch.compile, ``base_model.model.`` for a peft model, in their order.
+
+    Example:
+        >>> import torch
+        >>> wrapper_prefix(torch.nn.DataParallel(torch.nn.Linear(2, 2)))
+        'module.'
+    """
+    prefix = ""
+    for _ in range(8):  # wrappers nest a few deep; a cycle of attributes must not loop
+        kind = type(model)
+        if kind.__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+            prefix, model = prefix + "_orig_mod.", model._orig_mod
+        elif kind.__name__ in _DDP_TYPES and isinstance(getattr(model, "module", None), _module_type()):
+            prefix, model = prefix + "module.", model.module
+        elif kind.__module__.startswith("peft.") and hasattr(getattr(model, "base_model", None), "model"):
+            prefix, model = prefix + "base_model.model.", model.base_model.model
+        else:
+            break
+    return prefix
+
+
+def unwrapped(name: str, prefix: str = "") -> str:
+    """``name`` as the user's own model spells it: the wrappers' ``prefix`` and their parts taken out.
+
+    Example:
+        >>> unwrapped("module._orig_mod.encoder.weight", "module._orig_mod.")
+        'encoder.weight'
+        >>> unwrapped("encoder._orig_mod.layer.bias")
+        'encoder.layer.bias'
+    """
+    if prefix and name.startswith(prefix):
+        name = name[len(prefix):]
+    for part in WRAPPER_PARTS:
+        if part in name:
+            name = name.replace("." + part, ".").removeprefix(part)
+    return name
+
+
+def module_depth() -> int:
+    """How many levels of a model the by-module breakdown names (``TBMEM_MODULE_DEPTH``, default 1:
+    ``model.encoder``; 2: ``model.encoder.layers``)."""
+    try:
+        return max(1, int(os.environ.get("TBMEM_MODULE_DEPTH", "1")))
+    except ValueError:
+        return 1
+
+
+def module_of(name: str, label: str, depth: int) -> str:
+    """The module a tensor named ``name`` (a parameter's or buffer's path) counts under in the by-module
+    breakdown: ``label`` and the first ``depth`` parts of its path, its own name left out.
+
+    Example:
+        >>> module_of("transformer.h.0.attn.weight", "model", 2), module_of("bias", "model", 2)
+        ('model.transformer.h', 'model')
+    """
+    parts = name.split(".")[:-1][:depth]
+    return ".".join([label, *parts])
+
+
+def parameter_holders(targets: list[Any]) -> dict[int, tuple[str, str]]:
+    """``id(parameter) -> (name, module)`` for the ``targets`` (parameters no watched model names) that a module
+    held by a running frame's local variable, or by an attribute or item of one, holds: ``teacher.encoder.weight``
+    under ``teacher.encoder``. The outermost frame's modules first, as for :func:`holder_names`."""
+    wanted = {id(t) for t in targets}
+    out: dict[int, tuple[str, str]] = {}
+    module = _module_type()
+    for var, value, _ in _roots():
+        label = type(value).__name__ if var in ("self", "cls") else var
+        # type(), not isinstance: a hostile object's __class__ is not read
+        found = [(label, value)] if issubclass(type(value), module) else [
+            (label + lab, item) for lab, item, _ in walk.labelled_steps(value) if issubclass(type(item), module)]
+        for where, m in found:
+            prefix = wrapper_prefix(m)
+            for name, p in m.named_parameters():
+                if id(p) in wanted and id(p) not in out:
+                    name = unwrapped(name, prefix)
+                    out[id(p)] = (f"{where}.{name}", module_of(name, where, 1))
+            if len(out) == len(wanted):
+                return out
+    return out
+
+
+def _module_type() -> type:
+    import torch
+
+    return torch.nn.Module
 
 
 class _Local(NamedTuple):

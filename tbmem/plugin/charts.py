@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from tbmem.plugin.series import Series, align, minmax_indices
-from tbmem.tags import TAGS, x_axis
+from tbmem.tags import TAGS, is_loss_tag, x_axis
 
 __all__ = ["BREAKDOWNS", "LINE_GROUPS", "TREE_DIFFERS", "tag_unit", "to_bytes", "breakdown_tags", "census_tags",
            "overview", "tree_differs", "record_at", "census_from_scalars", "nearest", "is_step_loss"]
@@ -71,10 +71,10 @@ def breakdown_tags(tags: Iterable[str], breakdown: str) -> dict[str, str]:
 
 
 def is_step_loss(tag: str) -> bool:
-    """A loss logged per training step or loss evaluation (``Loss/batch``, ``Loss/evaluation``): drawn on
-    the memory chart's step axis. Per-epoch and per-iteration losses count something else
-    (:func:`tbmem.tags.x_axis`)."""
-    return tag.startswith("Loss/") and x_axis(tag) == "step"
+    """A loss logged per training step or loss evaluation (``Loss/batch``, ``Loss/evaluation``, a framework's
+    ``train/loss`` or ``train_loss``: :func:`tbmem.tags.is_loss_tag`): drawn on the memory chart's step axis.
+    Per-epoch and per-iteration losses count something else (:func:`tbmem.tags.x_axis`)."""
+    return is_loss_tag(tag) and x_axis(tag) == "step"
 
 
 def census_tags(tags: Iterable[str]) -> list[str]:
