@@ -50,10 +50,10 @@ def _design_document_evaluation_lines(printed: str, first: int, result, log_dir)
     """Design document 000's ``Loss evaluation 0: CPU: 853.2 MB | GPU: 0.8 MB`` for the first
     ``memory_monitor_batches`` evaluations, each the RSS TensorBoard has at that evaluation's step, and
     the first printed before the first iteration (as the document's example shows them)."""
-    lines = re.findall(r"^Loss evaluation (\d+): CPU: (\d+\.\d) MB \| GPU: (n/a|\d+\.\d MB)$", printed, re.M)
+    lines = re.findall(r"^Loss evaluation (\d+): CPU: (\d+\.\d) MB \| GPU: (n/a|\d+\.\d MB)$", printed, re.MULTILINE)
     assert [int(i) for i, _, _ in lines] == list(range(min(first, result.evaluations_seen)))
     assert {gpu for _, _, gpu in lines} == {"n/a"}  # CPU only: no zero that was not read
-    rss = dict((e.step, e.value * 1024) for e in read_events(log_dir).Scalars("Memory/RAM/process_rss_GB"))
+    rss = {e.step: e.value * 1024 for e in read_events(log_dir).Scalars("Memory/RAM/process_rss_GB")}
     for i, cpu, _ in lines:  # read just before the evaluation's memory record
         assert float(cpu) == pytest.approx(rss[int(i)], abs=32)
     assert printed.index("Loss evaluation 0: CPU") < printed.index("  Iteration 1: loss=")
