@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # (2.13.0+cpu satisfies constraints.txt's torch==2.13.0); empty: pip's configured indexes only.
 TORCH_INDEX ?=
 
-.PHONY: install demo test bench gpu-test clean tensorboard report
+.PHONY: install install-demo demo test test-all bench gpu-test clean tensorboard report
 
 # Two installs, two stamps: `make demo` installs what the demo runs (tbmem, torch, TensorBoard and the
 # trainers' PhiFlow/Hydra: the `demo` extra); `make test` adds the test stack on top (`all,dev`:
@@ -57,20 +57,27 @@ demo: $(DEMO_STAMP)
 	$(BIN)/python run.py --config-name=burgers_quick_test trainer=synthetic_with_memory
 	$(BIN)/python run.py --config-name=burgers_physical_quick_test trainer=physical_with_memory
 	@echo
-	@echo "View the runs:   make tensorboard   (it runs $(BIN)/tensorboard --logdir runs --host 127.0.0.1; Ctrl-C stops it)"
-	@echo "                 then open http://127.0.0.1:6006/#tbmem (the Memory tab: every record unsmoothed)"
-	@echo "                 Time Series unsmoothed: http://127.0.0.1:6006/?smoothing=0#timeseries; the Scalars tab: set its Smoothing slider to 0"
-	@echo "Summarise them:  make report        (it runs $(BIN)/tbmem report runs)"
+	@echo "View the runs:   make tensorboard   (the same as $(BIN)/tensorboard --logdir runs --host 127.0.0.1; Ctrl-C stops it)"
+	@echo "                 then open http://127.0.0.1:6006/#tbmem: the Memory tab, every record drawn unsmoothed"
+	@echo "                 TensorBoard smooths its own tabs (0.6: a memory step becomes a ramp). Unsmoothed:"
+	@echo "                 Time Series: http://127.0.0.1:6006/?smoothing=0#timeseries (the address reaches Time Series only)"
+	@echo "                 Scalars: drag its Smoothing slider to 0"
+	@echo "Summarise them:  make report        (the same as $(BIN)/tbmem report runs)"
 
-# The demo's two closing commands. TB_PORT: another port where 6006 is taken.
+# The demo's two closing commands, on what make demo made. TB_PORT: another port where 6006 is taken.
 TB_PORT ?= 6006
-tensorboard: $(DEMO_STAMP)
+tensorboard:
 	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(TB_PORT)
 
-report: $(DEMO_STAMP)
+report:
 	$(BIN)/tbmem report runs
 
+# Test tiers (tests/slow.txt): make test is the fast tier and one end-to-end run of each trainer (about 8 minutes
+# on 2 cores); make test-all is every test (CI's .ci/run).
 test: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu and (not slow or e2e)" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 gpu-test: $(STAMP)

@@ -17,6 +17,7 @@ import datetime
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -35,10 +36,10 @@ def disk_bytes(path: Path) -> int:
     return int(out.split()[0]) * 1024
 
 
-def timed_make(clone: Path, target: str, log: Path) -> tuple[float, dict[str, float]]:
-    """Run ``make <target>`` in ``clone`` (output to ``log`` and the console); wall seconds and each
-    phase's seconds (from scripts/phase.py's ``== n/m ...`` and ``done in`` lines)."""
-    start = time.monotonic()
+def timed_make(clone: Path, target: str, log: Path) -> tuple[float, float, dict[str, dict[str, float]]]:
+    """Run ``make <target>`` in ``clone`` (output to ``log`` and the console); its wall and CPU seconds
+    (its processes', all cores) and each phase's (scripts/phase.py's ``== n/m ...`` and ``done in`` lines)."""
+    start, cpu = time.monotonic(), _children_cpu()
     with log.open("wb") as sink:
         proc = subprocess.Popen(["make", target], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
@@ -48,17 +49,22 @@ def timed_make(clone: Path, target: str, log: Path) -> tuple[float, dict[str, fl
             sys.stdout.flush()
     if proc.wait():
         raise SystemExit(f"make {target} failed ({proc.returncode}); see {log}")
-    wall = time.monotonic() - start
+    wall, cpu = time.monotonic() - start, _children_cpu() - cpu
     text = log.read_text(errors="replace")
     phases, current = {}, None
     for line in text.splitlines():
         head = re.match(r"^== (\d+/\d+) (.+?) \(usually about", line)
         if head:
             current = f"{head[1]} {head[2]}"
-        done = re.match(r"^   done in ([\d.]+) s", line)
+        done = re.match(r"^   done in ([\d.]+) s \(CPU ([\d.]+) s\)", line)
         if done and current:
-            phases[current], current = float(done[1]), None
-    return wall, phases
+            phases[current], current = {"wall_s": float(done[1]), "cpu_s": float(done[2])}, None
+    return wall, cpu, phases
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -74,20 +80,22 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.clone, capture_output=True,
                             text=True, check=True).stdout.strip()
     load = os.getloadavg()[0]
-    wall, phases = timed_make(args.clone, "demo", args.clone.parent / (args.clone.name + "-demo.log"))
+    wall, cpu, phases = timed_make(args.clone, "demo", args.clone.parent / (args.clone.name + "-demo.log"))
     venv, cache, runs = (disk_bytes(args.clone / p) for p in (".venv", ".cache", "runs"))
     record = {
         "date": datetime.date.today().isoformat(), "commit": commit, "machine": args.machine,
         "load_at_start": round(load, 1),
-        "demo": {"command": "make demo", "wall_s": round(wall, 1), "phases_s": phases,
+        "load_at_end": round(os.getloadavg()[0], 1),
+        "demo": {"command": "make demo", "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "phases": phases,
                  "venv_bytes": venv, "cache_bytes": cache, "runs_bytes": runs,
                  "total_bytes": venv + cache + runs},
     }
     if not args.no_test_install:
-        wall, phases = timed_make(args.clone, "install", args.clone.parent / (args.clone.name + "-install.log"))
+        wall, cpu, phases = timed_make(args.clone, "install", args.clone.parent / (args.clone.name + "-install.log"))
         venv_all = disk_bytes(args.clone / ".venv")
         record["test_install"] = {"command": "make install (make test's install, after make demo)",
-                                  "wall_s": round(wall, 1), "phases_s": phases, "venv_bytes": venv_all,
+                                  "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "phases": phases,
+                                  "venv_bytes": venv_all, "load_at_end": round(os.getloadavg()[0], 1),
                                   "added_bytes": venv_all - venv}
     RECORD.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))

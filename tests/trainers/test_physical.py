@@ -14,6 +14,7 @@ from tests._events import read_events, scalars, texts
 from trainers.experiment import run_experiment
 
 
+@pytest.mark.e2e  # the fast tier's one end-to-end run of this trainer (tests/slow.txt)
 def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys):
     cfg = compose("burgers_physical_quick_test", "trainer=physical_with_memory")
     out = run_experiment(cfg, log_dir=tmp_path / "run")
