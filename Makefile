@@ -25,7 +25,8 @@ TORCH_INDEX ?=
 # Each phase says what it does and how long it usually takes (scripts/phase.py; the times are those of
 # benchmarks/install.json): pip is quiet for most of a phase, while it unpacks the wheels it collected
 # ("Installing collected packages: ..."; torch alone is 15,000 files), and phase.py says every 20 s that it
-# is still going. --no-compile: Python compiles the modules a program imports on first use instead of pip
+# is still going. --no-build-isolation: tbmem is built with the venv's setuptools (phase 2), not in a second
+# environment pip would make for the build. --no-compile: Python compiles the modules a program imports on first use instead of pip
 # compiling all of them (200 MB of .pyc, most of the quiet time).
 PIP := $(BIN)/python -m pip install --no-compile --progress-bar on -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 PHASE := $(PYTHON) scripts/phase.py --quiet-note "pip unpacks the wheels quietly"
@@ -35,15 +36,15 @@ $(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tb
           tbmem/snapshot/_cpu_alloc_recorder.cpp
 	@echo "== make demo's install: what the demo runs, 4 phases (about 100 s and 1.1 GB the first time; README.md)"
 	@$(PHASE) "1/4" "creating $(VENV)" 6 -- $(PYTHON) -m venv $(VENV)
-	@$(PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked)" 45 -- $(PIP) torch
-	@$(PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 45 -- $(PIP) -e '.[demo]'
+	@$(PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked) and setuptools" 45 -- $(PIP) torch 'setuptools>=68' wheel
+	@$(PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 45 -- $(PIP) --no-build-isolation -e '.[demo]'
 	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 6 -- $(BIN)/python -m tbmem.snapshot.native || true
 	touch $@
 
 # make test's install: make demo's, then the test stack
 $(STAMP): $(DEMO_STAMP)
 	@echo "== make test's install: the test stack on top of make demo's (about 120 s and 0.8 GB more the first time)"
-	@$(PHASE) "1/2" "installing the test stack: pytest, playwright, JupyterLab, pandas, W&B, MLflow, moto" 120 -- $(PIP) -e '.[all,dev]'
+	@$(PHASE) "1/2" "installing the test stack: pytest, playwright, JupyterLab, pandas, W&B, MLflow, moto" 120 -- $(PIP) --no-build-isolation -e '.[all,dev]'
 	@$(PHASE) "2/2" "registering the notebook kernel" 3 -- $(BIN)/python -m ipykernel install --sys-prefix --name python3
 	touch $@
 
