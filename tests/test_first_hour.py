@@ -111,3 +111,24 @@ def test_the_readme_says_what_the_tests_need_from_outside_the_clone():
         assert test in readme and (ROOT / test).exists()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "export TBMEM_REQUIRE_SHARED=1" in ci and "export TBMEM_REQUIRE_BROWSER=1" in ci
+
+
+def test_what_is_said_about_smoothing_is_true_for_each_tab():
+    """``?smoothing=0`` reaches Time Series only (the Scalars tab stays at 0.6): wherever the README, the
+    demo's closing lines and the note under the Memory tab's charts give it, they say so, and give the
+    Scalars tab's slider; the demo prints the Memory tab's own address."""
+    makefile = (ROOT / "Makefile").read_text()
+    demo = "\n".join(re.findall(r'^\t@echo "(.*)"$', makefile.split("\ndemo: $(DEMO_STAMP)", 1)[1].split("\n\n")[0],
+                                re.MULTILINE))
+    note = re.search(r"id: 'smoothing-note', text: ((?:'[^']*'\s*\+?\s*)+)",
+                     (ROOT / "tbmem/plugin/static/index.js").read_text().replace("\\'", "’"))
+    assert note
+    note_text = "".join(re.findall(r"'([^']*)'", note[1]))
+    readme = (ROOT / "README.md").read_text()
+    for name, text in (("README", readme), ("make demo", demo), ("the note", note_text)):
+        for at in [m.start() for m in re.finditer(r"\?smoothing=0", text)]:
+            around = text[max(0, at - 200):at + 200]
+            assert "Time Series" in around, (name, around)
+        assert re.search(r"Time Series only", text), name
+        assert re.search(r"Scalars[^.]{0,40}\*?Smoothing\*? slider", text), name
+    assert "http://127.0.0.1:6006/#tbmem" in demo and "http://127.0.0.1:6006/#tbmem" in readme

@@ -21,7 +21,7 @@ def test_every_line_of_the_slow_listing_names_a_test_that_exists():
         path, _, name = entry.partition("::")
         assert (ROOT / path).is_file(), entry
         if name:
-            assert re.search(rf"^\s*def {re.escape(name.split('[')[0])}\(", (ROOT / path).read_text(), re.M), entry
+            assert re.search(rf"^\s*def {re.escape(name.split('[')[0])}\(", (ROOT / path).read_text(), re.MULTILINE), entry
 
 
 def test_make_test_is_the_fast_tier_and_make_test_all_and_ci_run_everything():
@@ -37,7 +37,7 @@ def test_make_test_is_the_fast_tier_and_make_test_all_and_ci_run_everything():
 def test_the_fast_tier_keeps_one_end_to_end_run_of_each_trainer_and_leaves_the_listed_out():
     files = ["tests/trainers/test_synthetic.py", "tests/trainers/test_physical.py", "tests/test_tags.py"]
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not gpu and (not slow or e2e)",
-                           *files], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           *files], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     fast = [line for line in done.stdout.splitlines() if "::" in line]
     kept = [t for t in fast if t.startswith(tuple(files[:2]))]
