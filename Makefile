@@ -29,22 +29,23 @@ TORCH_INDEX ?=
 # environment pip would make for the build. --no-compile: Python compiles the modules a program imports on first use instead of pip
 # compiling all of them (200 MB of .pyc, most of the quiet time).
 PIP := $(BIN)/python -m pip install --no-compile --progress-bar on -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-PHASE := $(PYTHON) scripts/phase.py --quiet-note "pip unpacks the wheels quietly"
+PHASE := $(PYTHON) scripts/phase.py
+PIP_PHASE := $(PHASE) --quiet-note "pip is quiet while it resolves, builds and unpacks"
 DEMO_STAMP := $(VENV)/.installed-demo
 $(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tbmem/snapshot/_creader.h \
           tbmem/snapshot/_creader.c tbmem/snapshot/_pickle_scan.c tbmem/snapshot/_pickle_run.c tbmem/snapshot/_pair.c \
           tbmem/snapshot/_cpu_alloc_recorder.cpp
 	@echo "== make demo's install: what the demo runs, 4 phases (about 100 s and 1.1 GB the first time; README.md)"
-	@$(PHASE) "1/4" "creating $(VENV)" 6 -- $(PYTHON) -m venv $(VENV)
-	@$(PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked) and setuptools" 45 -- $(PIP) torch 'setuptools>=68' wheel
-	@$(PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 45 -- $(PIP) --no-build-isolation -e '.[demo]'
-	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 6 -- $(BIN)/python -m tbmem.snapshot.native || true
+	@$(PHASE) "1/4" "creating $(VENV)" 10 -- $(PYTHON) -m venv $(VENV)
+	@$(PIP_PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked) and setuptools" 25 -- $(PIP) torch 'setuptools>=68' wheel
+	@$(PIP_PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 35 -- $(PIP) --no-build-isolation -e '.[demo]'
+	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 8 -- $(BIN)/python -m tbmem.snapshot.native || true
 	touch $@
 
 # make test's install: make demo's, then the test stack
 $(STAMP): $(DEMO_STAMP)
 	@echo "== make test's install: the test stack on top of make demo's (about 120 s and 0.8 GB more the first time)"
-	@$(PHASE) "1/2" "installing the test stack: pytest, playwright, JupyterLab, pandas, W&B, MLflow, moto" 120 -- $(PIP) --no-build-isolation -e '.[all,dev]'
+	@$(PIP_PHASE) "1/2" "installing the test stack: pytest, playwright, JupyterLab, pandas, W&B, MLflow, moto" 120 -- $(PIP) --no-build-isolation -e '.[all,dev]'
 	@$(PHASE) "2/2" "registering the notebook kernel" 3 -- $(BIN)/python -m ipykernel install --sys-prefix --name python3
 	touch $@
 
