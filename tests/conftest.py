@@ -53,3 +53,19 @@ def compare_logdir(tmp_path_factory):
 def _no_columns(monkeypatch):
     """`tbmem report` fits COLUMNS when set: tests that read its tables set it themselves."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+# --- test tiers (tests/slow.txt): `make test` runs the fast tier and the e2e runs, `make test-all` all ---
+def _slow_prefixes() -> list[str]:
+    from pathlib import Path
+
+    listing = Path(__file__).with_name("slow.txt").read_text()
+    return [line.split("#", 1)[0].strip() for line in listing.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests tests/slow.txt lists ``slow`` (a line: a test file, or a test's node id or its prefix)."""
+    prefixes = tuple(_slow_prefixes())
+    for item in items:
+        if item.nodeid.startswith(prefixes) and not item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.slow)

@@ -174,7 +174,9 @@ def _run(run: RunConfig, device: torch.device, path: Path, dist: Any, progress: 
     shown = path.parent
     with contextlib.suppress(ValueError):
         shown = path.parent.resolve().relative_to(Path.cwd())
-    if dist.is_root:
+    if dist.is_root and os.environ.get("TBMEM_DEMO") == "1":  # make demo prints one command for its runs
+        print(f"Done in {seconds:.1f} s.", flush=True)
+    elif dist.is_root:
         print(f"Done in {seconds:.1f} s. View the run with:\n  {tensorboard_command()} --logdir {shown}", flush=True)
     return Outcome(log_dir=path, result=result, seconds=seconds)
 

@@ -30,7 +30,7 @@ import torch
 
 from tbmem import MemoryWriterConfig, mark_snapshot, report_once, snapshot_recording
 
-__all__ = ["console_above_progress_bar", "TrainerMonitoring", "CENSUS_POINTS"]
+__all__ = ["console_above_progress_bar", "evaluation_line", "TrainerMonitoring", "CENSUS_POINTS"]
 
 _NEVER = 2**62  # a step no run reaches: the gradient norm is off
 
@@ -293,8 +293,10 @@ class TrainerMonitoring:
         """Record one loss evaluation; never raises (it runs inside a PhiFlow loss function).
 
         Every evaluation goes to TensorBoard at step ``index`` (loss, parameters and, when
-        monitoring is on, the due memory record). The console prints iterations
-        (:meth:`on_iteration`), not evaluations.
+        monitoring is on, the due memory record). With monitoring on, the console prints the first
+        ``verbose_batches`` evaluations as design document 000 does,
+        ``Loss evaluation 0: CPU: 853.2 MB | GPU: 0.8 MB`` (:func:`evaluation_line`), beside the
+        iterations of :meth:`on_iteration`.
         """
         try:
             from tbmem import tag_for
@@ -309,6 +311,11 @@ class TrainerMonitoring:
         if not self._evaluations_on:
             return
         try:
+            if index < self.verbose_batches:
+                from tbmem.monitor import emit
+                from tbmem.monitor.readings import read
+
+                emit(evaluation_line(index, read(self.device)))
             self.writer.log_memory(index)
         except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
             report_once("trainers:evaluation", "trainers: monitoring a loss evaluation failed; "
@@ -391,6 +398,20 @@ class _TqdmStream:
 
     def flush(self) -> None:
         """Nothing to flush: tqdm.write writes through."""
+
+
+def evaluation_line(index: int, reading: Any) -> str:
+    """Design document 000's line for one loss evaluation: the process's RSS and the allocated VRAM
+    (``n/a`` where CUDA is not initialised: never a zero that was not read).
+
+    Example:
+        >>> from tbmem.monitor.readings import Reading
+        >>> evaluation_line(0, Reading(cpu=853.2 * 2**20, gpu_allocated=0.8 * 2**20))
+        'Loss evaluation 0: CPU: 853.2 MB | GPU: 0.8 MB'
+    """
+    from tbmem.monitor.formatting import format_mb
+
+    return f"Loss evaluation {index}: CPU: {format_mb(reading.cpu)} | GPU: {format_mb(reading.gpu_allocated)}"
 
 
 @contextlib.contextmanager

@@ -163,14 +163,36 @@ def tree_differs(series: Mapping[str, Series]) -> bool:
 
 
 def record_at(series: Mapping[str, Series], step: int) -> dict[str, Any] | None:
-    """The readings (non-census tags) of the record nearest to ``step``, exact."""
+    """The memory record at or before ``step``, with every reading (non-census tag) logged at its step, exact.
+
+    A run that logs its loss every step and memory every 5 (the Quickstart's pattern) has steps with the
+    loss alone: a click at step 24 gives the record of step 20 (``step``; ``clicked`` is 24), and
+    ``losses_at_click`` the losses of step 24. Before the first memory record, the first one; a run
+    without memory readings, the record nearest ``step``.
+    """
     readings = {t: s for t, s in series.items() if t not in set(census_tags(series))}
     if not readings:
         return None
-    steps = np.unique(np.concatenate([s.steps for s in readings.values()]))
-    at = nearest(steps, step)
+    # the steps of memory readings (a step with a step time or a loss alone is not a memory record)
+    memory = [s.steps for t, s in readings.items() if t.startswith("Memory/") and len(s.steps)]
+    memory = memory or [s.steps for t, s in readings.items() if not t.startswith("Loss/") and len(s.steps)]
+    if memory:
+        steps = np.unique(np.concatenate(memory))
+        before = steps[steps <= step]
+        at: int | None = int(before[-1]) if len(before) else int(steps[0])
+    else:
+        at = nearest(np.unique(np.concatenate([s.steps for s in readings.values()])), step)
     if at is None:
         return None
+    out: dict[str, Any] = {"step": at, "clicked": step, "readings": _readings_at(readings, at)}
+    if at != step:
+        losses = _readings_at({t: s for t, s in readings.items() if t.startswith("Loss/")}, step)
+        if losses:
+            out["losses_at_click"] = {"step": step, "readings": losses}
+    return out
+
+
+def _readings_at(readings: Mapping[str, Series], at: int) -> list[dict[str, Any]]:
     rows = []
     for tag in sorted(readings):
         v = readings[tag].at(at)
@@ -178,7 +200,7 @@ def record_at(series: Mapping[str, Series], step: int) -> dict[str, Any] | None:
             unit = tag_unit(tag)
             rows.append({"tag": tag, "value": v, "unit": unit,
                          "bytes": float(to_bytes(tag, v)) if unit in _UNIT_BYTES else None})
-    return {"step": at, "readings": rows}
+    return rows
 
 
 def census_from_scalars(series: Mapping[str, Series], step: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from tests._events import read_events, scalars, texts
 from trainers.experiment import run_experiment
 
 
+@pytest.mark.e2e  # the fast tier's one end-to-end run of this trainer (tests/slow.txt)
 def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys):
     cfg = compose("burgers_physical_quick_test", "trainer=physical_with_memory")
     out = run_experiment(cfg, log_dir=tmp_path / "run")
@@ -37,12 +38,26 @@ def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys
     assert "After loading ground truth data:" in printed
     shown = min(cfg.trainer_params.memory_monitor_batches, result.iterations)
     assert printed.count("; memory: CPU") == shown  # the first iterations, each with its memory
+    _design_document_evaluation_lines(printed, cfg.trainer_params.memory_monitor_batches, result, out.log_dir)
     _console_counts_one_way(printed, result)
     assert "PERFORMANCE SUMMARY" in printed and "load_ground_truth" in printed and "optimization" in printed
     assert "SOLVE INFO" in printed
     # design document 000's closing line; on CPU the peak is the process's RSS peak
     peak = re.search(r"^Peak CPU memory during optimization: (\d+\.\d) MB$", printed, re.MULTILINE)
     assert peak and float(peak.group(1)) > 0 and "Epoch end" not in printed
+
+
+def _design_document_evaluation_lines(printed: str, first: int, result, log_dir) -> None:
+    """Design document 000's ``Loss evaluation 0: CPU: 853.2 MB | GPU: 0.8 MB`` for the first
+    ``memory_monitor_batches`` evaluations, each the RSS TensorBoard has at that evaluation's step, and
+    the first printed before the first iteration (as the document's example shows them)."""
+    lines = re.findall(r"^Loss evaluation (\d+): CPU: (\d+\.\d) MB \| GPU: (n/a|\d+\.\d MB)$", printed, re.MULTILINE)
+    assert [int(i) for i, _, _ in lines] == list(range(min(first, result.evaluations_seen)))
+    assert {gpu for _, _, gpu in lines} == {"n/a"}  # CPU only: no zero that was not read
+    rss = {e.step: e.value * 1024 for e in read_events(log_dir).Scalars("Memory/RAM/process_rss_GB")}
+    for i, cpu, _ in lines:  # read just before the evaluation's memory record
+        assert float(cpu) == pytest.approx(rss[int(i)], abs=32)
+    assert printed.index("Loss evaluation 0: CPU") < printed.index("  Iteration 1: loss=")
 
 
 def _console_counts_one_way(printed: str, result) -> None:

@@ -10,6 +10,7 @@ from trainers.experiment import run_experiment
 from trainers.synthetic import rollout_loss
 
 
+@pytest.mark.e2e  # the fast tier's one end-to-end run of this trainer (tests/slow.txt)
 def test_quick_test_with_memory_monitoring(compose, tmp_path, capsys):
     cfg = compose("burgers_quick_test", "trainer=synthetic_with_memory", "tbmem.census_every=50")
     out = run_experiment(cfg, log_dir=tmp_path / "run")

@@ -40,7 +40,8 @@ function layout() {
       el('p', { class: 'hint', id: 'chart-note' }),
       el('p', { class: 'hint', id: 'smoothing-note', text: 'Every record is drawn as logged, never smoothed. TensorBoard\'s '
         + 'Time Series and Scalars smooth their lines by default (0.6: a memory step becomes a ramp, a count reads '
-        + '20.9983); set Smoothing to 0 in their settings, or open TensorBoard at /?smoothing=0, to read exact values.' })),
+        + '20.9983). Exact values: Time Series, open TensorBoard at /?smoothing=0#timeseries (the address reaches '
+        + 'Time Series only) or set Smoothing to 0 in its settings; Scalars, drag its Smoothing slider to 0.' })),
     el('section', { id: 'at-box', hidden: '' },
       el('h2', { id: 'at-title' }),
       el('div', { class: 'cols' }, el('div', { id: 'census' }), el('div', { id: 'readings' })),
@@ -219,8 +220,17 @@ async function selectStep(step) {
     if (c.notes && c.notes.length) census.append(el('p', { class: 'hint', text: 'Not counted: ' + c.notes.join('; ') }));
   } else census.append(el('p', { class: 'empty', text: 'This run has no census (MemoryWriter census_every > 0 takes one).' }));
   const readings = document.getElementById('readings');
-  readings.replaceChildren(el('h3', { text: r ? `Readings of the record at step ${r.step}` : 'No readings' }));
+  // memory is recorded every few steps, the loss often every step: a click between records shows the memory
+  // record at or before it, and says which step that is
+  const which = !r || r.step === step ? '' : r.step < step ? ` (the last one at or before step ${step})`
+    : ` (the first one: none before step ${step})`;
+  readings.replaceChildren(el('h3', { text: r ? `Readings of the record at step ${r.step}${which}` : 'No readings' }));
   if (r) readings.append(table(['tag', 'value'], r.readings.map((x) => [x.tag, fmtValue(x)]), 'readings-table'));
+  const lossAt = r && r.losses_at_click;
+  if (lossAt) {
+    readings.append(el('h3', { text: `Loss at step ${lossAt.step}` }),
+      table(['tag', 'value'], lossAt.readings.map((x) => [x.tag, fmtValue(x)]), 'click-loss-table'));
+  }
   const top = document.getElementById('top');
   top.replaceChildren();
   if (c) {
