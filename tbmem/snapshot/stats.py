@@ -11,7 +11,8 @@ its frame is ``null``, and the text says which stack was recorded at the free.
 
     {"devices": [{"device": "cuda:1", "reserved_bytes": int, "allocated_bytes": int, "requested_bytes": int,
                   "peak_bytes": int, "peak_event": int, "baseline_bytes": int, "trace_events": int,
-                  "ooms": [{"requested_bytes": int, "free_bytes": int|null, "time_us": int|null}],
+                  "ooms": [{"requested_bytes": int, "free_bytes": int|null, "time_us": int|null,
+                            ...tbmem.oom.explain.OomExplanation.to_json()}],
                   "top_allocations": [{"bytes": int, "category": str,
                                        "frame": {"filename": str, "line": int, "name": str}|null,
                                        "generated": {"filename": str, "line": int, "name": str}|null,
@@ -126,6 +127,8 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
         ooms = [{"requested_bytes": int(o["requested_bytes"]),
                  "free_bytes": None if o.get("free_bytes") is None else int(o["free_bytes"]),
                  "time_us": None if o.get("time_us") is None else int(o["time_us"])} for o in dev.ooms]
+        for o, why in zip(ooms, _oom_explanations(snap, dev, user)):  # issue 38: each OOM explained
+            o.update({k: v for k, v in why.to_json().items() if k not in o})
         explain = _explain(snap, dev)
         out.append({"device": dev.name, "reserved_bytes": int(dev.reserved_bytes or 0),
                     "allocated_bytes": explain.allocated if explain else dev.final_bytes(),
@@ -133,6 +136,13 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
                     "baseline_bytes": dev.baseline_bytes(), "trace_events": dev.n_events,
                     "ooms": ooms, "top_allocations": rows, "explain": explain.to_json() if explain else None})
     return {"devices": out}
+
+
+def _oom_explanations(snap: Snapshot, dev: Device, user: np.ndarray) -> list[Any]:
+    from tbmem.oom.explain import explain_device
+    return [explain_device(dev, o, categories=snap.categories, strings=snap.strings, frames=snap.frames,
+                           stacks=snap.stacks, settings=snap.meta.get("allocator_settings"), site_of_stack=user,
+                           rank=snap.rank, step=snap.step) for o in dev.ooms]
 
 
 def format_bytes(n: float) -> str:
@@ -250,6 +260,9 @@ def _device_text(snap: Snapshot, dev: Device, kinds: np.ndarray, user: np.ndarra
     for o in dev.ooms:
         free = "free memory not reported" if o.get("free_bytes") is None else f"{format_bytes(o['free_bytes'])} free"
         lines.append(f"   OUT OF MEMORY {when(dev, int(o['event']))}: requested {format_bytes(o['requested_bytes'])}, {free}")
+    if dev.ooms:  # issue 38: why, in numbers
+        from tbmem.oom.text import explanation_text
+        lines += ["   " + line for why in _oom_explanations(snap, dev, user) for line in explanation_text(why).splitlines()]
     lines += [f"   note: {m['label']}" for m in dev.markers if m.get("kind") == "note"]
     order = _top(dev, top).tolist()
     lines += _table(f"Top {len(order)} allocations by size", ("size", "category", "at peak", "allocated at"), [
