@@ -38,6 +38,7 @@ __all__ = [
     "stop_memory_history",
     "cuda_snapshot",
     "dump_snapshot_pickle",
+    "cuda_segments",
     "memory_viz_trace_plot",
     "cuda_annotate",
     "attach_oom_observer",
@@ -190,6 +191,15 @@ def cuda_snapshot() -> dict[str, Any] | None:
     if not (cuda_ready() and has_memory_history()):
         return None
     return _memory_module()._snapshot()
+
+
+def cuda_segments(device: int) -> list[dict[str, Any]] | None:
+    """The allocator's segments of ``device`` with their blocks (``torch.cuda.memory_snapshot()``: host
+    objects only, nothing allocated on the device, so it can be read right after an out-of-memory error),
+    or None when CUDA is not ready."""
+    if not cuda_ready():
+        return None
+    return [s for s in torch.cuda.memory_snapshot() if s.get("device", 0) == device]
 
 
 def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None:

@@ -89,6 +89,10 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Reserved bytes as a percentage of the device's total memory.", when=_EVERY_CUDA),
     Tag(key="vram_ooms", tag="Memory/GPU/vram_ooms", unit="count",
         meaning="Out-of-memory errors raised by the allocator, since start.", when=_EVERY_CUDA),
+    Tag(key="oom_text", tag="Memory/GPU/oom_explained", unit="text",
+        meaning="Why a CUDA out-of-memory error happened, in numbers: reserved bytes by kind, the largest free "
+                "block per pool and stream, live bytes by site, the allocator settings, advice (tbmem.oom).",
+        when="MemoryWriter, at an out-of-memory error in monitored_step"),
     Tag(key="vram_alloc_retries", tag="Memory/GPU/vram_alloc_retries", unit="count",
         meaning="cudaMalloc retries after flushing the cache, since start (a sign of memory pressure).",
         when=_EVERY_CUDA),

@@ -48,6 +48,7 @@ from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import LayoutTracker
 from tbmem.logdir.fs import RemoteMirror, is_url
 from tbmem.logdir.layout import default_run_dir, job_dir
+from tbmem.oom.runtime import report as explain_oom
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, Probe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
@@ -355,7 +356,8 @@ class MemoryWriter(StepHooks, RecordPipeline):
             except Exception as err:  # noqa: BLE001
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self._flush_quietly()
-        logger.error("%s", oom_line(step, exc, paths, snap_error))
+        # issue 38: the OOM explained in numbers, in the same one stderr block and the run's text tab
+        logger.error("%s", oom_line(step, exc, paths, snap_error) + explain_oom(self, step, exc))
         if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
             self._ranks.on_oom(step)
 

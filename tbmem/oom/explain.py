@@ -21,30 +21,32 @@ Example:
     >>> import numpy as np
     >>> from tbmem.snapshot.model import Device, SEG_LARGE
     >>> a = {"start": np.array([-1]), "end": np.array([-1]), "size": np.array([6 << 20]),
-    ...      "addr": np.array([1 << 30])}
+    ...      "addr": np.array([(1 << 30) + (7 << 20)])}
     >>> s = {"addr": np.array([1 << 30]), "size": np.array([20 << 20]), "start": np.array([-1]),
     ...      "end": np.array([-1]), "stream": np.array([0]), "pool": np.array([0]), "stack": np.array([-1]),
     ...      "flags": np.array([SEG_LARGE])}
     >>> dev = Device(name="cuda:0", time_us=np.zeros(0, dtype=np.int64), allocs=a, segs=s, streams=[0],
     ...              pools=[[0, 0]])
-    >>> x = explain_device(dev, {"requested_bytes": 16 << 20, "free_bytes": 0}, categories=["python code"],
+    >>> x = explain_device(dev, {"requested_bytes": 10 << 20, "free_bytes": 0}, categories=["python code"],
     ...                    strings=[], frames=[], stacks=[])
-    >>> x.verdict, x.largest_free_block_bytes >> 20, [a["kind"] for a in x.advice]
-    ('fragmented', 14, ['expandable_segments', 'max_split_size_mb'])
+    >>> x.verdict, x.largest_free_block_bytes >> 20, x.inactive_split_bytes >> 20, x.advice[0]["kind"]
+    ('fragmented', 7, 14, 'expandable_segments')
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from tbmem.oom.settings import AllocatorSettings
 from tbmem.snapshot.allocator import AllocatorState, allocator_state
 from tbmem.snapshot.model import FLAG_FREE_SITE, SEG_EXPANDABLE, SEG_SMALL, Device
+from tbmem.snapshot.units import format_bytes
 
-__all__ = ["OomExplanation", "explain_device", "explain_snapshot", "free_blocks", "live_by_site", "SMALL_REQUEST", "VERDICTS"]
+__all__ = ["SMALL_REQUEST", "VERDICTS", "OomExplanation", "explain_device", "free_blocks", "live_by_site"]
 
 #: Requests below this go to the small pool (torch's ``kSmallSize``).
 SMALL_REQUEST = 1 << 20
@@ -159,10 +161,9 @@ def live_by_site(dev: Device, state: AllocatorState, site_of_stack: np.ndarray,
     np.add.at(total, inv, a["size"][idx])
     np.add.at(count, inv, 1)
     names = {-1: "(no user frame)", -2: "(no stack recorded)", -3: "(allocated before the trace)"}
-    rows = [{"site": names.get(int(u)) or str(label(int(u))), "bytes": int(t), "count": int(c)}
-            for u, t, c in zip(uniq.tolist(), total.tolist(), count.tolist())]
-    rows.sort(key=lambda r: (-r["bytes"], r["site"]))
-    return rows
+    rows = sorted(((int(t), names.get(int(u)) or str(label(int(u))), int(c))
+                   for u, t, c in zip(uniq.tolist(), total.tolist(), count.tolist())), key=lambda r: (-r[0], r[1]))
+    return [{"site": site, "bytes": b, "count": c} for b, site, c in rows]
 
 
 def _need(requested: int) -> int:
@@ -236,12 +237,12 @@ def _advice(x: OomExplanation, s: AllocatorSettings) -> list[dict[str, Any]]:
 
 
 def _b(n: int | None) -> str:
-    from tbmem.snapshot.stats import format_bytes
     return "?" if n is None else format_bytes(n)
 
 
 def explain_device(dev: Device, oom: Mapping[str, Any], *, categories: Sequence[str], strings: Sequence[str],
-                   frames: Sequence[Sequence[int]], stacks: Sequence[Sequence[int]], settings: Mapping[str, Any] | None = None,
+                   frames: Sequence[Sequence[int]], stacks: Sequence[Sequence[int]],
+                   settings: Mapping[str, Any] | AllocatorSettings | None = None,
                    site_of_stack: np.ndarray | None = None, rank: int | None = None, step: int | None = None,
                    device_total: int | None = None, retries: int | None = None,
                    census: Mapping[str, int] | None = None) -> OomExplanation:
@@ -260,7 +261,7 @@ def explain_device(dev: Device, oom: Mapping[str, Any], *, categories: Sequence[
     req = None if req is None else int(req)
     pool_kind = "small" if req is not None and req < SMALL_REQUEST else "large"
     fitting = [g["largest_free_block_bytes"] for g in blocks if g["kind"] == pool_kind]
-    s = AllocatorSettings.from_mapping(settings)
+    s = settings if isinstance(settings, AllocatorSettings) else AllocatorSettings.from_mapping(settings)
     sites = site_of_stack if site_of_stack is not None else np.full(len(stacks), -1, dtype=np.int64)
 
     def label(fid: int) -> str:
@@ -296,23 +297,3 @@ def explain_device(dev: Device, oom: Mapping[str, Any], *, categories: Sequence[
     x.advice = _advice(x, s)
     return x
 
-
-def explain_snapshot(snap: Any, *, device_total: int | None = None, retries: int | None = None,
-                     census: Mapping[str, int] | None = None, settings: Mapping[str, Any] | None = None,
-                     site_of_stack: np.ndarray | None = None) -> list[tuple[Any, OomExplanation]]:
-    """Every ``oom`` event of a :class:`~tbmem.snapshot.model.Snapshot` explained, as (device, explanation).
-
-    ``settings`` default to what the snapshot recorded (``meta["allocator_settings"]``).
-    """
-    if site_of_stack is None:
-        from tbmem.snapshot.stats import attribution
-        site_of_stack = attribution(snap)
-    recorded = settings if settings is not None else snap.meta.get("allocator_settings")
-    out = []
-    for dev in snap.devices:
-        for oom in dev.ooms:
-            out.append((dev, explain_device(dev, oom, categories=snap.categories, strings=snap.strings,
-                                            frames=snap.frames, stacks=snap.stacks, settings=recorded,
-                                            site_of_stack=site_of_stack, rank=snap.rank, step=snap.step,
-                                            device_total=device_total, retries=retries, census=census)))
-    return out

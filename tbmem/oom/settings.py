@@ -17,10 +17,11 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["AllocatorSettings", "ENV_NAMES"]
+__all__ = ["ENV_NAMES", "AllocatorSettings"]
 
 #: The environment variables torch reads its allocator configuration from (the first set wins).
 ENV_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from tbmem.oom.explain import OomExplanation
-from tbmem.snapshot.stats import format_bytes
+from tbmem.snapshot.units import format_bytes
 
 __all__ = ["explanation_text", "headline"]
 
@@ -40,11 +40,11 @@ def explanation_text(x: OomExplanation, *, sites: int = 5) -> str:
     """The block: headline, the device's bytes, free blocks, live memory, settings, advice."""
     who = x.device + (f" (rank {x.rank})" if x.rank else "")
     lines = [f"tbmem: why {who} ran out of memory: {headline(x)}",
-             f"  device: total {_b(x.device_total_bytes)}, free {_b(x.device_free_bytes)} (driver); "
-             f"outside PyTorch's allocator {_b(x.outside_allocator_bytes)}",
-             f"  reserved {_b(x.reserved_bytes)} = live tensors {_b(x.live_requested_bytes)} + pending free "
-             f"{_b(x.pending_free_bytes)} + inactive split {_b(x.inactive_split_bytes)} + free segments "
-             f"{_b(x.free_segment_bytes)} + rounding {_b(x.rounding_bytes)}"]
+             (f"  device: total {_b(x.device_total_bytes)}, free {_b(x.device_free_bytes)} (driver); "
+              f"outside PyTorch's allocator {_b(x.outside_allocator_bytes)}"),
+             (f"  reserved {_b(x.reserved_bytes)} = live tensors {_b(x.live_requested_bytes)} + pending free "
+              f"{_b(x.pending_free_bytes)} + inactive split {_b(x.inactive_split_bytes)} + free segments "
+              f"{_b(x.free_segment_bytes)} + rounding {_b(x.rounding_bytes)}")]
     for g in x.free_blocks[:4]:
         pool = "default pool" if g["pool"] == [0, 0] else f"pool {tuple(g['pool'])}"
         lines.append(f"  largest free block {_b(g['largest_free_block_bytes'])} of {_b(g['free_bytes'])} free: "

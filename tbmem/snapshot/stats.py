@@ -47,6 +47,7 @@ import numpy as np
 from tbmem.snapshot.allocator import allocator_state
 from tbmem.snapshot.frames import KINDS, FrameClassifier
 from tbmem.snapshot.model import FLAG_FREE_SITE, Device, Snapshot
+from tbmem.snapshot.units import format_bytes
 
 __all__ = ["attribution", "generated_frames", "stats_doc", "stats_text", "frame_kinds", "explain_text", "when",
            "format_bytes"]
@@ -143,15 +144,6 @@ def _oom_explanations(snap: Snapshot, dev: Device, user: np.ndarray) -> list[Any
     return [explain_device(dev, o, categories=snap.categories, strings=snap.strings, frames=snap.frames,
                            stacks=snap.stacks, settings=snap.meta.get("allocator_settings"), site_of_stack=user,
                            rank=snap.rank, step=snap.step) for o in dev.ooms]
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable binary size (``1.5 MiB``)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def when(dev: Device, event: int) -> str:
