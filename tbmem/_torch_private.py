@@ -39,6 +39,8 @@ __all__ = [
     "cuda_snapshot",
     "dump_snapshot_pickle",
     "cuda_segments",
+    "cuda_pinned_host_bytes",
+    "cuda_is_integrated",
     "memory_viz_trace_plot",
     "cuda_annotate",
     "attach_oom_observer",
@@ -200,6 +202,27 @@ def cuda_segments(device: int) -> list[dict[str, Any]] | None:
     if not cuda_ready():
         return None
     return [s for s in torch.cuda.memory_snapshot() if s.get("device", 0) == device]
+
+
+def cuda_pinned_host_bytes() -> int | None:
+    """Bytes of pinned host blocks PyTorch's CUDA host allocator holds (``host_memory_stats``,
+    torch >= 2.6), or None where this torch lacks it or CUDA is not ready."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None or not cuda_ready():
+        return None
+    value = stats().get("allocated_bytes.current")
+    return None if value is None else int(value)
+
+
+def cuda_is_integrated(device: int) -> bool:
+    """Whether ``device`` shares the host's memory (a unified-memory device: Jetson, GB10/DGX Spark)."""
+    if not cuda_ready():
+        return False
+    try:
+        props = torch.cuda.get_device_properties(device)
+    except (RuntimeError, AssertionError):  # a torch built without CUDA (a fake device in tests)
+        return False
+    return bool(getattr(props, "is_integrated", False))
 
 
 def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tbmem import _torch_private as tp
 from tbmem._extras import require
+from tbmem._log import report_once
 from tbmem.probes.base import Probe
 
 __all__ = ["CudaProbe", "NvmlProbe", "fragmentation_percent"]
@@ -44,6 +45,7 @@ class CudaProbe(Probe):
             raise ValueError(f"peak_mode must be 'window' or 'run', got {peak_mode!r}")
         self.device = device
         self.peak_mode = peak_mode
+        self._integrated: bool | None = None
 
     def _device(self) -> int | None:
         return self.device if self.device is not None else tp.cuda_current_device()
@@ -79,6 +81,17 @@ class CudaProbe(Probe):
             readings["vram_free"] = float(free)
             readings["vram_total"] = float(total)
             readings["vram_percent"] = reserved / total * 100.0 if total else 0.0
+            # what the driver counts in use and the allocator did not reserve (may include other processes)
+            readings["vram_outside_allocator"] = float(total - free) - reserved
+            if self._integrated is None:
+                self._integrated = tp.cuda_is_integrated(device)
+                if self._integrated:
+                    report_once("cuda:integrated", f"tbmem: cuda:{device} shares the host's memory (unified memory): "
+                                "nvidia-smi shows no device memory for it; mem_get_info's free and total are the "
+                                "system's, so the bytes outside PyTorch's allocator include every host process")
+        pinned = tp.cuda_pinned_host_bytes()
+        if pinned is not None:
+            readings["ram_pinned_host"] = float(pinned)
         if self.peak_mode == "window":
             tp.reset_cuda_peaks(device)
         return readings

@@ -46,6 +46,7 @@ _STATM = "/proc/self/statm"
 _CLEAR_REFS = "/proc/self/clear_refs"
 _MEMINFO = "/proc/meminfo"
 _STATUS_FIELDS = (b"VmRSS", b"VmHWM")
+_LOCKED_FIELDS = (b"VmLck", b"VmPin")
 _MEMINFO_FIELDS = (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree")
 
 
@@ -149,7 +150,14 @@ class HostProbe(Probe):
 
     def read(self) -> dict[str, float]:
         readings: dict[str, float] = {}
-        status = _proc_fields(_STATUS, _STATUS_FIELDS)
+        try:
+            raw = _procfs.pread_all(_STATUS)
+        except OSError:
+            raw = None
+        status = _procfs.kb_fields(raw, _STATUS_FIELDS) if raw is not None else None
+        locked = _procfs.kb_fields(raw, _LOCKED_FIELDS) if raw is not None else None
+        if locked is not None and (locked[b"VmLck"] or locked[b"VmPin"]):  # most processes never lock a page
+            readings["ram_locked"] = float(locked[b"VmLck"] + locked[b"VmPin"])
         if self.uss:
             full = self._process.memory_full_info()
             readings["ram_rss"] = float(full.rss)
