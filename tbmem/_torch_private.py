@@ -41,6 +41,13 @@ __all__ = [
     "cuda_segments",
     "cuda_pinned_host_bytes",
     "cuda_is_integrated",
+    "xpu_available",
+    "mps_available",
+    "xpu_ready",
+    "xpu_memory",
+    "reset_xpu_peaks",
+    "xpu_has_memory_history",
+    "mps_memory",
     "memory_viz_trace_plot",
     "cuda_annotate",
     "attach_oom_observer",
@@ -223,6 +230,57 @@ def cuda_is_integrated(device: int) -> bool:
     except (RuntimeError, AssertionError):  # a torch built without CUDA (a fake device in tests)
         return False
     return bool(getattr(props, "is_integrated", False))
+
+
+def xpu_available() -> bool:
+    """Whether this torch has an Intel XPU it can use (fixed for the process: probes ask once)."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and hasattr(xpu, "memory_stats") and xpu.is_available())
+
+
+def mps_available() -> bool:
+    """Whether this torch can use an Apple GPU (fixed for the process: probes ask once)."""
+    backend = getattr(getattr(torch, "backends", None), "mps", None)
+    return bool(backend is not None and backend.is_available() and hasattr(getattr(torch, "mps", None),
+                                                                              "current_allocated_memory"))
+
+
+def xpu_ready() -> bool:
+    """Whether an Intel XPU is available and initialised (never initialises it)."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and hasattr(xpu, "memory_stats") and xpu.is_available() and xpu.is_initialized())
+
+
+def xpu_memory(device: int) -> tuple[Mapping[str, Any], tuple[int, int] | None] | None:
+    """(``torch.xpu.memory_stats(device)``, ``mem_get_info`` or None where this torch lacks it), or None."""
+    if not xpu_ready():
+        return None
+    info = getattr(torch.xpu, "mem_get_info", None)
+    return torch.xpu.memory_stats(device), (None if info is None else tuple(int(x) for x in info(device)))  # type: ignore[return-value]
+
+
+def reset_xpu_peaks(device: int) -> None:
+    """Reset the XPU allocator's peak counters (where this torch has them)."""
+    reset = getattr(getattr(torch, "xpu", None), "reset_peak_memory_stats", None)
+    if reset is not None and xpu_ready():
+        reset(device)
+
+
+def xpu_has_memory_history() -> bool:
+    """Whether this torch records XPU allocator history (``torch.xpu.memory._record_memory_history``)."""
+    mod = getattr(getattr(torch, "xpu", None), "memory", None)
+    return mod is not None and hasattr(mod, "_record_memory_history") and hasattr(mod, "_snapshot")
+
+
+def mps_memory() -> tuple[int, int, int | None] | None:
+    """(``torch.mps.current_allocated_memory()``, ``driver_allocated_memory()``, ``recommended_max_memory()``
+    or None) on an Apple GPU this process used, else None (nothing is initialised)."""
+    mps = getattr(torch, "mps", None)
+    backend = getattr(getattr(torch, "backends", None), "mps", None)
+    if mps is None or backend is None or not backend.is_available() or not hasattr(mps, "current_allocated_memory"):
+        return None
+    rec = getattr(mps, "recommended_max_memory", None)
+    return int(mps.current_allocated_memory()), int(mps.driver_allocated_memory()), None if rec is None else int(rec())
 
 
 def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from tbmem import _torch_private as tp
 from tbmem._extras import require
 from tbmem._log import report_once
+from tbmem.probes.accel import MpsProbe, XpuProbe, accelerator_readings
 from tbmem.probes.base import Probe
 
 __all__ = ["CudaProbe", "NvmlProbe", "fragmentation_percent"]
@@ -28,7 +29,8 @@ def fragmentation_percent(allocated: float, reserved: float) -> float:
 
 
 class CudaProbe(Probe):
-    """Reads ``torch.cuda.memory_stats`` of one device.
+    """Reads ``torch.cuda.memory_stats`` of one device; without CUDA, an Intel XPU's or Apple GPU's
+    memory into the same readings (:mod:`tbmem.probes.accel`).
 
     Args:
         device: CUDA device index; None means the current device at read time.
@@ -46,6 +48,8 @@ class CudaProbe(Probe):
         self.device = device
         self.peak_mode = peak_mode
         self._integrated: bool | None = None
+        self._xpu = XpuProbe(device=device or 0, peak_mode=peak_mode)
+        self._mps = MpsProbe()
 
     def _device(self) -> int | None:
         return self.device if self.device is not None else tp.cuda_current_device()
@@ -57,11 +61,9 @@ class CudaProbe(Probe):
 
     def read(self) -> dict[str, float]:
         device = self._device()
-        if device is None:
-            return {}
-        stats = tp.cuda_memory_stats(device)
-        if stats is None:
-            return {}
+        stats = None if device is None else tp.cuda_memory_stats(device)
+        if device is None or stats is None:  # no CUDA: an Intel XPU or Apple GPU, under the same tags
+            return accelerator_readings(self._xpu, self._mps)
         allocated = float(stats.get("allocated_bytes.all.current", 0))
         reserved = float(stats.get("reserved_bytes.all.current", 0))
         readings: dict[str, Any] = {
