@@ -279,8 +279,11 @@ def mps_memory() -> tuple[int, int, int | None] | None:
     backend = getattr(getattr(torch, "backends", None), "mps", None)
     if mps is None or backend is None or not backend.is_available() or not hasattr(mps, "current_allocated_memory"):
         return None
+    allocated, driver = int(mps.current_allocated_memory()), int(mps.driver_allocated_memory())
+    if allocated == driver == 0:  # the process has not used the Apple GPU
+        return 0, 0, None
     rec = getattr(mps, "recommended_max_memory", None)
-    return int(mps.current_allocated_memory()), int(mps.driver_allocated_memory()), None if rec is None else int(rec())
+    return allocated, driver, None if rec is None else int(rec())
 
 
 def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None:
