@@ -39,6 +39,7 @@ __all__ = [
     "cuda_snapshot",
     "dump_snapshot_pickle",
     "cuda_segments",
+    "private_pools_reserved",
     "cuda_pinned_host_bytes",
     "cuda_is_integrated",
     "xpu_available",
@@ -149,6 +150,30 @@ def cuda_memory_stats(device: int) -> Mapping[str, Any] | None:
     if nested is None:
         return torch.cuda.memory_stats(device)
     return FlatStats(nested(device))
+
+
+def private_pools_reserved(stats: Mapping[str, Any]) -> dict[str, int] | None:
+    """Per CUDA-graph / ``MemPool`` private pool (its id as ``"0_1"``) the bytes it reserves now, from
+    ``memory_stats``' ``reserved_bytes_by_private_pools`` (torch >= 2.10), or None where torch lacks it."""
+    nested = stats._nested if isinstance(stats, FlatStats) else None
+    out: dict[str, int] = {}
+    if nested is not None:
+        pools = nested.get("reserved_bytes_by_private_pools")
+        if not isinstance(pools, Mapping):
+            return None
+        for key, value in pools.items():
+            name = "_".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+            current = value.get("all", {}).get("current") if isinstance(value, Mapping) else None
+            if isinstance(current, int):
+                out[name] = current
+        return out
+    prefix, found = "reserved_bytes_by_private_pools.", False
+    for key, value in stats.items():
+        if key.startswith(prefix):
+            found = True
+            if key.endswith(".all.current"):
+                out[key[len(prefix):-len(".all.current")]] = int(value)
+    return out if found or "reserved_bytes_by_private_pools" in stats else None
 
 
 def cuda_mem_get_info(device: int) -> tuple[int, int] | None:

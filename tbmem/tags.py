@@ -93,6 +93,10 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Device memory in use (total minus free, from the CUDA driver's mem_get_info) minus what PyTorch's "
                 "allocator reserved: outside PyTorch's allocator (CUDA context, NCCL, cuBLAS/cuDNN workspaces, "
                 "other processes).", when=_EVERY_CUDA),
+    Tag(key="vram_private_pools_reserved", tag="Memory/GPU/vram_private_pools_reserved_GB", unit="GB", scale=GiB,
+        meaning="Device memory reserved by CUDA graphs' and MemPool private pools (part of vram_reserved; "
+                "memory_stats reserved_bytes_by_private_pools).",
+        when=_EVERY_CUDA + " and torch reports private pools"),
     Tag(key="oom_text", tag="Memory/GPU/oom_explained", unit="text",
         meaning="Why a CUDA out-of-memory error happened, in numbers: reserved bytes by kind, the largest free "
                 "block per pool and stream, live bytes by site, the allocator settings, advice (tbmem.oom).",

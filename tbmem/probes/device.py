@@ -77,6 +77,9 @@ class CudaProbe(Probe):
             "vram_alloc_retries": float(stats.get("num_alloc_retries", 0)),
             "vram_ooms": float(stats.get("num_ooms", 0)),
         }
+        pools = tp.private_pools_reserved(stats)
+        if pools is not None:  # CUDA graphs' and MemPools' private pools (their reserved bytes are in vram_reserved)
+            readings["vram_private_pools_reserved"] = float(sum(pools.values()))
         info = tp.cuda_mem_get_info(device)
         if info is not None:
             free, total = info

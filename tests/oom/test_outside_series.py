@@ -66,3 +66,17 @@ def test_locked_pages_are_seen_on_the_host_side(tmp_path):
         libc.munlock(ctypes.c_void_p(addr), ctypes.c_size_t(len(buf)))
         buf.close()
     assert "ram_locked" not in HostProbe().read() or HostProbe().read()["ram_locked"] < locked
+
+
+def test_private_pools_reserved_series(tmp_path, monkeypatch):
+    # two private pools (a CUDA graph's, a MemPool's) as torch >= 2.10 reports them, flat and nested
+    fake = install_fake_cuda(monkeypatch)
+    fake.extra = {"reserved_bytes_by_private_pools.0_1.all.current": 2 * 2**30,
+                  "reserved_bytes_by_private_pools.0_1.all.peak": 3 * 2**30,
+                  "reserved_bytes_by_private_pools.0_2.all.current": 2**29}
+    assert CudaProbe().read()["vram_private_pools_reserved"] == 2 * 2**30 + 2**29
+    with MemoryWriter(tmp_path, every=1, census_every=0) as w:
+        w.log_memory(0)
+    assert scalars(tmp_path, TAGS["vram_private_pools_reserved"].tag) == [(0, pytest.approx(2.5))]
+    fake.extra = {}
+    assert "vram_private_pools_reserved" not in CudaProbe().read()  # a torch without the key: no series
