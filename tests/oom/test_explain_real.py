@@ -149,3 +149,17 @@ def test_stats_json_oom_entries_carry_the_explanation(where, name):
     want = explain_snapshot(snap)[0][1].to_json()
     assert {k: o[k] for k in want} == want
     assert {"requested_bytes", "free_bytes", "time_us", "largest_free_block_bytes", "advice"} <= set(o)
+
+
+def test_every_oom_event_of_every_real_snapshot_is_explained():
+    from tests._shared import REAL2, real_pickles
+
+    seen = 0
+    for path in real_pickles(REAL) + real_pickles(REAL2):
+        data = load_plain(str(path))
+        want = sorted((d, i) for d, trace in enumerate(data.get("device_traces") or [])
+                      for i, e in enumerate(trace) if e.get("action") == "oom")
+        got = sorted((int(dev.name.split(":")[1]), x.event) for dev, x in explain_snapshot(load_snapshot(path)))
+        assert got == want, path.name
+        seen += len(got)
+    assert seen == 1  # code_location's cuda:1 (the H200 one is in tests/data)
