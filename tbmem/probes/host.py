@@ -150,14 +150,10 @@ class HostProbe(Probe):
 
     def read(self) -> dict[str, float]:
         readings: dict[str, float] = {}
-        try:
-            raw = _procfs.pread_all(_STATUS)
-        except OSError:
-            raw = None
-        status = _procfs.kb_fields(raw, _STATUS_FIELDS) if raw is not None else None
-        locked = _procfs.kb_fields(raw, _LOCKED_FIELDS) if raw is not None else None
-        if locked is not None and (locked[b"VmLck"] or locked[b"VmPin"]):  # most processes never lock a page
-            readings["ram_locked"] = float(locked[b"VmLck"] + locked[b"VmPin"])
+        # one read for both; a kernel without VmPin (before 3.2) gets the two fields it has
+        status = _proc_fields(_STATUS, _STATUS_FIELDS + _LOCKED_FIELDS) or _proc_fields(_STATUS, _STATUS_FIELDS)
+        if status is not None and (status.get(b"VmLck") or status.get(b"VmPin")):  # most processes lock no page
+            readings["ram_locked"] = float(status[b"VmLck"] + status[b"VmPin"])
         if self.uss:
             full = self._process.memory_full_info()
             readings["ram_rss"] = float(full.rss)
