@@ -38,6 +38,17 @@ __all__ = [
     "stop_memory_history",
     "cuda_snapshot",
     "dump_snapshot_pickle",
+    "cuda_segments",
+    "private_pools_reserved",
+    "cuda_pinned_host_bytes",
+    "cuda_is_integrated",
+    "xpu_available",
+    "mps_available",
+    "xpu_ready",
+    "xpu_memory",
+    "reset_xpu_peaks",
+    "xpu_has_memory_history",
+    "mps_memory",
     "memory_viz_trace_plot",
     "cuda_annotate",
     "attach_oom_observer",
@@ -141,6 +152,30 @@ def cuda_memory_stats(device: int) -> Mapping[str, Any] | None:
     return FlatStats(nested(device))
 
 
+def private_pools_reserved(stats: Mapping[str, Any]) -> dict[str, int] | None:
+    """Per CUDA-graph / ``MemPool`` private pool (its id as ``"0_1"``) the bytes it reserves now, from
+    ``memory_stats``' ``reserved_bytes_by_private_pools`` (torch >= 2.10), or None where torch lacks it."""
+    nested = stats._nested if isinstance(stats, FlatStats) else None
+    out: dict[str, int] = {}
+    if nested is not None:
+        pools = nested.get("reserved_bytes_by_private_pools")
+        if not isinstance(pools, Mapping):
+            return None
+        for key, value in pools.items():
+            name = "_".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+            current = value.get("all", {}).get("current") if isinstance(value, Mapping) else None
+            if isinstance(current, int):
+                out[name] = current
+        return out
+    prefix, found = "reserved_bytes_by_private_pools.", False
+    for key, value in stats.items():
+        if key.startswith(prefix):
+            found = True
+            if key.endswith(".all.current"):
+                out[key[len(prefix):-len(".all.current")]] = int(value)
+    return out if found or "reserved_bytes_by_private_pools" in stats else None
+
+
 def cuda_mem_get_info(device: int) -> tuple[int, int] | None:
     """(free, total) bytes of ``device`` as the driver sees them, or None."""
     if not cuda_ready():
@@ -190,6 +225,90 @@ def cuda_snapshot() -> dict[str, Any] | None:
     if not (cuda_ready() and has_memory_history()):
         return None
     return _memory_module()._snapshot()
+
+
+def cuda_segments(device: int) -> list[dict[str, Any]] | None:
+    """The allocator's segments of ``device`` with their blocks (``torch.cuda.memory_snapshot()``: host
+    objects only, nothing allocated on the device, so it can be read right after an out-of-memory error),
+    or None when CUDA is not ready."""
+    if not cuda_ready():
+        return None
+    return [s for s in torch.cuda.memory_snapshot() if s.get("device", 0) == device]
+
+
+def cuda_pinned_host_bytes() -> int | None:
+    """Bytes of pinned host blocks PyTorch's CUDA host allocator holds (``host_memory_stats``,
+    torch >= 2.6), or None where this torch lacks it or CUDA is not ready."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None or not cuda_ready():
+        return None
+    value = stats().get("allocated_bytes.current")
+    return None if value is None else int(value)
+
+
+def cuda_is_integrated(device: int) -> bool:
+    """Whether ``device`` shares the host's memory (a unified-memory device: Jetson, GB10/DGX Spark)."""
+    if not cuda_ready():
+        return False
+    try:
+        props = torch.cuda.get_device_properties(device)
+    except (RuntimeError, AssertionError):  # a torch built without CUDA (a fake device in tests)
+        return False
+    return bool(getattr(props, "is_integrated", False))
+
+
+def xpu_available() -> bool:
+    """Whether this torch has an Intel XPU it can use (fixed for the process: probes ask once)."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and hasattr(xpu, "memory_stats") and xpu.is_available())
+
+
+def mps_available() -> bool:
+    """Whether this torch can use an Apple GPU (fixed for the process: probes ask once)."""
+    backend = getattr(getattr(torch, "backends", None), "mps", None)
+    return bool(backend is not None and backend.is_available() and hasattr(getattr(torch, "mps", None),
+                                                                              "current_allocated_memory"))
+
+
+def xpu_ready() -> bool:
+    """Whether an Intel XPU is available and initialised (never initialises it)."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and hasattr(xpu, "memory_stats") and xpu.is_available() and xpu.is_initialized())
+
+
+def xpu_memory(device: int) -> tuple[Mapping[str, Any], tuple[int, int] | None] | None:
+    """(``torch.xpu.memory_stats(device)``, ``mem_get_info`` or None where this torch lacks it), or None."""
+    if not xpu_ready():
+        return None
+    info = getattr(torch.xpu, "mem_get_info", None)
+    return torch.xpu.memory_stats(device), (None if info is None else tuple(int(x) for x in info(device)))  # type: ignore[return-value]
+
+
+def reset_xpu_peaks(device: int) -> None:
+    """Reset the XPU allocator's peak counters (where this torch has them)."""
+    reset = getattr(getattr(torch, "xpu", None), "reset_peak_memory_stats", None)
+    if reset is not None and xpu_ready():
+        reset(device)
+
+
+def xpu_has_memory_history() -> bool:
+    """Whether this torch records XPU allocator history (``torch.xpu.memory._record_memory_history``)."""
+    mod = getattr(getattr(torch, "xpu", None), "memory", None)
+    return mod is not None and hasattr(mod, "_record_memory_history") and hasattr(mod, "_snapshot")
+
+
+def mps_memory() -> tuple[int, int, int | None] | None:
+    """(``torch.mps.current_allocated_memory()``, ``driver_allocated_memory()``, ``recommended_max_memory()``
+    or None) on an Apple GPU this process used, else None (nothing is initialised)."""
+    mps = getattr(torch, "mps", None)
+    backend = getattr(getattr(torch, "backends", None), "mps", None)
+    if mps is None or backend is None or not backend.is_available() or not hasattr(mps, "current_allocated_memory"):
+        return None
+    allocated, driver = int(mps.current_allocated_memory()), int(mps.driver_allocated_memory())
+    if allocated == driver == 0:  # the process has not used the Apple GPU
+        return 0, 0, None
+    rec = getattr(mps, "recommended_max_memory", None)
+    return allocated, driver, None if rec is None else int(rec())
 
 
 def dump_snapshot_pickle(snapshot: dict[str, Any], path: str | BinaryIO) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem import _torch_private as tp
 from tbmem._log import logger, oom_line, report_once
+from tbmem.oom.runtime import report as explain_oom
 from tbmem._safe_io import describe
 from tbmem._writer_base import NEVER
 from tbmem._writer_record import RecordPipeline
@@ -192,7 +193,9 @@ class StepHooks(RecordPipeline):
             except Exception as err:  # noqa: BLE001
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self._flush_quietly()
-        logger.error("%s", oom_line(step, exc, paths, snap_error))
+        # issue 38: the OOM explained in numbers, in the same one stderr block and the run's text tab
+        explained = explain_oom(self._emit, step, exc) if self._active else ""
+        logger.error("%s", oom_line(step, exc, paths, snap_error) + explained)
         if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
             self._ranks.on_oom(step)
 

@@ -91,6 +91,18 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Reserved bytes as a percentage of the device's total memory.", when=_EVERY_CUDA),
     Tag(key="vram_ooms", tag="Memory/GPU/vram_ooms", unit="count",
         meaning="Out-of-memory errors raised by the allocator, since start.", when=_EVERY_CUDA),
+    Tag(key="vram_outside_allocator", tag="Memory/GPU/vram_outside_allocator_GB", unit="GB", scale=GiB,
+        meaning="Device memory in use (total minus free, from the CUDA driver's mem_get_info) minus what PyTorch's "
+                "allocator reserved: outside PyTorch's allocator (CUDA context, NCCL, cuBLAS/cuDNN workspaces, "
+                "other processes).", when=_EVERY_CUDA),
+    Tag(key="vram_private_pools_reserved", tag="Memory/GPU/vram_private_pools_reserved_GB", unit="GB", scale=GiB,
+        meaning="Device memory reserved by CUDA graphs' and MemPool private pools (part of vram_reserved; "
+                "memory_stats reserved_bytes_by_private_pools).",
+        when=_EVERY_CUDA + " and torch reports private pools"),
+    Tag(key="oom_text", tag="Memory/GPU/oom_explained", unit="text",
+        meaning="Why a CUDA out-of-memory error happened, in numbers: reserved bytes by kind, the largest free "
+                "block per pool and stream, live bytes by site, the allocator settings, advice (tbmem.oom).",
+        when="MemoryWriter, at an out-of-memory error in monitored_step"),
     Tag(key="vram_alloc_retries", tag="Memory/GPU/vram_alloc_retries", unit="count",
         meaning="cudaMalloc retries after flushing the cache, since start (a sign of memory pressure).",
         when=_EVERY_CUDA),
@@ -113,6 +125,14 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="ram_uss", tag="Memory/RAM/process_uss_GB", unit="GB", scale=GiB,
         meaning="Unique set size: memory freed if this process exited (costs ~4 ms).",
         when="MemoryWriter, every `every` steps, with uss=True"),
+    Tag(key="ram_pinned_host", tag="Memory/RAM/cuda_pinned_host_MB", unit="MB", scale=MiB,
+        meaning="Pinned (page-locked) host memory held by PyTorch's CUDA host allocator "
+                "(torch.cuda.host_memory_stats allocated_bytes.current: pin_memory, non_blocking copies).",
+        when="MemoryWriter, every `every` steps, when CUDA is initialised and torch has host_memory_stats"),
+    Tag(key="ram_locked", tag="Memory/RAM/process_locked_MB", unit="MB", scale=MiB,
+        meaning="This process's locked and pinned pages (/proc/self/status VmLck + VmPin: mlock, RDMA and "
+                "driver-pinned buffers, NCCL's), whoever pinned them.",
+        when="MemoryWriter, every `every` steps on Linux, once the process has locked or pinned pages"),
     Tag(key="ram_tree_rss", tag="Memory/RAM/process_tree_rss_GB", unit="GB", scale=GiB,
         meaning="RSS of this process plus all its descendants (DataLoader workers, ...), summed per "
                 "process: pages processes share count once per process.", when=_EVERY),

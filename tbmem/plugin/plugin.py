@@ -256,8 +256,32 @@ class MemoryPlugin(base_plugin.TBPlugin):
                 if s.values[i] > s.values[i - 1]:
                     marks.append({"step": int(s.steps[i]), "kind": "oom", "id": None,
                                   "label": f"out of memory (allocator count {s.values[i]:g})"})
+        if any(m["kind"] == "oom" for m in marks):  # issue 38: the mark says why (the run's explanation text)
+            why = self._oom_texts(ctx, eid, run)
+            for m in marks:
+                if m["kind"] == "oom" and m["step"] in why:
+                    m["why"] = why[m["step"]]
+                    m["label"] += ": " + why[m["step"]].split("\n", 1)[0].split(" ran out of memory: ", 1)[-1]
         doc.update(run=run, marks=marks)
         return _json(request, doc)
+
+    def _oom_texts(self, ctx: Any, eid: str, run: str) -> dict[int, str]:
+        """The out-of-memory explanations the run wrote (tbmem.oom), by step."""
+        from tensorboard.data import provider as tbp
+
+        listing = self._provider.list_tensors(ctx, experiment_id=eid, plugin_name="text",
+                                              run_tag_filter=tbp.RunTagFilter(runs=[run])).get(run, {})
+        tags = [t for t in listing if t.startswith(TAGS["oom_text"].tag)]  # torch's add_text appends /text_summary
+        if not tags:
+            return {}
+        data = self._provider.read_tensors(ctx, experiment_id=eid, plugin_name="text", downsample=1 << 40,
+                                           run_tag_filter=tbp.RunTagFilter(runs=[run], tags=tags[:1]))
+        out = {}
+        for datum in data.get(run, {}).get(tags[0], []):
+            raw = datum.numpy.reshape(-1)[0] if datum.numpy.size else b""
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            out[int(datum.step)] = text.strip().strip("`").strip()
+        return out
 
     @_route
     def _serve_at(self, request: Any) -> Any:

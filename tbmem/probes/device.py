@@ -16,6 +16,8 @@ from typing import Any
 
 from tbmem import _torch_private as tp
 from tbmem._extras import require
+from tbmem._log import report_once
+from tbmem.probes.accel import MpsProbe, XpuProbe, accelerator_readings
 from tbmem.probes.base import Probe
 
 __all__ = ["CudaProbe", "NvmlProbe", "fragmentation_percent"]
@@ -27,7 +29,8 @@ def fragmentation_percent(allocated: float, reserved: float) -> float:
 
 
 class CudaProbe(Probe):
-    """Reads ``torch.cuda.memory_stats`` of one device.
+    """Reads ``torch.cuda.memory_stats`` of one device; without CUDA, an Intel XPU's or Apple GPU's
+    memory into the same readings (:mod:`tbmem.probes.accel`).
 
     Args:
         device: CUDA device index; None means the current device at read time.
@@ -44,6 +47,9 @@ class CudaProbe(Probe):
             raise ValueError(f"peak_mode must be 'window' or 'run', got {peak_mode!r}")
         self.device = device
         self.peak_mode = peak_mode
+        self._integrated: bool | None = None
+        self._xpu = XpuProbe(device=device or 0, peak_mode=peak_mode)
+        self._mps = MpsProbe()
 
     def _device(self) -> int | None:
         return self.device if self.device is not None else tp.cuda_current_device()
@@ -55,11 +61,9 @@ class CudaProbe(Probe):
 
     def read(self) -> dict[str, float]:
         device = self._device()
-        if device is None:
-            return {}
-        stats = tp.cuda_memory_stats(device)
-        if stats is None:
-            return {}
+        stats = None if device is None else tp.cuda_memory_stats(device)
+        if device is None or stats is None:  # no CUDA: an Intel XPU or Apple GPU, under the same tags
+            return accelerator_readings(self._xpu, self._mps)
         allocated = float(stats.get("allocated_bytes.all.current", 0))
         reserved = float(stats.get("reserved_bytes.all.current", 0))
         readings: dict[str, Any] = {
@@ -73,12 +77,26 @@ class CudaProbe(Probe):
             "vram_alloc_retries": float(stats.get("num_alloc_retries", 0)),
             "vram_ooms": float(stats.get("num_ooms", 0)),
         }
+        pools = tp.private_pools_reserved(stats)
+        if pools is not None:  # CUDA graphs' and MemPools' private pools (their reserved bytes are in vram_reserved)
+            readings["vram_private_pools_reserved"] = float(sum(pools.values()))
         info = tp.cuda_mem_get_info(device)
         if info is not None:
             free, total = info
             readings["vram_free"] = float(free)
             readings["vram_total"] = float(total)
             readings["vram_percent"] = reserved / total * 100.0 if total else 0.0
+            # what the driver counts in use and the allocator did not reserve (may include other processes)
+            readings["vram_outside_allocator"] = float(total - free) - reserved
+            if self._integrated is None:
+                self._integrated = tp.cuda_is_integrated(device)
+                if self._integrated:
+                    report_once("cuda:integrated", f"tbmem: cuda:{device} shares the host's memory (unified memory): "
+                                "nvidia-smi shows no device memory for it; mem_get_info's free and total are the "
+                                "system's, so the bytes outside PyTorch's allocator include every host process")
+        pinned = tp.cuda_pinned_host_bytes()
+        if pinned is not None:
+            readings["ram_pinned_host"] = float(pinned)
         if self.peak_mode == "window":
             tp.reset_cuda_peaks(device)
         return readings

@@ -46,6 +46,7 @@ _STATM = "/proc/self/statm"
 _CLEAR_REFS = "/proc/self/clear_refs"
 _MEMINFO = "/proc/meminfo"
 _STATUS_FIELDS = (b"VmRSS", b"VmHWM")
+_LOCKED_FIELDS = (b"VmLck", b"VmPin")
 _MEMINFO_FIELDS = (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree")
 
 
@@ -149,7 +150,10 @@ class HostProbe(Probe):
 
     def read(self) -> dict[str, float]:
         readings: dict[str, float] = {}
-        status = _proc_fields(_STATUS, _STATUS_FIELDS)
+        # one read for both; a kernel without VmPin (before 3.2) gets the two fields it has
+        status = _proc_fields(_STATUS, _STATUS_FIELDS + _LOCKED_FIELDS) or _proc_fields(_STATUS, _STATUS_FIELDS)
+        if status is not None and (status.get(b"VmLck") or status.get(b"VmPin")):  # most processes lock no page
+            readings["ram_locked"] = float(status[b"VmLck"] + status[b"VmPin"])
         if self.uss:
             full = self._process.memory_full_info()
             readings["ram_rss"] = float(full.rss)

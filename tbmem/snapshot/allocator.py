@@ -173,8 +173,8 @@ def allocator_state(dev: Device, event: int, categories: Sequence[str]) -> Alloc
                    for c in np.unique(cat[inside & ~pending]).tolist()}
     # a block's extent: its size and rounding, never past the next block or its segment's end
     order = np.lexsort((addr, pos))
-    nxt = np.empty(order.shape[0], dtype=np.int64)
-    if order.shape[0]:
+    nxt = np.zeros(order.shape[0], dtype=np.int64)
+    if order.shape[0] and n:  # without segments nothing is inside one, and no extent is needed
         nxt[:-1] = np.where(pos[order][1:] == pos[order][:-1], addr[order][1:], ends[np.maximum(pos[order][:-1], 0)])
         nxt[-1] = ends[max(int(pos[order][-1]), 0)] if n else 0
     limit = np.empty(order.shape[0], dtype=np.int64)

@@ -11,7 +11,8 @@ its frame is ``null``, and the text says which stack was recorded at the free.
 
     {"devices": [{"device": "cuda:1", "reserved_bytes": int, "allocated_bytes": int, "requested_bytes": int,
                   "peak_bytes": int, "peak_event": int, "baseline_bytes": int, "trace_events": int,
-                  "ooms": [{"requested_bytes": int, "free_bytes": int|null, "time_us": int|null}],
+                  "ooms": [{"requested_bytes": int, "free_bytes": int|null, "time_us": int|null,
+                            ...tbmem.oom.explain.OomExplanation.to_json()}],
                   "top_allocations": [{"bytes": int, "category": str,
                                        "frame": {"filename": str, "line": int, "name": str}|null,
                                        "generated": {"filename": str, "line": int, "name": str}|null,
@@ -46,6 +47,7 @@ import numpy as np
 from tbmem.snapshot.allocator import allocator_state
 from tbmem.snapshot.frames import KINDS, FrameClassifier
 from tbmem.snapshot.model import FLAG_FREE_SITE, Device, Snapshot
+from tbmem.snapshot.units import format_bytes
 
 __all__ = ["attribution", "generated_frames", "stats_doc", "stats_text", "frame_kinds", "explain_text", "when",
            "format_bytes"]
@@ -126,6 +128,8 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
         ooms = [{"requested_bytes": int(o["requested_bytes"]),
                  "free_bytes": None if o.get("free_bytes") is None else int(o["free_bytes"]),
                  "time_us": None if o.get("time_us") is None else int(o["time_us"])} for o in dev.ooms]
+        for o, why in zip(ooms, _oom_explanations(snap, dev, user)):  # issue 38: each OOM explained
+            o.update({k: v for k, v in why.to_json().items() if k not in o})
         explain = _explain(snap, dev)
         out.append({"device": dev.name, "reserved_bytes": int(dev.reserved_bytes or 0),
                     "allocated_bytes": explain.allocated if explain else dev.final_bytes(),
@@ -135,13 +139,11 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
     return {"devices": out}
 
 
-def format_bytes(n: float) -> str:
-    """Human-readable binary size (``1.5 MiB``)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
+def _oom_explanations(snap: Snapshot, dev: Device, user: np.ndarray) -> list[Any]:
+    from tbmem.oom.explain import explain_device
+    return [explain_device(dev, o, categories=snap.categories, strings=snap.strings, frames=snap.frames,
+                           stacks=snap.stacks, settings=snap.meta.get("allocator_settings"), site_of_stack=user,
+                           rank=snap.rank, step=snap.step) for o in dev.ooms]
 
 
 def when(dev: Device, event: int) -> str:
@@ -250,6 +252,9 @@ def _device_text(snap: Snapshot, dev: Device, kinds: np.ndarray, user: np.ndarra
     for o in dev.ooms:
         free = "free memory not reported" if o.get("free_bytes") is None else f"{format_bytes(o['free_bytes'])} free"
         lines.append(f"   OUT OF MEMORY {when(dev, int(o['event']))}: requested {format_bytes(o['requested_bytes'])}, {free}")
+    if dev.ooms:  # issue 38: why, in numbers
+        from tbmem.oom.text import explanation_text
+        lines += ["   " + line for why in _oom_explanations(snap, dev, user) for line in explanation_text(why).splitlines()]
     lines += [f"   note: {m['label']}" for m in dev.markers if m.get("kind") == "note"]
     order = _top(dev, top).tolist()
     lines += _table(f"Top {len(order)} allocations by size", ("size", "category", "at peak", "allocated at"), [

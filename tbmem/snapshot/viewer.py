@@ -34,6 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tbmem.oom.explain import explain_device
+from tbmem.oom.text import explanation_text
 from tbmem.palette import CATEGORY_COLORS
 from tbmem.snapshot.allocator import allocator_state
 from tbmem.snapshot.columns import encode_column
@@ -160,6 +162,17 @@ def _addresses(d: Device) -> tuple[int, int]:
     return base, 512 if bool(np.all((allv - base) % 512 == 0)) else 1
 
 
+def _ooms_explained(snap: Snapshot, d: Device) -> list[dict[str, Any]]:
+    """The device's OOMs, each with ``why``: the explanation block (tbmem.oom) the page shows at its top."""
+    if not d.ooms:
+        return []
+    sites = attribution(snap)
+    return [{**o, "why": explanation_text(explain_device(
+        d, o, categories=snap.categories, strings=snap.strings, frames=snap.frames, stacks=snap.stacks,
+        settings=snap.meta.get("allocator_settings"), site_of_stack=sites, rank=snap.rank, step=snap.step))}
+        for o in d.ooms]
+
+
 def _device_doc(snap: Snapshot, d: Device) -> tuple[dict[str, Any], dict[str, Any]]:
     """(what draws at once, the columns) of one device."""
     a = d.allocs
@@ -184,7 +197,7 @@ def _device_doc(snap: Snapshot, d: Device) -> tuple[dict[str, Any], dict[str, An
     cols["addr"] = (cols["addr"] - addr_base) // align
     explain = allocator_state(d, d.n_events - 1, snap.categories).to_json() if d.segs is not None else None
     head = {"device": d.name, "n_events": d.n_events, "n_allocs": d.n_allocs, "has_time": bool(d.has_time),
-            "dropped": d.dropped, "reserved_bytes": d.reserved_bytes, "segments": d.segments, "ooms": d.ooms,
+            "dropped": d.dropped, "reserved_bytes": d.reserved_bytes, "segments": d.segments, "ooms": _ooms_explained(snap, d),
             "markers": d.markers, "peak": list(d.peak()), "final_bytes": d.final_bytes(),
             "baseline_bytes": d.baseline_bytes(), "baseline_reserved": d.baseline_reserved(),
             "overview": _overview(len(snap.categories), d), "explain": explain,

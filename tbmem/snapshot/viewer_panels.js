@@ -68,6 +68,7 @@ function summary() {
   (d.ooms || []).forEach(function (o) {
     parts.push("OUT OF MEMORY at " + when(o.event) + ": requested " + fmtBytes(o.requested_bytes) +
       (o.free_bytes === null ? "" : ", " + fmtBytes(o.free_bytes) + " free on the device"));
+    if (o.why) parts.push(o.why);  // issue 38: why, in numbers (tbmem.oom)
   });
   if (SH.meta && SH.meta.exception) parts.push(SH.meta.exception);
   $("summary").textContent = parts.join("\n");

@@ -37,8 +37,11 @@ def test_oom_event_of_a_real_allocator_and_log_memory_steps_as_step_markers():
     snap, doc = _doc("oom.pickle")
     # a plain MemoryWriter: log_memory marks "after step N" (read as phases before 2026-11-26)
     assert [m["label"] for m in snap.main.markers if m["kind"] == "step"] == [f"after step {i}" for i in range(5)]
-    assert doc["ooms"] == [{"requested_bytes": 600_439_521_280, "free_bytes": 149_234_515_968,
-                            "time_us": doc["ooms"][0]["time_us"]}]
+    [oom] = doc["ooms"]
+    assert (oom["requested_bytes"], oom["free_bytes"]) == (600_439_521_280, 149_234_515_968)
+    # issue 38: a request larger than free plus reserved; expandable segments were off (allocator_settings)
+    assert oom["verdict"] == "device_full" and [a["kind"] for a in oom["advice"]] == ["request_size"]
+    assert oom["settings"]["expandable_segments"] is False and oom["largest_free_block_bytes"] == 12 * MiB
     assert doc["reserved_bytes"] == 90_177_536
 
 
