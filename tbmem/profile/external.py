@@ -76,7 +76,8 @@ def merge_external(external: list[tuple[str, list[dict[str, Any]]]], torch_event
     for source, events in external:
         for e in events:
             e = dict(e)
-            name = f"{source} {PROCESS_NAMES.get(e.get('pid'), e.get('pid'))}"
+            own = e.get("pid")
+            name = f"{source} {PROCESS_NAMES.get(own, own) if isinstance(own, int) else own}"
             if name not in pids:
                 pids[name] = EXTERNAL_PID + len(pids)
                 out.append({"name": "process_name", "ph": "M", "pid": pids[name], "tid": 0, "args": {"name": name}})

@@ -197,7 +197,6 @@ class ProfileWindows:
                 return
             self.last_profiler = prof
             from tbmem.profile.merge import window_trace
-
             from tbmem.ranks.context import detect_rank
 
             info = detect_rank()  # the job's size for distributedInfo (HTA and torch-tb-profiler read it)

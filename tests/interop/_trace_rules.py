@@ -103,9 +103,9 @@ def violations(doc: Any) -> list[str]:
         elif ph in ("i", "I"):
             if e.get("s", "t") not in ("g", "p", "t"):
                 out.append(f"{where}: instant scope {e.get('s')!r}")
-        elif ph == "M" and e.get("name") in ("process_name", "thread_name"):
-            if not isinstance((e.get("args") or {}).get("name"), str):
-                out.append(f"{where}: metadata without a string name")
+        elif ph == "M" and e.get("name") in ("process_name", "thread_name") \
+                and not isinstance((e.get("args") or {}).get("name"), str):
+            out.append(f"{where}: metadata without a string name")
     for thread, slices in slices_by_thread(doc).items():
         out += _nesting(thread, slices)
     return out
