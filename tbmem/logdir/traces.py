@@ -1,4 +1,11 @@
-"""Profile traces of a run, ``plugins/tbmem/trace_rank<r>_step<s>.pt.trace.json.gz``: writer and reader halves.
+"""Profile traces of a run, ``plugins/tbmem/traces/step<s>/rank<r>.pt.trace.json.gz``: writer and reader halves.
+
+Each window has a folder of its own holding one file per rank and nothing else: the layout
+Holistic Trace Analysis takes (``TraceAnalysis(trace_dir=...)`` reads every ``.json.gz`` of a folder as
+one rank's trace, the rank from its ``distributedInfo``), and torch-tb-profiler shows each window
+folder as a run with a worker per rank. A window is named by its listing name,
+``trace_rank<r>_step<s>.pt.trace.json.gz`` (:func:`trace_name`), which is also where traces were
+written before (version 1, directly in ``plugins/tbmem/``): those are still listed and read.
 
 A trace is a Chrome trace-event document (``{"traceEvents": [...], ...}``, gzip'd JSON) that Perfetto
 and ``chrome://tracing`` open: what :mod:`tbmem.profile` writes at the end of a profile window
@@ -9,7 +16,7 @@ clock alignment and the offline summary the Memory tab shows. Both halves open f
 :data:`MAX_BYTES` compressed and :data:`MAX_JSON_BYTES` uncompressed.
 
 Example:
-    >>> import tempfile
+    >>> import os, tempfile
     >>> from tbmem.logdir.traces import list_traces, read_trace, trace_name, write_trace
     >>> run = tempfile.mkdtemp()
     >>> trace_name(rank=0, step=40)
@@ -17,6 +24,9 @@ Example:
     >>> _ = write_trace(run, trace_name(rank=0, step=40), {"traceEvents": [], "tbmem": {"steps": [40]}})
     >>> [(t["rank"], t["step"]) for t in list_traces(run)], read_trace(run, trace_name(rank=0, step=40))["tbmem"]
     ([(0, 40)], {'steps': [40]})
+    >>> os.path.relpath(trace_path(run, trace_name(rank=0, step=40)), run)
+    'plugins/tbmem/traces/step000000040/rank0.pt.trace.json.gz'
+
 """
 
 from __future__ import annotations
@@ -31,11 +41,15 @@ from typing import Any, Mapping
 from tbmem.logdir.layout import PLUGIN_DIR
 from tbmem.logdir.safe_open import open_below, open_regular_below
 
-__all__ = ["TRACE_FILE", "MAX_BYTES", "MAX_JSON_BYTES", "trace_name", "trace_path", "encode_trace",
-           "write_trace", "list_traces", "read_trace"]
+__all__ = ["TRACE_FILE", "TRACES_DIR", "MAX_BYTES", "MAX_JSON_BYTES", "trace_name", "trace_path", "window_dir",
+           "encode_trace", "write_trace", "list_traces", "read_trace"]
 
-#: A profile window's trace: the step its window starts at, 9 digits at least (as snapshots).
+#: A profile window's listing name: the step its window starts at, 9 digits at least (as snapshots).
 TRACE_FILE = re.compile(r"^trace_rank(?P<rank>\d+)_step(?P<step>\d{9,})\.pt\.trace\.json\.gz$")
+#: The windows' folders, below the run's plugin folder: ``traces/step<s>/rank<r>.pt.trace.json.gz``.
+TRACES_DIR = "traces"
+_WINDOW_DIR = re.compile(r"^step(?P<step>\d{9,})$")
+_RANK_FILE = re.compile(r"^rank(?P<rank>\d+)\.pt\.trace\.json\.gz$")
 #: The most of a trace file a reader reads (gzip'd) and the most JSON it inflates.
 MAX_BYTES = 256 * 2**20
 MAX_JSON_BYTES = 1024 * 2**20
@@ -47,14 +61,32 @@ def trace_name(*, rank: int, step: int) -> str:
     return f"trace_rank{rank}_step{step:09d}.pt.trace.json.gz"
 
 
+def window_dir(run_dir: str, step: int) -> str:
+    """The folder of the window that starts at ``step``: every rank's trace of it, nothing else (HTA's input)."""
+    return os.path.join(run_dir, PLUGIN_DIR, TRACES_DIR, f"step{step:09d}")
+
+
 def trace_path(run_dir: str, name: str) -> str:
-    """Where trace ``name`` of a run directory is."""
-    return os.path.join(run_dir, PLUGIN_DIR, name)
+    """Where trace ``name`` (a :data:`TRACE_FILE` name) of a run directory is: its window's folder, or
+    ``plugins/tbmem/`` itself for a trace written there before (version 1)."""
+    m = TRACE_FILE.match(name)
+    if m is None:
+        return os.path.join(run_dir, PLUGIN_DIR, name)
+    path = os.path.join(window_dir(run_dir, int(m.group("step"))), f"rank{int(m.group('rank'))}.pt.trace.json.gz")
+    old = os.path.join(run_dir, PLUGIN_DIR, name)
+    return old if not os.path.lexists(path) and os.path.lexists(old) else path
 
 
 def encode_trace(doc: Mapping[str, Any]) -> bytes:
-    """``doc`` as gzip'd JSON (NaN and infinity refused: trace viewers reject them)."""
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    """``doc`` as gzip'd JSON (NaN and infinity refused: trace viewers reject them). Its ``distributedInfo``
+    comes first, spelled ``"rank": <r>`` with the space: HTA takes a file's rank from the first text that
+    matches ``"rank":\\s+(\\d+)``, and the rest is written without spaces."""
+    info = doc.get("distributedInfo")
+    rest = {k: v for k, v in doc.items() if k != "distributedInfo"}
+    text = json.dumps(rest, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if isinstance(info, Mapping):
+        head = json.dumps({"distributedInfo": info}, allow_nan=False).encode("utf-8")[:-1]
+        text = head + (b"," + text[1:] if len(text) > 2 else b"}")
     return gzip.compress(text, compresslevel=6, mtime=0)
 
 
@@ -65,7 +97,9 @@ def write_trace(run_dir: str, name: str, doc: Mapping[str, Any] | bytes) -> str:
         OSError: the disk refused it (a partial file is removed), or a symlink is planted on the way.
     """
     data = doc if isinstance(doc, bytes) else encode_trace(doc)
-    path = trace_path(run_dir, name)
+    m = TRACE_FILE.match(name)
+    path = (os.path.join(window_dir(run_dir, int(m.group("step"))), f"rank{int(m.group('rank'))}.pt.trace.json.gz")
+            if m else trace_path(run_dir, name))
     fd = open_below(run_dir, path, _WRITE, 0o666, make_dirs=True)
     try:
         view = memoryview(data)
@@ -75,6 +109,9 @@ def write_trace(run_dir: str, name: str, doc: Mapping[str, Any] | bytes) -> str:
         os.close(fd)
         try:
             os.unlink(path)
+            if m:  # the folders made for it, if nothing else is in them
+                os.rmdir(os.path.dirname(path))
+                os.rmdir(os.path.dirname(os.path.dirname(path)))
         except OSError:
             pass
         raise
@@ -84,23 +121,42 @@ def write_trace(run_dir: str, name: str, doc: Mapping[str, Any] | bytes) -> str:
 
 def list_traces(run_dir: str) -> list[dict[str, Any]]:
     """The run's traces (regular files only; a symlink is skipped), by step then rank:
-    ``{"name", "rank", "step", "bytes"}``."""
+    ``{"name", "rank", "step", "bytes"}`` (``name``: the :data:`TRACE_FILE` name of the window)."""
     folder = os.path.join(run_dir, PLUGIN_DIR)
-    out = []
+    found: dict[str, dict[str, Any]] = {}
+    for entry in _entries(folder):  # version 1: directly in the plugin folder
+        m = TRACE_FILE.match(entry.name)
+        size = _size(entry) if m else None
+        if m and size is not None:
+            found[entry.name] = {"name": entry.name, "rank": int(m.group("rank")), "step": int(m.group("step")),
+                                 "bytes": size}
+    for window in _entries(os.path.join(folder, TRACES_DIR)):
+        w = _WINDOW_DIR.match(window.name)
+        if w is None or not window.is_dir(follow_symlinks=False):
+            continue
+        for entry in _entries(window.path):
+            m = _RANK_FILE.match(entry.name)
+            size = _size(entry) if m else None
+            if m and size is not None:
+                rank, step = int(m.group("rank")), int(w.group("step"))
+                name = trace_name(rank=rank, step=step)
+                found[name] = {"name": name, "rank": rank, "step": step, "bytes": size}
+    return sorted(found.values(), key=lambda t: (t["step"], t["rank"]))
+
+
+def _entries(folder: str) -> list[os.DirEntry[str]]:
     try:
-        entries = list(os.scandir(folder))
+        return list(os.scandir(folder))
     except OSError:
         return []
-    for entry in entries:
-        m = TRACE_FILE.match(entry.name)
-        try:
-            if m is None or not entry.is_file(follow_symlinks=False):
-                continue
-            size = entry.stat(follow_symlinks=False).st_size
-        except OSError:
-            continue
-        out.append({"name": entry.name, "rank": int(m.group("rank")), "step": int(m.group("step")), "bytes": size})
-    return sorted(out, key=lambda t: (t["step"], t["rank"]))
+
+
+def _size(entry: os.DirEntry[str]) -> int | None:
+    """The size of a regular file (None: a symlink, not a file, gone)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_size if entry.is_file(follow_symlinks=False) else None
+    except OSError:
+        return None
 
 
 def read_trace(run_dir: str, name: str, *, root: str | None = None) -> dict[str, Any]:

@@ -3,21 +3,25 @@ calls), moved onto the window's clock, each call with the bytes torch.profiler s
 PhiFlow's field operations from torch.profiler's own Python tracer (``with_stack``), with their bytes.
 
 The events are stamped with ``time.perf_counter`` microseconds, tbmem's own clock, so the window's clock
-offset (:func:`tbmem.profile.merge.clock_offset`) places them. Their processes keep their own ids as
-strings (``"PhiML calls"``, ``"PhiML backend"``): Perfetto and ``chrome://tracing`` take string ids, and
-they never meet torch.profiler's numbers. Bytes per call are the ``[memory]`` events torch.profiler
+offset (:func:`tbmem.profile.merge.clock_offset`) places them. Each source process gets a numeric id
+above Linux's largest process id (:data:`EXTERNAL_PID`: ``pid_max`` is at most 2**22, so they never meet
+torch.profiler's processes), named ``"PhiML calls"``, ``"PhiML backend"`` by a ``process_name`` event; every
+slice carries a category (its source, ``"PhiML"``): torch-tb-profiler reads ``cat`` of every complete
+event and HTA drops events whose ``pid`` is not a number. Bytes per call are the ``[memory]`` events torch.profiler
 records with ``profile_memory`` whose time falls inside the call: ``allocated`` counts allocations only,
 ``net`` allocations minus frees (whatever thread made them: PhiML runs the loss on the main thread).
 
 Example:
-    >>> from tbmem.profile.external import merge_external
+    >>> from tbmem.profile.external import EXTERNAL_PID, merge_external
     >>> phiml = [{"name": "diffuse", "ph": "X", "pid": 0, "tid": 1, "ts": 100, "dur": 50}]
     >>> torch_events = [{"name": "[memory]", "ph": "i", "ts": 1120.0, "args": {"Bytes": 4096}}]
     >>> out = []
     >>> merge_external([("PhiML", phiml)], torch_events, out, 1000.0)["by_time"]
     [{'name': 'diffuse', 'count': 1, 'total_us': 50.0, 'allocated_bytes': 4096, 'net_bytes': 4096}]
-    >>> out[0]["pid"], out[0]["ts"], out[0]["args"]["tbmem allocated bytes"]
-    ('PhiML calls', 1100.0, 4096)
+    >>> out[1]["pid"] == EXTERNAL_PID, out[1]["cat"], out[1]["ts"], out[1]["args"]["tbmem allocated bytes"]
+    (True, 'PhiML', 1100.0, 4096)
+    >>> [e["args"]["name"] for e in out if e["ph"] == "M"]
+    ['PhiML calls']
 """
 
 from __future__ import annotations
@@ -25,10 +29,14 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-__all__ = ["merge_external", "field_operations", "PROCESS_NAMES"]
+from tbmem.profile.tracks import span_us, us_of_ns
+
+__all__ = ["merge_external", "field_operations", "PROCESS_NAMES", "EXTERNAL_PID"]
 
 #: PhiML's process ids in its own traces, and the names they get.
 PROCESS_NAMES = {0: "calls", 1: "backend"}
+#: The first process id of the external sources' processes (one per source and process name).
+EXTERNAL_PID = 2**22 + 1
 _TOP = 10
 
 
@@ -64,24 +72,30 @@ def merge_external(external: list[tuple[str, list[dict[str, Any]]]], torch_event
     events by name (``by_time`` and ``by_bytes``: the ten that took longest and that allocated most)."""
     mem, times = _memory(torch_events)
     rows: dict[str, dict[str, Any]] = {}
-    named: set[Any] = set()
+    pids: dict[str, int] = {}
     for source, events in external:
         for e in events:
             e = dict(e)
-            raw_pid = e.get("pid")
-            pid = f"{source} {PROCESS_NAMES.get(raw_pid, raw_pid) if isinstance(raw_pid, int) else raw_pid}"
-            e["pid"] = pid
+            own = e.get("pid")
+            name = f"{source} {PROCESS_NAMES.get(own, own) if isinstance(own, int) else own}"
+            if name not in pids:
+                pids[name] = EXTERNAL_PID + len(pids)
+                out.append({"name": "process_name", "ph": "M", "pid": pids[name], "tid": 0, "args": {"name": name}})
+            e["pid"] = pids[name]
+            if not isinstance(e.get("tid"), int) or isinstance(e.get("tid"), bool):
+                e["tid"] = 0
             if e.get("ph") == "M":
-                if e.get("name") == "process_name":
-                    if pid in named:
-                        continue
-                    named.add(pid)
-                    e["args"] = {"name": pid}
-                out.append(e)
+                if e.get("name") != "process_name":  # its own names ("1 Operations") give way to ours
+                    out.append(e)
                 continue
             if not isinstance(e.get("ts"), (int, float)):
                 continue
-            e["ts"] = round(float(e["ts"]) + offset_us, 3)
+            raw = float(e["ts"]) + offset_us
+            e["ts"] = us_of_ns(round(raw * 1000.0))  # whole ns, as the window's own events
+            if e.get("ph") == "X":  # the end rounded as a start is: back-to-back calls stay back to back
+                end = round((raw + max(float(e.get("dur", 0)), 0.0)) * 1000.0)
+                e["dur"] = span_us(e["ts"], us_of_ns(end))
+            e["cat"] = str(e.get("cat") or source)
             if e.get("ph") == "X":
                 allocated, net = _bytes_in(mem, times, e["ts"], float(e.get("dur", 0)))
                 e["args"] = dict(e.get("args") or {}, **{"tbmem allocated bytes": allocated, "tbmem net bytes": net})

@@ -32,9 +32,11 @@ from typing import Any
 
 from tbmem.profile import tracks as tk
 
-__all__ = ["window_trace", "clock_offset", "operator_rows", "PHASES"]
+__all__ = ["window_trace", "clock_offset", "operator_rows", "PHASES", "PROFILER_STEP", "numeric_ids", "NAMED_ID"]
 
 _CLOCK_EVENT = "tbmem::clock_sync"
+#: The name torch.profiler's schedule gives each step's range (``ProfilerStep#<step>``).
+PROFILER_STEP = "ProfilerStep#"
 #: The step time split's parts, in the Memory tab's order.
 PHASES = ("forward", "backward", "optimizer", "data loading", "other")
 _DATA_LOADING = "enumerate(DataLoader)"
@@ -81,16 +83,18 @@ def _export(prof: Any) -> dict[str, Any]:
             return json.load(fh)
 
 
-def window_trace(w: Any, prof: Any, *, rank: int, config: Any) -> dict[str, Any]:
-    """The merged trace document of the closed window ``w`` (a :class:`tbmem.profile.window._Window`)."""
+def window_trace(w: Any, prof: Any, *, rank: int, config: Any, world_size: int | None = 1) -> dict[str, Any]:
+    """The merged trace document of the closed window ``w`` (a :class:`tbmem.profile.window._Window`);
+    its ``distributedInfo`` says ``rank`` and ``world_size`` (torch.profiler writes it only for a
+    process group it sees; ``world_size`` None: left out, not known)."""
     doc = _export(prof)
     events = doc["traceEvents"]
     clock = clock_offset(events, w.syncs)
     off = clock["offset_us"]
     pid = next(e["pid"] for e in events if e.get("name") == _CLOCK_EVENT)
 
-    def ts(ns: int) -> float:
-        return round(ns / 1000.0 + off, 3)
+    def ts(ns: int) -> float:  # whole nanoseconds on the trace's clock: both ends of a slice round alike
+        return tk.us_of_ns(round(ns + off * 1000.0))
 
     out = [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
            for tid, name in tk.THREAD_NAMES.items()]
@@ -99,10 +103,13 @@ def window_trace(w: Any, prof: Any, *, rank: int, config: Any) -> dict[str, Any]
         entered, left = w.records[step]
         left = left or entered
         start = w.begins.get(step, prev) if step == w.first else prev
-        steps.append({"step": step, "ts": ts(start), "dur": round((left - start) / 1000.0, 3)})
-        out.append(tk.slice_event(f"step {step}", pid, tk.TID_STEPS, ts(start), (left - start) / 1000.0,
+        steps.append({"step": step, "ts": ts(start), "dur": tk.span_us(ts(start), ts(left))})
+        # the range torch.profiler's own schedule writes (HTA's iterations, torch-tb-profiler's steps)
+        out.append(tk.slice_event(f"{PROFILER_STEP}{step}", pid, tk.TID_STEPS, ts(start),
+                                  tk.span_us(ts(start), ts(left)), cat="user_annotation"))
+        out.append(tk.slice_event(f"step {step}", pid, tk.TID_STEPS, ts(start), tk.span_us(ts(start), ts(left)),
                                   args={"step": step}))
-        out.append(tk.slice_event("tbmem record", pid, tk.TID_PHASES, ts(entered), (left - entered) / 1000.0,
+        out.append(tk.slice_event("tbmem record", pid, tk.TID_PHASES, ts(entered), tk.span_us(ts(entered), ts(left)),
                                   args={"step": step}))
         prev = left
     bounds = sorted([t for t, _, _ in w.marks] + [r[0] for r in w.records.values()])
@@ -113,7 +120,7 @@ def window_trace(w: Any, prof: Any, *, rank: int, config: Any) -> dict[str, Any]
         end = next((b for b in bounds if b > t), None)
         if end is None:
             continue
-        out.append(tk.slice_event(label, pid, tk.TID_PHASES, ts(t), (end - t) / 1000.0))
+        out.append(tk.slice_event(label, pid, tk.TID_PHASES, ts(t), tk.span_us(ts(t), ts(end))))
         if label in split:
             split[label] += (end - t) / 1000.0
     for t, step, values in w.samples:
@@ -136,10 +143,55 @@ def window_trace(w: Any, prof: Any, *, rank: int, config: Any) -> dict[str, Any]
         summary["external"] = merge_external(w.external, events, out, off)
         summary["field_operations"] = field_operations(events)
     events.extend(out)
+    numeric_ids(events)
     doc["traceName"] = f"tbmem profile window, steps {w.first}-{w.last}, rank {rank}"
+    info = dict(doc.get("distributedInfo") or {}, rank=rank)
+    if world_size is not None:
+        info["world_size"] = world_size
+    doc["distributedInfo"] = info
     doc["tbmem"] = {"version": 1, "rank": rank, "first_step": w.first, "last_step": w.last, "clock": clock,
                     "pid": pid, "config": dataclasses.asdict(config), "summary": summary}
     return doc
+
+
+#: The first id given to a process or thread torch.profiler names with a string ("Spans", "Traces").
+NAMED_ID = 2**23
+
+
+def numeric_ids(events: list[dict[str, Any]]) -> None:
+    """Give every process and thread named by a string (torch.profiler's ``"Spans"`` and ``"Traces"``) a
+    number from :data:`NAMED_ID` on, named by a metadata event as it was: HTA drops events whose ids are
+    not numbers, and the trace-event format has numbers. In place.
+
+    Example:
+        >>> ev = [{"name": "x", "ph": "X", "ts": 1.0, "dur": 1.0, "pid": "Spans", "tid": "PyTorch Profiler"}]
+        >>> numeric_ids(ev)
+        >>> ev[0]["pid"] == NAMED_ID, [e["args"]["name"] for e in ev[1:]]
+        (True, ['Spans', 'PyTorch Profiler'])
+    """
+    pids: dict[Any, int] = {}
+    tids: dict[tuple[Any, Any], int] = {}
+    named = {(e.get("pid"), e.get("tid") if e.get("name") == "thread_name" else None)
+             for e in events if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name")}
+
+    extra = []
+    for e in events:
+        pid, tid = e.get("pid"), e.get("tid")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            if pid not in pids:
+                pids[pid] = NAMED_ID + len(pids)
+                if (pid, None) not in named:
+                    extra.append({"name": "process_name", "ph": "M", "pid": pids[pid], "tid": 0,
+                                  "args": {"name": str(pid) or "unnamed"}})
+            e["pid"] = pids[pid]
+        if not isinstance(tid, int) or isinstance(tid, bool):
+            if (pid, tid) not in tids:
+                tids[(pid, tid)] = NAMED_ID + len(tids)
+                if (pid, tid) not in named:
+                    extra.append({"name": "thread_name", "ph": "M", "pid": e["pid"], "tid": tids[(pid, tid)],
+                                  "args": {"name": str(tid) or "unnamed"}})
+            e["tid"] = tids[(pid, tid)]
+    events.extend(extra)
 
 
 def _tracks(events: list[dict[str, Any]], origin: float) -> dict[str, dict[str, list[list[float]]]]:

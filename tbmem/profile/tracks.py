@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping
 from tbmem.tags import TAGS
 
 __all__ = ["TRACKS", "CATEGORY_PREFIX", "CATEGORY_TRACK", "SNAPSHOT_TAG", "TID_STEPS", "TID_PHASES", "TID_MARKS",
-           "THREAD_NAMES", "counter_events", "slice_event", "instant_event", "name_events", "track_tags"]
+           "THREAD_NAMES", "counter_events", "slice_event", "instant_event", "name_events", "track_tags", "span_us",
+           "us_of_ns"]
 
 #: counter track -> {series: tag}: the readings of a memory record, one track per unit.
 TRACKS: dict[str, dict[str, str]] = {
@@ -38,6 +39,52 @@ SNAPSHOT_TAG = TAGS["snapshot_events"].tag
 #: thread id (``pid_max`` is at most 2**22), so they never meet torch.profiler's threads; named by :func:`name_events`.
 TID_STEPS, TID_PHASES, TID_MARKS = 2**22 + 1, 2**22 + 2, 2**22 + 3
 THREAD_NAMES = {TID_STEPS: "tbmem steps", TID_PHASES: "tbmem phases", TID_MARKS: "tbmem events"}
+
+
+def us_of_ns(ns: int) -> float:
+    """``ns`` nanoseconds as the trace's microseconds (the nearest float).
+
+    Example:
+        >>> us_of_ns(1500)
+        1.5
+    """
+    return ns / 1000.0
+
+
+def _llround(x: float) -> int:
+    """C's ``llround`` of a positive float (halves away from zero), exactly."""
+    whole = math.floor(x)
+    return whole + (1 if x - whole >= 0.5 else 0)
+
+
+def _fits(ts: float, dur: float, end: float) -> bool:
+    """Whether the slice ``[ts, ts + dur]`` ends by ``end`` as floats and in the integer nanoseconds an importer
+    makes of each number on its own: rounded (Perfetto since v47) or truncated (before)."""
+    if ts + dur > end:
+        return False
+    return all(conv(ts * 1000.0) + conv(dur * 1000.0) <= conv(end * 1000.0) for conv in (_llround, math.trunc))
+
+
+def span_us(ts: float, end: float) -> float:
+    """The ``dur`` of a slice from ``ts`` to ``end`` (us): ``end - ts``, a nanosecond or two shorter where
+    the float sum ``ts + dur`` or an importer's integer nanoseconds of ``ts`` and ``dur`` would pass ``end``
+    (at Kineto's magnitudes, 10**12 us, a float holds a microsecond to about 1 ns). A slice so never
+    overlaps the one that starts where it ends: the format allows perfect nesting only.
+
+    Example:
+        >>> ts, end = 5302516280269.217, 5302516280892.396
+        >>> dur = span_us(ts, end)
+        >>> ts + dur <= end, round(dur, 2)
+        (True, 623.18)
+    """
+    dur = max(round(end - ts, 3), 0.0)
+    if dur > 0.0 and not _fits(ts, dur, end):
+        dur = max(end - ts, 0.0)
+    for _ in range(4):
+        if dur <= 0.0 or _fits(ts, dur, end):
+            break
+        dur = max(dur - 0.001, 0.0)
+    return dur
 
 
 def track_tags() -> dict[str, str]:

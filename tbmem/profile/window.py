@@ -197,8 +197,11 @@ class ProfileWindows:
                 return
             self.last_profiler = prof
             from tbmem.profile.merge import window_trace
+            from tbmem.ranks.context import detect_rank
 
-            self._write(w, window_trace(w, prof, rank=self.rank, config=self.config))
+            info = detect_rank()  # the job's size for distributedInfo (HTA and torch-tb-profiler read it)
+            world = info.world_size if info.rank == self.rank else None  # a rank given by hand: size unknown
+            self._write(w, window_trace(w, prof, rank=self.rank, config=self.config, world_size=world))
         except Exception as exc:  # noqa: BLE001 - a profile window must never end training
             self._failed("writing a profile window's trace", exc)
 

@@ -1,4 +1,5 @@
-"""``tbmem snapshot html FILE... [-o OUT]``, ``tbmem snapshot stats FILE [--json]`` and ``tbmem snapshot diff A B``.
+"""``tbmem snapshot html FILE... [-o OUT]``, ``tbmem snapshot stats FILE [--json]``, ``tbmem snapshot diff A B`` and
+``tbmem snapshot export --torch FILE -o OUT.pickle``.
 
 FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read as plain data:
 a pickle that names any Python object is refused, so no code from the file runs. A file that
@@ -24,7 +25,7 @@ import pickle
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "default_output", "html_command", "stats_command", "diff_command"]
+__all__ = ["add_parser", "default_output", "html_command", "stats_command", "diff_command", "export_command"]
 
 _PICKLE_WARNING = ("FILE may be a PyTorch .pickle snapshot: it is read as plain data, and a pickle that names "
                    "any Python object is refused, so no code from the file runs.")
@@ -70,6 +71,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                       help="compare what is alive when each snapshot was taken (default) or at each one's peak")
     diff.add_argument("--json", action="store_true", help="one JSON object (schema in docs/snapshots.md)")
     diff.set_defaults(func=diff_command)
+    export = sub.add_parser("export", help="write a snapshot in PyTorch's own format (memory_viz opens it)",
+                            description="Write FILE (any snapshot tbmem reads: a CPU run's .json.gz too) as the "
+                            "pickle torch.cuda.memory._snapshot() gives: torch.cuda._memory_viz's trace_plot, "
+                            "segment_plot and stats and pytorch.org/memory_viz open it. Plain data, pickle "
+                            "protocol 4 (no GLOBAL or REDUCE opcode). " + _PICKLE_WARNING)
+    export.add_argument("--torch", action="store_true", required=True, help="PyTorch's _snapshot() format")
+    export.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
+    export.add_argument("-o", "--output", required=True, metavar="OUT", help="the .pickle to write")
+    export.set_defaults(func=export_command)
     return parser
 
 
@@ -172,6 +182,23 @@ def _torch_html(args: argparse.Namespace) -> int:
     if page is None:
         return _fail("this torch has no torch.cuda._memory_viz.trace_plot")
     return _write_page(page, args)
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """``tbmem snapshot export --torch``."""
+    from tbmem.snapshot.torch_format import dumps_plain, torch_snapshot
+
+    snap = _load(args.file)
+    if isinstance(snap, str):
+        return _fail(snap)
+    try:
+        data = dumps_plain(torch_snapshot(snap))
+        with open(args.output, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        return _fail(f"cannot write {args.output}: {exc.strerror or exc}")
+    print(args.output)
+    return 0
 
 
 def diff_command(args: argparse.Namespace) -> int:

@@ -47,6 +47,9 @@ class SnapshotConfig:
             The out-of-memory snapshot is always kept and never counted as prunable.
         html: Also write the offline viewer HTML next to each snapshot.
         pickle: Also write CUDA snapshots as pickle (protocol 4) for PyTorch's tools.
+        torch_pickle: Also write each snapshot that has no CUDA pickle (a CPU run's) as a ``.pickle`` in
+            torch's ``_snapshot()`` format (:mod:`tbmem.snapshot.torch_format`: plain data, protocol 4),
+            which ``torch.cuda._memory_viz`` and pytorch.org/memory_viz open.
         rank: Rank in file names; None reads ``RANK`` from the environment (else 0).
         recorder: ``"auto"`` (CUDA history when CUDA is initialised, else the CPU allocator
             recorder where the model is on the CPU and it can be built, else dispatch),
@@ -68,6 +71,7 @@ class SnapshotConfig:
     max_disk_mb: float = 1024.0
     html: bool = True
     pickle: bool = True
+    torch_pickle: bool = False
     rank: int | None = None
     recorder: str = "auto"
     on_oom: bool = True
@@ -94,7 +98,7 @@ class SnapshotConfig:
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
                                       or self.rank < 0):
             raise ValueError(f"{name}.rank must be None or an integer >= 0, got {self.rank!r}")
-        flags(self, "enabled", "html", "pickle", "on_oom")
+        flags(self, "enabled", "html", "pickle", "torch_pickle", "on_oom")
 
     def is_due(self, step: int) -> bool:
         """Whether a snapshot is due at ``step`` (the window's first step in window mode)."""

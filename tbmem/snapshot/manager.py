@@ -196,6 +196,10 @@ class SnapshotManager:
             files.append(("html", lambda fh: fh.write(render_html(snap).encode("utf-8"))))
         if raw is not None and cfg.pickle:
             files.append(("pickle", lambda fh: tp.dump_snapshot_pickle(raw, fh)))
+        elif raw is None and cfg.torch_pickle:  # a CPU snapshot in torch's format, for memory_viz
+            from tbmem.snapshot.torch_format import dumps_plain, torch_snapshot
+
+            files.append(("pickle", lambda fh: fh.write(dumps_plain(torch_snapshot(snap)))))
         # Each file on its own: a .json.gz written before the disk filled up is kept and reported.
         paths, err = store.write_files(kind, step, files)
         if err is not None:

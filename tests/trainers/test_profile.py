@@ -3,14 +3,17 @@ with the event files (counters equal the records at the same steps; step slices 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests._events import read_events
+from tbmem.logdir.traces import list_traces, trace_path
 from tests.profile._trace import check_spec, counters_match_events, load_gz
 from tbmem.profile.tracks import CATEGORY_TRACK
 from trainers.experiment import run_experiment
 
 
 def _traces(run_dir):
-    return sorted((run_dir / "plugins" / "tbmem").glob("trace_rank*_step*.pt.trace.json.gz"))
+    return [Path(trace_path(str(run_dir), t["name"])) for t in list_traces(str(run_dir))]
 
 
 def test_synthetic_trainer_writes_profile_windows(compose, tmp_path):
@@ -18,8 +21,9 @@ def test_synthetic_trainer_writes_profile_windows(compose, tmp_path):
                   "tbmem.census_every=50", "tbmem.profile={every: 4, steps: 2, start: 4, max_windows: 2}")
     out = run_experiment(cfg, log_dir=tmp_path / "run")
     paths = _traces(out.log_dir)
-    assert [p.name for p in paths] == ["trace_rank0_step000000004.pt.trace.json.gz",
-                                       "trace_rank0_step000000008.pt.trace.json.gz"]
+    assert [p.relative_to(out.log_dir).as_posix() for p in paths] == [
+        "plugins/tbmem/traces/step000000004/rank0.pt.trace.json.gz",
+        "plugins/tbmem/traces/step000000008/rank0.pt.trace.json.gz"]
     acc = read_events(out.log_dir)
     rss_steps = {e.step for e in acc.Scalars("Memory/RAM/process_rss_GB")}
     for path, first in zip(paths, (4, 8)):
@@ -46,8 +50,9 @@ def test_physical_trainer_writes_profile_windows(compose, tmp_path):
     out = run_experiment(cfg, log_dir=tmp_path / "run")
     assert out.result.evaluations_seen >= 6  # both windows are whole: each loss evaluation is a step
     paths = _traces(out.log_dir)
-    assert [p.name for p in paths] == ["trace_rank0_step000000002.pt.trace.json.gz",
-                                       "trace_rank0_step000000004.pt.trace.json.gz"]
+    assert [p.relative_to(out.log_dir).as_posix() for p in paths] == [
+        "plugins/tbmem/traces/step000000002/rank0.pt.trace.json.gz",
+        "plugins/tbmem/traces/step000000004/rank0.pt.trace.json.gz"]
     for path, first in zip(paths, (2, 4)):
         doc = load_gz(path)
         check_spec(doc)
@@ -57,7 +62,8 @@ def test_physical_trainer_writes_profile_windows(compose, tmp_path):
         # PhiML's backend profiler around each loss evaluation, on the window's clock: its calls lie in the
         # evaluation's step slice, and carry the bytes torch.profiler saw allocated in them
         steps = doc["tbmem"]["summary"]["steps"]
-        backend = [e for e in doc["traceEvents"] if e.get("pid") == "PhiML backend" and e["ph"] == "X"]
+        names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+        backend = [e for e in doc["traceEvents"] if names.get(e.get("pid")) == "PhiML backend" and e["ph"] == "X"]
         assert len(backend) > 10
         slack = doc["tbmem"]["clock"]["uncertainty_us"] + 100
         for e in backend:
