@@ -42,7 +42,7 @@ from tbmem._extras import require
 from tbmem.logdir.safe_open import open_regular_below
 
 __all__ = ["RANK_TABLE_DIR", "RANK_TABLE_FILE", "rank_table_path", "rank_table_paths", "RankTableWriter",
-           "read_rank_table", "is_compact_job", "rank_table_schema", "rank_table_tags", "KEY_COLUMNS"]
+           "read_rank_table", "is_compact_job", "rank_table_schema", "rank_table_tags", "KEY_COLUMNS", "tag_problem"]
 
 #: The folder of a compact job's rank tables, beside its ``rank<r>`` runs.
 RANK_TABLE_DIR = "ranks"
@@ -56,6 +56,33 @@ def _pa() -> tuple[Any, Any]:
 
 #: The columns of every row before the tags' columns.
 KEY_COLUMNS = ("rank", "step", "wall_time")
+
+
+#: The longest tag a column is made for.
+MAX_TAG_CHARS = 512
+
+
+def tag_problem(tag: Any) -> str | None:
+    """Why ``tag`` cannot name a column of the table (None: it can).
+
+    Example:
+        >>> tag_problem("Memory/RAM/process_rss_GB"), tag_problem("step"), tag_problem(5)
+        (None, 'a key column', 'not a string')
+    """
+    if not isinstance(tag, str):
+        return "not a string"
+    if tag in KEY_COLUMNS:
+        return "a key column"
+    if not tag or len(tag) > MAX_TAG_CHARS or not tag.isprintable():
+        return f"empty, longer than {MAX_TAG_CHARS} characters or not printable"
+    return None
+
+
+def _report_tag(tag: Any, problem: str) -> None:
+    from tbmem._log import report_once
+
+    report_once("ranks:table-tag", f"tbmem: a record for the rank table named the tag {str(tag)[:80]!r} "
+                f"({problem}): that tag is dropped (said once)")
 
 
 def rank_table_schema(tags: Iterable[str] = ()) -> Any:
@@ -145,6 +172,10 @@ class RankTableWriter:
 
     def add(self, rank: int, step: int, wall_time: float, values: Mapping[str, float]) -> None:
         """One record of one rank: a row."""
+        bad = [t for t in values if tag_problem(t) is not None]
+        if bad:
+            _report_tag(bad[0], tag_problem(bad[0]) or "")
+            values = {t: v for t, v in values.items() if t not in bad}
         if not values:
             return
         with self._lock:
@@ -161,6 +192,13 @@ class RankTableWriter:
         if getattr(values, "shape", None) != (len(steps), len(tags)):
             raise ValueError(f"values of shape {getattr(values, 'shape', None)} for {len(steps)} records of "
                              f"{len(tags)} tags")
+        keep = [j for j, t in enumerate(tags) if tag_problem(t) is None and t not in tags[:j]]
+        if len(keep) < len(tags):
+            bad = next(t for j, t in enumerate(tags) if j not in keep)
+            _report_tag(bad, tag_problem(bad) or "a tag twice")
+            tags, values = tuple(tags[j] for j in keep), values[:, keep]
+            if not tags:
+                return
         with self._lock:
             self._blocks.append((rank, tags, steps, walls, values))
             self._block_rows += len(steps)
