@@ -32,11 +32,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+import time
 import uuid
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from tbmem._extras import require
 from tbmem.logdir.safe_open import open_regular_below
@@ -247,25 +249,90 @@ class RankTableWriter:
         batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         folder = os.path.dirname(self.path)
         os.makedirs(folder, exist_ok=True)
-        temp = os.path.join(folder, f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
-        try:
-            with pq.ParquetWriter(temp, schema) as out:
-                if os.path.exists(self.path):
-                    old = pq.ParquetFile(self.path)
-                    for i in range(old.num_row_groups):
-                        out.write_table(_widen(old.read_row_group(i), schema))
-                out.write_table(batch, row_group_size=max(batch.num_rows, 1))
-            os.replace(temp, self.path)
-        finally:
-            if os.path.exists(temp):
-                os.unlink(temp)
+        table = os.path.basename(self.path)
+        # two jobs in one logdir (or a restarted one) rewrite the same file: one at a time, under a lock
+        # beside it; the file's columns are kept whoever wrote them
+        with _locked(os.path.join(folder, f".{table}.lock")):
+            _sweep(folder, table)
+            temp = os.path.join(folder, f".tmp-{table}-{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
+            try:
+                old = pq.ParquetFile(self.path) if os.path.exists(self.path) else None
+                if old is not None:
+                    extra = [n for n in old.schema_arrow.names if n not in KEY_COLUMNS and n not in schema.names]
+                    if extra:
+                        schema = rank_table_schema([*tags, *extra])
+                        batch = _widen(batch, schema)
+                with pq.ParquetWriter(temp, schema) as out:
+                    if old is not None:
+                        for i in range(old.num_row_groups):
+                            out.write_table(_widen(old.read_row_group(i), schema))
+                    out.write_table(batch, row_group_size=max(batch.num_rows, 1))
+                os.replace(temp, self.path)
+            finally:
+                if os.path.exists(temp):
+                    os.unlink(temp)
+            self.file_bytes = os.path.getsize(self.path)
         self.rows += batch.num_rows
         self.row_groups += 1
-        self.file_bytes = os.path.getsize(self.path)
 
     def close(self) -> None:
         """Flush what is buffered."""
         self.flush()
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (made if missing) for the block; none where flock is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: one writer per table, as before
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _sweep(folder: str, table: str) -> None:
+    """Remove what a writer of ``table`` killed mid-flush left (every writer makes its part under the
+    lock, so under the lock any part of this table is left over; an older version's parts, named by
+    pid only, once their process is gone and they are an hour old)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(".tmp-") and name.endswith(".part")):
+            continue
+        left = name.startswith(f".tmp-{table}-")
+        if not left:
+            pid = name[5:].split("-")[0]
+            try:
+                left = pid.isdigit() and time.time() - entry.stat(follow_symlinks=False).st_mtime > 3600 and not _alive(int(pid))
+            except OSError:
+                continue
+        if left:
+            try:
+                os.unlink(entry.path)
+                from tbmem._log import logger
+
+                logger.info("tbmem: removed %s, left by a rank table's writer that ended mid-flush", entry.path)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _widen(table: Any, schema: Any) -> Any:
