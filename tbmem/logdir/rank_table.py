@@ -115,24 +115,43 @@ def is_compact_job(job_dir: str) -> bool:
     return bool(rank_table_paths(job_dir))
 
 
-def rank_table_tags(job_dir: str, *, root: str | None = None) -> list[str]:
-    """The tags with a column in some node's table (from the files' footers only)."""
+def _damaged(path: str, exc: BaseException, on_error: str) -> None:
+    message = (f"tbmem: the rank table {path} cannot be read ({type(exc).__name__}: "
+               f"{' '.join(str(exc).split())[:200]}); its node's ranks are left out, the other nodes are read")
+    if on_error == "raise":
+        raise ValueError(message) from exc
+    from tbmem._log import report_once
+
+    report_once(f"ranks:table-damaged:{path}", message)
+
+
+def rank_table_tags(job_dir: str, *, root: str | None = None, on_error: str = "warn") -> list[str]:
+    """The tags with a column in some node's table (from the files' footers only); a damaged file is
+    skipped with one line naming it (``on_error="raise"``: a ValueError naming it)."""
     _, pq = _pa()
     tags: dict[str, None] = {}
     for path in rank_table_paths(job_dir):
         fd, _ = open_regular_below(root or job_dir, path)
         with os.fdopen(fd, "rb") as fh:
-            tags.update((n, None) for n in pq.read_schema(fh).names if n not in KEY_COLUMNS)
+            try:
+                names = pq.read_schema(fh).names
+            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file are many
+                _damaged(path, exc, on_error)
+                continue
+            tags.update((n, None) for n in names if n not in KEY_COLUMNS)
     return list(tags)
 
 
-def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root: str | None = None) -> Any:
+def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root: str | None = None,
+                    on_error: str = "warn") -> Any:
     """Every node's rows as one ``pyarrow.Table``: the key columns and those of ``columns`` (every
     tag by default) a file has; a tag some file lacks is null in its rows.
 
     Args:
         job_dir: The job's folder. columns: The tags (and key columns) to read.
         root: The folder no symlink below may be followed (a server's logdir; default ``job_dir``).
+        on_error: ``"warn"``: a node file that cannot be read is left out with one line naming it
+            (the other nodes are read); ``"raise"``: a ValueError naming it.
     """
     pa, pq = _pa()
     tables = []
@@ -140,10 +159,13 @@ def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root:
         # opened without following a symlink below the root (a server reads only inside its logdir)
         fd, _ = open_regular_below(root or job_dir, path)
         with os.fdopen(fd, "rb") as fh:
-            source = pq.ParquetFile(fh)
-            names = source.schema_arrow.names
-            wanted = names if columns is None else [n for n in dict.fromkeys((*KEY_COLUMNS, *columns)) if n in names]
-            tables.append(source.read(columns=wanted))
+            try:
+                source = pq.ParquetFile(fh)
+                names = source.schema_arrow.names
+                wanted = names if columns is None else [n for n in dict.fromkeys((*KEY_COLUMNS, *columns)) if n in names]
+                tables.append(source.read(columns=wanted))
+            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file are many
+                _damaged(path, exc, on_error)
     if not tables:
         return rank_table_schema([] if columns is None else [c for c in columns if c not in KEY_COLUMNS]).empty_table()
     return pa.concat_tables(tables, promote_options="default")
