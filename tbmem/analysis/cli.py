@@ -103,6 +103,18 @@ def _finite(obj: Any) -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from tbmem.logdir.fs import fetched, is_url
+
+    runs = list(args.compare) if args.compare else None
+    on_error = "warn" if args.allow_truncated else "raise"
+    logdir = args.logdir
+    if is_url(logdir):  # s3://, gs://: copied into a temporary folder for the report, removed after it
+        with fetched(logdir) as local:
+            return _report_on(args, local, runs, on_error)
+    return _report_on(args, logdir, runs, on_error)
+
+
+def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on_error: str) -> int:
     import dataclasses
 
     from tbmem.analysis.hints import find_hints, format_hints
@@ -111,13 +123,7 @@ def _report(args: argparse.Namespace) -> int:
     from tbmem.analysis.spikes import find_spikes, format_spikes
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
-    from tbmem.logdir.fs import fetch, is_url
 
-    runs = list(args.compare) if args.compare else None
-    on_error = "warn" if args.allow_truncated else "raise"
-    logdir = args.logdir
-    if is_url(logdir):  # s3://, gs://: copied into a temporary folder first (tbmem.logdir.fs)
-        logdir = fetch(logdir)
     df, texts = load_scalars_and_texts(logdir, runs=runs, on_error=on_error)
     if not args.json:  # a run's name is printed (and drawn) with its control characters escaped
         df, texts = _printable_runs(df), _printable_runs(texts)

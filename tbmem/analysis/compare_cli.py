@@ -49,7 +49,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    print(f"tbmem compare: {message}", file=sys.stderr)
+    from tbmem._terminal import printable_lines
+
+    print(f"tbmem compare: {printable_lines(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -69,7 +71,9 @@ def compare_command(args: argparse.Namespace) -> int:
             doc = dict(result.to_dict(), paths=dict(zip(names, args.runs)))
             print(json.dumps(_finite(doc), indent=2, allow_nan=False))
         else:
-            print(format_comparison(result))
+            from tbmem._terminal import printable_lines
+
+            print(printable_lines(format_comparison(result)))  # run and module names come from files
         if args.png:
             from tbmem.analysis.compare_plot import plot_comparison
 

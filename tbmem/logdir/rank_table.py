@@ -32,17 +32,19 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+import time
 import uuid
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from tbmem._extras import require
 from tbmem.logdir.safe_open import open_regular_below
 
 __all__ = ["RANK_TABLE_DIR", "RANK_TABLE_FILE", "rank_table_path", "rank_table_paths", "RankTableWriter",
-           "read_rank_table", "is_compact_job", "rank_table_schema", "rank_table_tags", "KEY_COLUMNS"]
+           "read_rank_table", "is_compact_job", "rank_table_schema", "rank_table_tags", "KEY_COLUMNS", "tag_problem"]
 
 #: The folder of a compact job's rank tables, beside its ``rank<r>`` runs.
 RANK_TABLE_DIR = "ranks"
@@ -56,6 +58,33 @@ def _pa() -> tuple[Any, Any]:
 
 #: The columns of every row before the tags' columns.
 KEY_COLUMNS = ("rank", "step", "wall_time")
+
+
+#: The longest tag a column is made for.
+MAX_TAG_CHARS = 512
+
+
+def tag_problem(tag: Any) -> str | None:
+    """Why ``tag`` cannot name a column of the table (None: it can).
+
+    Example:
+        >>> tag_problem("Memory/RAM/process_rss_GB"), tag_problem("step"), tag_problem(5)
+        (None, 'a key column', 'not a string')
+    """
+    if not isinstance(tag, str):
+        return "not a string"
+    if tag in KEY_COLUMNS:
+        return "a key column"
+    if not tag or len(tag) > MAX_TAG_CHARS or not tag.isprintable():
+        return f"empty, longer than {MAX_TAG_CHARS} characters or not printable"
+    return None
+
+
+def _report_tag(tag: Any, problem: str) -> None:
+    from tbmem._log import report_once
+
+    report_once("ranks:table-tag", f"tbmem: a record for the rank table named the tag {str(tag)[:80]!r} "
+                f"({problem}): that tag is dropped (said once)")
 
 
 def rank_table_schema(tags: Iterable[str] = ()) -> Any:
@@ -86,24 +115,43 @@ def is_compact_job(job_dir: str) -> bool:
     return bool(rank_table_paths(job_dir))
 
 
-def rank_table_tags(job_dir: str, *, root: str | None = None) -> list[str]:
-    """The tags with a column in some node's table (from the files' footers only)."""
+def _damaged(path: str, exc: BaseException, on_error: str) -> None:
+    message = (f"tbmem: the rank table {path} cannot be read ({type(exc).__name__}: "
+               f"{' '.join(str(exc).split())[:200]}); its node's ranks are left out, the other nodes are read")
+    if on_error == "raise":
+        raise ValueError(message) from exc
+    from tbmem._log import report_once
+
+    report_once(f"ranks:table-damaged:{path}", message)
+
+
+def rank_table_tags(job_dir: str, *, root: str | None = None, on_error: str = "warn") -> list[str]:
+    """The tags with a column in some node's table (from the files' footers only); a damaged file is
+    skipped with one line naming it (``on_error="raise"``: a ValueError naming it)."""
     _, pq = _pa()
     tags: dict[str, None] = {}
     for path in rank_table_paths(job_dir):
         fd, _ = open_regular_below(root or job_dir, path)
         with os.fdopen(fd, "rb") as fh:
-            tags.update((n, None) for n in pq.read_schema(fh).names if n not in KEY_COLUMNS)
+            try:
+                names = pq.read_schema(fh).names
+            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file are many
+                _damaged(path, exc, on_error)
+                continue
+            tags.update((n, None) for n in names if n not in KEY_COLUMNS)
     return list(tags)
 
 
-def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root: str | None = None) -> Any:
+def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root: str | None = None,
+                    on_error: str = "warn") -> Any:
     """Every node's rows as one ``pyarrow.Table``: the key columns and those of ``columns`` (every
     tag by default) a file has; a tag some file lacks is null in its rows.
 
     Args:
         job_dir: The job's folder. columns: The tags (and key columns) to read.
         root: The folder no symlink below may be followed (a server's logdir; default ``job_dir``).
+        on_error: ``"warn"``: a node file that cannot be read is left out with one line naming it
+            (the other nodes are read); ``"raise"``: a ValueError naming it.
     """
     pa, pq = _pa()
     tables = []
@@ -111,10 +159,13 @@ def read_rank_table(job_dir: str, *, columns: Iterable[str] | None = None, root:
         # opened without following a symlink below the root (a server reads only inside its logdir)
         fd, _ = open_regular_below(root or job_dir, path)
         with os.fdopen(fd, "rb") as fh:
-            source = pq.ParquetFile(fh)
-            names = source.schema_arrow.names
-            wanted = names if columns is None else [n for n in dict.fromkeys((*KEY_COLUMNS, *columns)) if n in names]
-            tables.append(source.read(columns=wanted))
+            try:
+                source = pq.ParquetFile(fh)
+                names = source.schema_arrow.names
+                wanted = names if columns is None else [n for n in dict.fromkeys((*KEY_COLUMNS, *columns)) if n in names]
+                tables.append(source.read(columns=wanted))
+            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file are many
+                _damaged(path, exc, on_error)
     if not tables:
         return rank_table_schema([] if columns is None else [c for c in columns if c not in KEY_COLUMNS]).empty_table()
     return pa.concat_tables(tables, promote_options="default")
@@ -145,6 +196,10 @@ class RankTableWriter:
 
     def add(self, rank: int, step: int, wall_time: float, values: Mapping[str, float]) -> None:
         """One record of one rank: a row."""
+        bad = [t for t in values if tag_problem(t) is not None]
+        if bad:
+            _report_tag(bad[0], tag_problem(bad[0]) or "")
+            values = {t: v for t, v in values.items() if t not in bad}
         if not values:
             return
         with self._lock:
@@ -161,6 +216,13 @@ class RankTableWriter:
         if getattr(values, "shape", None) != (len(steps), len(tags)):
             raise ValueError(f"values of shape {getattr(values, 'shape', None)} for {len(steps)} records of "
                              f"{len(tags)} tags")
+        keep = [j for j, t in enumerate(tags) if tag_problem(t) is None and t not in tags[:j]]
+        if len(keep) < len(tags):
+            bad = next(t for j, t in enumerate(tags) if j not in keep)
+            _report_tag(bad, tag_problem(bad) or "a tag twice")
+            tags, values = tuple(tags[j] for j in keep), values[:, keep]
+            if not tags:
+                return
         with self._lock:
             self._blocks.append((rank, tags, steps, walls, values))
             self._block_rows += len(steps)
@@ -209,25 +271,90 @@ class RankTableWriter:
         batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         folder = os.path.dirname(self.path)
         os.makedirs(folder, exist_ok=True)
-        temp = os.path.join(folder, f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
-        try:
-            with pq.ParquetWriter(temp, schema) as out:
-                if os.path.exists(self.path):
-                    old = pq.ParquetFile(self.path)
-                    for i in range(old.num_row_groups):
-                        out.write_table(_widen(old.read_row_group(i), schema))
-                out.write_table(batch, row_group_size=max(batch.num_rows, 1))
-            os.replace(temp, self.path)
-        finally:
-            if os.path.exists(temp):
-                os.unlink(temp)
+        table = os.path.basename(self.path)
+        # two jobs in one logdir (or a restarted one) rewrite the same file: one at a time, under a lock
+        # beside it; the file's columns are kept whoever wrote them
+        with _locked(os.path.join(folder, f".{table}.lock")):
+            _sweep(folder, table)
+            temp = os.path.join(folder, f".tmp-{table}-{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
+            try:
+                old = pq.ParquetFile(self.path) if os.path.exists(self.path) else None
+                if old is not None:
+                    extra = [n for n in old.schema_arrow.names if n not in KEY_COLUMNS and n not in schema.names]
+                    if extra:
+                        schema = rank_table_schema([*tags, *extra])
+                        batch = _widen(batch, schema)
+                with pq.ParquetWriter(temp, schema) as out:
+                    if old is not None:
+                        for i in range(old.num_row_groups):
+                            out.write_table(_widen(old.read_row_group(i), schema))
+                    out.write_table(batch, row_group_size=max(batch.num_rows, 1))
+                os.replace(temp, self.path)
+            finally:
+                if os.path.exists(temp):
+                    os.unlink(temp)
+            self.file_bytes = os.path.getsize(self.path)
         self.rows += batch.num_rows
         self.row_groups += 1
-        self.file_bytes = os.path.getsize(self.path)
 
     def close(self) -> None:
         """Flush what is buffered."""
         self.flush()
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (made if missing) for the block; none where flock is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: one writer per table, as before
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _sweep(folder: str, table: str) -> None:
+    """Remove what a writer of ``table`` killed mid-flush left (every writer makes its part under the
+    lock, so under the lock any part of this table is left over; an older version's parts, named by
+    pid only, once their process is gone and they are an hour old)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(".tmp-") and name.endswith(".part")):
+            continue
+        left = name.startswith(f".tmp-{table}-")
+        if not left:
+            pid = name[5:].split("-")[0]
+            try:
+                left = pid.isdigit() and time.time() - entry.stat(follow_symlinks=False).st_mtime > 3600 and not _alive(int(pid))
+            except OSError:
+                continue
+        if left:
+            try:
+                os.unlink(entry.path)
+                from tbmem._log import logger
+
+                logger.info("tbmem: removed %s, left by a rank table's writer that ended mid-flush", entry.path)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _widen(table: Any, schema: Any) -> Any:

@@ -42,7 +42,7 @@ from tbmem.logdir.layout import PLUGIN_DIR
 from tbmem.logdir.safe_open import open_below, open_regular_below
 
 __all__ = ["TRACE_FILE", "TRACES_DIR", "MAX_BYTES", "MAX_JSON_BYTES", "trace_name", "trace_path", "window_dir",
-           "encode_trace", "write_trace", "list_traces", "read_trace"]
+           "encode_trace", "write_trace", "list_traces", "read_trace", "read_trace_fd"]
 
 #: A profile window's listing name: the step its window starts at, 9 digits at least (as snapshots).
 TRACE_FILE = re.compile(r"^trace_rank(?P<rank>\d+)_step(?P<step>\d{9,})\.pt\.trace\.json\.gz$")
@@ -173,19 +173,37 @@ def read_trace(run_dir: str, name: str, *, root: str | None = None) -> dict[str,
     """
     if not TRACE_FILE.match(name):
         raise ValueError(f"not a trace file name: {name!r}")
-    fd, st = open_regular_below(root or run_dir, trace_path(run_dir, name))
+    fd, _ = open_regular_below(root or run_dir, trace_path(run_dir, name))
+    return read_trace_fd(fd, name)
+
+
+def read_trace_fd(fd: int, name: str) -> dict[str, Any]:
+    """The trace document open at ``fd`` (closed here; ``name``: its file name, for messages). Raises as
+    :func:`read_trace`; a document nested too deep to parse is a ValueError."""
+    st = os.fstat(fd)
     with os.fdopen(fd, "rb") as fh:
         if st.st_size > MAX_BYTES:
             raise OSError(f"trace {name} is larger than {MAX_BYTES >> 20} MB")
         data = fh.read(MAX_BYTES + 1)
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
-            text = gz.read(MAX_JSON_BYTES + 1)
+            chunks, got = [], 0  # in pieces: one read of the limit would take the limit's memory at once
+            while got <= MAX_JSON_BYTES:
+                chunk = gz.read(1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            text = b"".join(chunks)
+            del chunks
     except (OSError, EOFError) as exc:
         raise ValueError(f"trace {name} is not gzip: {exc}") from None
     if len(text) > MAX_JSON_BYTES:
         raise OSError(f"trace {name} inflates to more than {MAX_JSON_BYTES >> 20} MB")
-    doc = json.loads(text)
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"trace {name} nests too deep to read") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ValueError(f"trace {name} has no traceEvents list")
     return doc

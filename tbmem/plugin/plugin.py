@@ -49,7 +49,7 @@ from tbmem.plugin.findings import SUMMARY_PREFIXES, findings, finite
 from tbmem.plugin.marks import snapshot_marks, spike_marks
 from tbmem.plugin.paths import RunDirs
 from tbmem.plugin.profiles import ProfileError, list_windows, trace_file, window_summary
-from tbmem.plugin.rank_table import JobTables
+from tbmem.plugin.rank_table import JobTables, RankTableError
 from tbmem.plugin.runs import PEAK_TAGS, rank_peaks
 from tbmem.plugin.series import ScalarCache
 from tbmem.plugin.snapshots import SnapshotError, SnapshotPages
@@ -395,11 +395,15 @@ class MemoryPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError("unknown group")
         job = self._job_dir(members)
         if job is not None:  # a compact job: every rank from its rank tables, a run's name where it has one
-            rows = self._tables.peaks(*job)
+            try:
+                rows = self._tables.peaks(*job)
+            except RankTableError as exc:
+                return _json(request, {"error": str(exc)}, code=exc.status)
             runs = {split_rank(r)[1]: r for r in members}
             for row in rows:
                 row["run"] = runs.get(row["rank"])
-            return _json(request, {"group": group, "compact": True, "ranks": rows})
+            return _json(request, {"group": group, "compact": True, "ranks": rows,
+                                   "skipped": self._tables.skipped(*job)})
         wanted = {t for tags in PEAK_TAGS.values() for t in tags}
         listing = self._cache.listing(ctx, eid, members)
         per_run = {r: self._cache.get(ctx, eid, r, [t for t in listing.get(r, {}) if t in wanted],
@@ -430,10 +434,16 @@ class MemoryPlugin(base_plugin.TBPlugin):
     def _serve_heatmap(self, request: Any) -> Any:
         group, job = self._compact_group(request)
         columns = _int_arg(request, "columns", 200, lo=10, hi=1000)
-        return _json(request, {"group": group, **self._tables.heatmap(*job, columns=columns)})
+        try:
+            return _json(request, {"group": group, **self._tables.heatmap(*job, columns=columns)})
+        except RankTableError as exc:
+            return _json(request, {"error": str(exc)}, code=exc.status)
 
     @_route
     def _serve_rank_series(self, request: Any) -> Any:
         group, job = self._compact_group(request)
-        rank = _int_arg(request, "rank", lo=0)
-        return _json(request, {"group": group, "rank": rank, "series": self._tables.rank_series(*job, rank)})
+        rank = _int_arg(request, "rank", lo=0, hi=2**31 - 1)
+        try:
+            return _json(request, {"group": group, "rank": rank, "series": self._tables.rank_series(*job, rank)})
+        except RankTableError as exc:
+            return _json(request, {"error": str(exc)}, code=exc.status)

@@ -5,7 +5,12 @@ A run's windows are its ``plugins/tbmem/trace_rank<r>_step<s>.pt.trace.json.gz``
 match :data:`tbmem.logdir.traces.TRACE_FILE` and be listed, and every file is opened below the
 logdir without following a symlink (:func:`tbmem.logdir.traces.read_trace`). The summary is what
 the window wrote into its trace's ``"tbmem"`` key (the step time split, torch.profiler's
-``key_averages()`` top operators, the memory tracks): shown without the network. Perfetto
+``key_averages()`` top operators, the memory tracks): shown without the network. A trace is
+untrusted (a shared logdir; 0.2 MB of gzip inflates to 200 MB of JSON, or nests 200,000 deep), so
+the server never parses one itself: a fresh Python with an address-space limit of
+:data:`TRACE_MEMORY` reads it from the descriptor the server opened and answers the summary
+(413 over the limit, 422 not a trace), one child at a time; the answer is kept per file (name,
+size, time) and concurrent requests share one child. Perfetto
 (``ui.perfetto.dev``, which TensorBoard's content policy lets a page frame) needs the network.
 
 Example:
@@ -17,13 +22,29 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import threading
 from typing import Any
 
 from tbmem.logdir.safe_open import open_regular_below
-from tbmem.logdir.traces import MAX_BYTES, TRACE_FILE, list_traces, read_trace, trace_path
+from tbmem.logdir.traces import (
+    MAX_BYTES,
+    TRACE_FILE,
+    list_traces,
+    read_trace_fd,
+    trace_path,
+)
 
-__all__ = ["list_windows", "window_summary", "trace_file", "ProfileError"]
+__all__ = ["list_windows", "window_summary", "trace_file", "ProfileError", "TRACE_MEMORY"]
+
+#: The address space of the child that reads one trace for its summary.
+TRACE_MEMORY = 1024 * 2**20
+_TIMEOUT_S = 120.0
+_ONE_AT_A_TIME = threading.Lock()  # one trace child at a time; waiting requests take its cached answer
+_ANSWERS: dict[tuple[str, int, int], dict[str, Any] | ProfileError] = {}
 
 
 class ProfileError(Exception):
@@ -53,15 +74,72 @@ def window_summary(found: tuple[str, str], name: str) -> dict[str, Any]:
     """The offline summary of window ``name``: its steps, clock, step time split, top operators, tracks."""
     _listed(found, name)
     try:
-        doc = read_trace(found[0], name, root=found[1])
+        fd, st = open_regular_below(found[1], trace_path(found[0], name))
     except OSError as exc:
-        raise ProfileError(413 if "larger" in str(exc) or "inflates" in str(exc) else 404,
-                           f"cannot read {name}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ProfileError(422, str(exc)) from None
+        raise ProfileError(404, f"cannot open {name}: {exc.strerror or exc}") from None
+    try:
+        key = (trace_path(found[0], name), st.st_size, st.st_mtime_ns)
+        with _ONE_AT_A_TIME:
+            answer = _ANSWERS.get(key)
+            if answer is None:
+                try:
+                    answer = _summary_in_child(fd, name)
+                except ProfileError as exc:
+                    answer = exc
+                if len(_ANSWERS) > 256:
+                    _ANSWERS.clear()
+                _ANSWERS[key] = answer
+    finally:
+        os.close(fd)
+    if isinstance(answer, ProfileError):
+        raise answer
+    return answer
+
+
+def _summary_in_child(fd: int, name: str) -> dict[str, Any]:
+    import tbmem
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tbmem.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    try:
+        done = subprocess.run([sys.executable, "-m", "tbmem.plugin.profiles", str(fd), name], pass_fds=(fd,), check=False,
+                              capture_output=True, timeout=_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ProfileError(503, f"reading {name} took longer than {_TIMEOUT_S:.0f} s") from None
+    try:
+        answer = json.loads(done.stdout)
+        if done.returncode == 0 and isinstance(answer, dict):
+            if "error" in answer:
+                raise ProfileError(int(answer["status"]), str(answer["error"]))
+            return answer
+    except (ValueError, KeyError, TypeError):
+        pass
+    raise ProfileError(413, f"reading {name} needs more than the {TRACE_MEMORY >> 20} MiB the Memory tab allows "
+                            f"one trace (the child ended with status {done.returncode}); download it instead")
+
+
+def _child(fd: int, name: str) -> dict[str, Any]:
+    """In the child: limit the address space, read the trace at ``fd``, answer its summary (or an error)."""
+    import resource
+
+    from tbmem.plugin.convert import _die_with_parent
+
+    _die_with_parent()
+    resource.setrlimit(resource.RLIMIT_AS, (TRACE_MEMORY, TRACE_MEMORY))
+    try:
+        doc = read_trace_fd(fd, name)
+    except OSError as exc:
+        return {"status": 413 if "larger" in str(exc) or "inflates" in str(exc) else 404,
+                "error": f"cannot read {name}: {exc.strerror or exc}"}
+    except MemoryError:
+        return {"status": 413, "error": f"reading {name} needs more than the {TRACE_MEMORY >> 20} MiB the Memory "
+                                        "tab allows one trace; download it instead"}
+    except (ValueError, RecursionError) as exc:
+        return {"status": 422, "error": f"{name} is not a readable trace ({type(exc).__name__}: "
+                                        f"{' '.join(str(exc).split())[:200]})"}
     meta = doc.get("tbmem")
     if not isinstance(meta, dict) or not isinstance(meta.get("summary"), dict):
-        raise ProfileError(422, f"{name} has no tbmem summary (not a profile window's trace)")
+        return {"status": 422, "error": f"{name} has no tbmem summary (not a profile window's trace)"}
     return {"name": name, "rank": meta.get("rank"), "first_step": meta.get("first_step"),
             "last_step": meta.get("last_step"), "clock": meta.get("clock"), "summary": meta["summary"]}
 
@@ -77,3 +155,7 @@ def trace_file(found: tuple[str, str], name: str) -> bytes:
         if st.st_size > MAX_BYTES:
             raise ProfileError(413, f"{name} is larger than {MAX_BYTES >> 20} MB")
         return fh.read(MAX_BYTES)
+
+
+if __name__ == "__main__":  # python -m tbmem.plugin.profiles FD NAME: the summary as JSON on stdout
+    print(json.dumps(_child(int(sys.argv[1]), sys.argv[2]), allow_nan=False))

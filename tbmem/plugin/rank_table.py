@@ -12,6 +12,12 @@ folder from a member run's (the parent of ``rank<r>``) and asks here for:
 Each answer is computed by columnar operations (pyarrow, numpy) and kept until a table file
 changes (size or time), so the tab's first view of a 1,000-rank job is one read.
 
+The tables are untrusted (a shared logdir): a request reads at most :data:`MAX_ROWS` rows (counted
+from the files' footers before any is read: more is a :class:`RankTableError` 413, which the cache
+keeps too), one computation runs at a time and concurrent requests share its answer, a rank value
+never sizes an allocation (rows of a negative rank are skipped), and a node file that cannot be
+read is skipped and named (``skipped``) while the other nodes' ranks are served.
+
 Example:
     >>> import os, tempfile
     >>> from tbmem.logdir.rank_table import RankTableWriter
@@ -45,7 +51,24 @@ from tbmem.plugin.charts import to_bytes
 from tbmem.plugin.runs import PEAK_TAGS
 from tbmem.tags import TAGS
 
-__all__ = ["JobTables", "HEAT_TAGS"]
+__all__ = ["JobTables", "HEAT_TAGS", "MAX_ROWS", "RankTableError"]
+
+#: The most rows of a job's rank tables one answer reads (1,000 ranks x 2,000 records; about 90 bytes
+#: of memory a row while an answer is computed).
+MAX_ROWS = 2_000_000
+
+
+class RankTableError(Exception):
+    """A job's tables cannot be answered; ``status`` is the HTTP status, the message is safe to show.
+
+    Example:
+        >>> RankTableError(413, "too many rows").status
+        413
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 #: The heat map's reading: the first tag the job has.
 HEAT_TAGS = (TAGS["vram_allocated"].tag, TAGS["vram_peak_allocated"].tag, TAGS["ram_rss"].tag)
@@ -54,28 +77,61 @@ _LINES = (TAGS["vram_allocated"].tag, TAGS["vram_reserved"].tag, TAGS["vram_peak
           TAGS["ram_rss"].tag, TAGS["ram_tree_rss"].tag)
 
 
-def _scan(job_dir: str, root: str, tags: tuple[str, ...], rank: int | None = None) -> Iterator[dict[str, Any]]:
+def _scan(job_dir: str, root: str, tags: tuple[str, ...], rank: int | None = None,
+          skipped: list[dict[str, str]] | None = None) -> Iterator[dict[str, Any]]:
     """Per node file: ``rank``, ``step`` and ``{tag: values (NaN: not in that record)}`` of the tags
     in ``tags`` the file has (only those columns are read), one rank's rows if ``rank`` is given.
-    A rank's rows are all in its node's file."""
+    A rank's rows are all in its node's file. A file that cannot be read is named in ``skipped``.
+
+    Raises:
+        RankTableError: 413, the files hold more than :data:`MAX_ROWS` rows to read.
+    """
     pq = require("pyarrow.parquet", extra="ranks")
-    for path in rank_table_paths(job_dir):
-        fd, _ = open_regular_below(root, path)
-        with os.fdopen(fd, "rb") as fh:
-            source = pq.ParquetFile(fh)
-            have = [t for t in tags if t in source.schema_arrow.names]
-            columns = ["rank", "step", *have]
-            if rank is None:
-                table = source.read(columns=columns)
-            else:  # only the row groups whose statistics may hold the rank (a rank's flushes)
-                groups = [i for i in range(source.num_row_groups) if _may_hold(source.metadata.row_group(i), rank)]
-                if not groups:
-                    continue
-                table = source.read_row_groups(groups, columns=columns)
-        ranks = table.column("rank").to_numpy()
-        keep = slice(None) if rank is None else ranks == rank
-        yield {"rank": ranks[keep], "step": table.column("step").to_numpy()[keep],
-               "values": {t: table.column(t).to_numpy(zero_copy_only=False).astype(float)[keep] for t in have}}
+    handles, chosen = [], []
+    try:
+        rows = 0
+        for path in rank_table_paths(job_dir):
+            try:
+                fd, _ = open_regular_below(root, path)
+                fh = os.fdopen(fd, "rb")
+                handles.append(fh)
+                source = pq.ParquetFile(fh)
+                meta = source.metadata
+                # only the row groups whose statistics may hold the rank (a rank's flushes)
+                groups = [i for i in range(source.num_row_groups) if rank is None or _may_hold(meta.row_group(i), rank)]
+                rows += sum(meta.row_group(i).num_rows for i in groups)
+            except Exception as exc:  # noqa: BLE001 - a damaged node file: the other nodes are still served
+                _skip(skipped, path, exc)
+                continue
+            if rows > MAX_ROWS:  # counted from the footers before a row is read
+                raise RankTableError(413, f"the job's rank tables hold more than {MAX_ROWS:,} rows to read "
+                                          f"({os.path.basename(path)} and the files before it); the tab reads at "
+                                          "most that many: use `tbmem report` on the job")
+            if groups:
+                chosen.append((path, source, groups))
+        for path, source, groups in chosen:
+            try:
+                have = [t for t in tags if t in source.schema_arrow.names]
+                table = source.read_row_groups(groups, columns=["rank", "step", *have])
+                ranks = table.column("rank").to_numpy(zero_copy_only=False)
+                keep = ranks >= 0 if rank is None else ranks == rank  # a negative rank is no rank: skipped
+                part = {"rank": ranks[keep], "step": table.column("step").to_numpy(zero_copy_only=False)[keep],
+                        "values": {t: table.column(t).to_numpy(zero_copy_only=False).astype(float)[keep]
+                                   for t in have}}
+                del table
+            except Exception as exc:  # noqa: BLE001 - damaged past its footer
+                _skip(skipped, path, exc)
+                continue
+            yield part
+    finally:
+        for fh in handles:
+            fh.close()
+
+
+def _skip(skipped: list[dict[str, str]] | None, path: Any, exc: BaseException) -> None:
+    if skipped is not None:
+        name = os.path.basename(str(path))
+        skipped.append({"file": name, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"})
 
 
 def _may_hold(group: Any, rank: int) -> bool:
@@ -88,6 +144,9 @@ def _dense(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (1.4 s for 4 million), ranks are small integers: a lookup table does it in milliseconds."""
     if not len(ranks):
         return ranks, ranks
+    if ranks.min() < 0 or ranks.max() > 4 * len(ranks) + 4096:  # sparse or hostile values: never sized by them
+        present, inverse = np.unique(ranks, return_inverse=True)
+        return present, inverse
     present = np.flatnonzero(np.bincount(ranks))
     lookup = np.zeros(int(present[-1]) + 1, dtype=np.int64)
     lookup[present] = np.arange(len(present))
@@ -155,6 +214,7 @@ class JobTables:
     def __init__(self) -> None:
         self._cache: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self._lock = threading.Lock()
+        self._compute = threading.Lock()  # one answer computed at a time; requests waiting take its result
 
     @staticmethod
     def has_tables(job_dir: str) -> bool:
@@ -164,20 +224,30 @@ class JobTables:
     def _cached(self, key: tuple[Any, ...], job_dir: str, make: Any) -> Any:
         stamp = tuple((p, st.st_size, st.st_mtime_ns) for p in rank_table_paths(job_dir)
                       for st in [os.stat(p, follow_symlinks=False)])
-        with self._lock:
-            hit = self._cache.get(key)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        value = make()
-        with self._lock:
-            if len(self._cache) > 64:
-                self._cache.clear()
-            self._cache[key] = (stamp, value)
-        return value
+        with self._compute:
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is None or hit[0] != stamp:
+                try:
+                    value: Any = make()
+                except RankTableError as exc:  # kept too: a hostile file costs its first request only
+                    value = exc
+                hit = (stamp, value)
+                with self._lock:
+                    if len(self._cache) > 64:
+                        self._cache.clear()
+                    self._cache[key] = hit
+        if isinstance(hit[1], RankTableError):
+            raise hit[1]
+        return hit[1]
 
     def peaks(self, job_dir: str, root: str) -> list[dict[str, Any]]:
         """One row per rank: each peak in bytes and its step (:data:`tbmem.plugin.runs.PEAK_TAGS`)."""
-        return self._cached(("view", job_dir), job_dir, lambda: self._view(job_dir, root))["peaks"]
+        return [dict(r) for r in self._cached(("view", job_dir), job_dir, lambda: self._view(job_dir, root))["peaks"]]
+
+    def skipped(self, job_dir: str, root: str) -> list[dict[str, str]]:
+        """The node files the last answers skipped: ``{"file", "error"}`` each."""
+        return self._cached(("view", job_dir), job_dir, lambda: self._view(job_dir, root))["skipped"]
 
     def heatmap(self, job_dir: str, root: str, *, columns: int = 200) -> dict[str, Any]:
         """``{"tag", "ranks", "steps" (each bin's last step), "values" (bytes; rank x bin, None: no
@@ -185,18 +255,19 @@ class JobTables:
         if columns == _COLUMNS:  # the tab's: computed with the peaks, in one read of the tables
             return self._cached(("view", job_dir), job_dir, lambda: self._view(job_dir, root))["heat"]
         return self._cached(("heat", job_dir, columns), job_dir,
-                            lambda: _heat_of(list(_scan(job_dir, root, HEAT_TAGS)), columns))
+                            lambda: _heat_of(list(_scan(job_dir, root, HEAT_TAGS, skipped=[])), columns))
 
     @staticmethod
     def _view(job_dir: str, root: str) -> dict[str, Any]:
         wanted = tuple(dict.fromkeys([*(t for tags in PEAK_TAGS.values() for t in tags), *HEAT_TAGS]))
         peaks: list[dict[str, Any]] = []
         heat = []
-        for part in _scan(job_dir, root, wanted):  # a rank's rows are in one file: peaks file by file
+        skipped: list[dict[str, str]] = []
+        for part in _scan(job_dir, root, wanted, skipped=skipped):  # a rank's rows are in one file: peaks file by file
             peaks.extend(_peaks_of(part))
             heat.append({"rank": part["rank"], "step": part["step"],
                          "values": {t: v for t, v in part["values"].items() if t in HEAT_TAGS}})
-        return {"peaks": sorted(peaks, key=lambda r: r["rank"]), "heat": _heat_of(heat, _COLUMNS)}
+        return {"peaks": sorted(peaks, key=lambda r: r["rank"]), "heat": _heat_of(heat, _COLUMNS), "skipped": skipped}
 
     def rank_series(self, job_dir: str, root: str, rank: int) -> dict[str, Any]:
         """One rank's memory lines: ``{tag: {"steps": [...], "values": [bytes...]}}``."""

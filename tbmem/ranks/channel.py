@@ -9,6 +9,15 @@ waited a second when no record follows), and at close: one datagram per record w
 each and cost the sender more than the rest of the channel.
 What cannot be sent yet (the receiver not up, its buffer full) is kept and sent later.
 
+Only the job's own processes are heard (any local user can read an abstract name in
+``/proc/net/unix``): the receiver binds a random name and writes it, with a random token, into
+a rendezvous file only its user can read (``<job>/ranks/.channel-<key>``, in the temporary
+folder for a job on a store; :func:`_rendezvous_paths`); a peer reads both there and sends the
+token first in every datagram. The kernel tells the receiver each datagram's sender
+(``SO_PASSCRED``): one of another user, or without the token, is dropped (said once); a rank's
+first process keeps its rank (another process's frames for it are dropped), a set of tags is
+numbered once, and tags the table cannot hold are dropped (:func:`tbmem.logdir.rank_table.tag_problem`).
+
 Example:
     >>> import tempfile
     >>> from tbmem.ranks.channel import NodeChannel
@@ -27,8 +36,10 @@ import collections
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -52,7 +63,9 @@ _BATCH_BYTES = 16 << 10  # a peer sends its records when this many bytes are wai
 _BATCH_S = 1.0  # ... or this many seconds passed since its last send, and at close
 _DATAGRAM_MAX = 60 << 10  # well below a Unix datagram's limit (the socket's send buffer, ~208 KiB)
 _RECORD, _KEYS, _CLOSED = 1, 2, 3
-
+_TOKEN_BYTES = 16  # the job's token, first in every datagram
+_CRED = struct.Struct("iII")  # struct ucred: pid, uid, gid (SCM_CREDENTIALS)
+_RENDEZVOUS_TRIES = 3  # rendezvous files a receiver may use, in order (one planted by another user is passed over)
 
 
 def node_name(environ: Mapping[str, str] | None = None) -> str:
@@ -62,12 +75,68 @@ def node_name(environ: Mapping[str, str] | None = None) -> str:
     return group if group.isdigit() else socket.gethostname().split(".")[0]
 
 
-def _address(job_dir: str, node: str, instance: int) -> bytes:
+def _job_key(job_dir: str, node: str, instance: int) -> str:
     env = os.environ
     job = job_dir if "://" in job_dir else os.path.abspath(job_dir)
     key = "|".join((env.get("TORCHELASTIC_RUN_ID", ""), env.get("TORCHELASTIC_RESTART_COUNT", "0"),
                     env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), job, node, str(instance)))
-    return b"\0tbmem-" + hashlib.sha1(key.encode()).hexdigest()[:24].encode()  # Linux's abstract namespace
+    return hashlib.sha1(key.encode()).hexdigest()[:24]
+
+
+def _rendezvous_paths(job_dir: str, node: str, instance: int) -> list[str]:
+    """Where the receiver of this job, node and writer publishes its socket's name and token, in order."""
+    key = _job_key(job_dir, node, instance)
+    if "://" in job_dir:  # a job on a store: the node's temporary folder (its ranks share it)
+        folder, name = tempfile.gettempdir(), f"tbmem-channel-{key}"
+    else:
+        from tbmem.logdir.rank_table import RANK_TABLE_DIR
+
+        folder, name = os.path.join(job_dir, RANK_TABLE_DIR), f".channel-{key}"
+    return [os.path.join(folder, f"{name}-{i}") for i in range(_RENDEZVOUS_TRIES)]
+
+
+def _read_rendezvous(paths: list[str]) -> tuple[bytes, bytes] | None:
+    """(address, token) from the first rendezvous file this user owns and only it can read."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+                continue  # planted by another user, or readable by others: not the job's
+            doc = json.loads(os.read(fd, 4096))
+            return b"\0" + bytes.fromhex(doc["address"]), bytes.fromhex(doc["token"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        finally:
+            os.close(fd)
+    return None
+
+
+def _write_rendezvous(paths: list[str], address: bytes, token: bytes) -> str | None:
+    """Publish (address, token) in the first of ``paths`` this user can own (mode 0600); its path."""
+    doc = json.dumps({"address": address[1:].hex(), "token": token.hex(), "pid": os.getpid()}).encode()
+    for path in paths:
+        temp = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, doc)
+            finally:
+                os.close(fd)
+            os.replace(temp, path)
+        except OSError:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            continue
+        if _read_rendezvous([path]) == (address, token):
+            return path
+    return None
 
 
 class NodeChannel:
@@ -83,7 +152,10 @@ class NodeChannel:
     def __init__(self, job_dir: str, *, rank: int, local_rank: int, local_world: int, instance: int) -> None:
         node = node_name()
         self.rank, self.local_world = rank, local_world
-        self._address = _address(job_dir, node, instance)
+        self._rendezvous = _rendezvous_paths(job_dir, node, instance)
+        self._rendezvous_at: str | None = None  # the receiver's published file
+        self._address: bytes | None = None  # the receiver's socket (a peer: read from the rendezvous file)
+        self._token = b""
         self._pending: collections.deque[bytes] = collections.deque(maxlen=_MAX_PENDING)
         self._batch = bytearray()
         self._batch_since = time.time()
@@ -93,7 +165,9 @@ class NodeChannel:
         self._lock = threading.Lock()  # a peer's batch and pending datagrams: its sending thread and send()
         self._closed_peers: set[int] = set()
         self._keysets: dict[tuple[str, ...], tuple[int, struct.Struct]] = {}  # a sender's sets of tags: number, packer
-        self._keys: dict[tuple[int, int], tuple[str, ...]] = {}  # the receiver's: (rank, number) -> tags
+        self._keys: dict[tuple[int, int], tuple[Any, ...]] = {}  # the receiver's: (rank, number) -> tags
+        self._senders: dict[int, int] = {}  # the receiver's: rank -> the pid that first sent for it
+        self.foreign = 0  # datagrams the receiver dropped: another user's, or without the job's token
         # the receiver's records not yet in the table: (rank, number) -> (steps, wall times, float64 values)
         self._incoming: dict[tuple[int, int], tuple[list[int], list[float], bytearray]] = {}
         self.dropped = 0
@@ -111,7 +185,23 @@ class NodeChannel:
             else:
                 self._table = RankTableWriter(rank_table_path(job_dir, node))
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-            self._sock.bind(self._address)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # each datagram's sender
+            self._token = secrets.token_bytes(_TOKEN_BYTES)
+            for _ in range(8):  # a random name: nobody can take it first (a name in use: another)
+                self._address = b"\0tbmem-" + secrets.token_hex(12).encode()
+                try:
+                    self._sock.bind(self._address)
+                    break
+                except OSError:
+                    continue
+            else:
+                self._sock.bind(b"")  # autobind: the kernel picks a free abstract name
+                self._address = self._sock.getsockname()
+            self._rendezvous_at = _write_rendezvous(self._rendezvous, self._address, self._token)
+            if self._rendezvous_at is None:
+                report_once("ranks:table-rendezvous", f"tbmem: the node's rank table cannot publish its socket in "
+                            f"{self._rendezvous[0]} (or the {_RENDEZVOUS_TRIES - 1} names after it); its peers' "
+                            "records will not reach it")
             self._sock.settimeout(0.2)
             self._thread = threading.Thread(target=self._receive, name="tbmem-rank-table", daemon=True)
             self._thread.start()
@@ -174,10 +264,18 @@ class NodeChannel:
     def _drain_pending(self) -> bool:
         pending, sock = self._pending, self._sock
         while pending:
+            if self._address is None:
+                found = _read_rendezvous(self._rendezvous)
+                if found is None:
+                    return False  # the receiver is not up yet: next batch
+                self._address, self._token = found
             try:
-                sock.sendto(pending[0], self._address)
-            except (BlockingIOError, ConnectionRefusedError, FileNotFoundError, InterruptedError):
-                return False  # the receiver is not up yet, or its buffer is full: next batch
+                sock.sendmsg([self._token, pending[0]], (), 0, self._address)
+            except (ConnectionRefusedError, FileNotFoundError):
+                self._address = None  # a receiver of an earlier job: read the rendezvous file again
+                return False
+            except (BlockingIOError, InterruptedError):
+                return False  # the receiver's buffer is full: next batch
             except OSError as exc:  # a batch too large for one datagram: dropped, said once
                 pending.popleft()
                 self.dropped += 1
@@ -192,13 +290,15 @@ class NodeChannel:
         last_flush = time.monotonic()
         while True:
             try:
-                data = self._sock.recv(1 << 20)
+                data, ancillary, _, _ = self._sock.recvmsg(1 << 20, socket.CMSG_SPACE(_CRED.size))
             except socket.timeout:
                 data = None
             except OSError:
                 break
             if data is not None:
-                self._take(data)
+                sender = self._sender(data, ancillary)
+                if sender is not None:
+                    self._take(memoryview(data)[_TOKEN_BYTES:], sender)
             now = time.monotonic()
             every = max(_FLUSH_S, self._table.file_bytes / _REWRITE_BYTES_PER_S)
             if now - last_flush >= every or (data is None and self._stop.is_set()):
@@ -207,20 +307,38 @@ class NodeChannel:
                 if data is None and self._stop.is_set():
                     break
 
-    def _take(self, data: bytes) -> None:
-        view, at = memoryview(data), 0
+    def _sender(self, data: bytes, ancillary: list[tuple[int, int, bytes]]) -> int | None:
+        """The sending process's pid when the datagram is the job's (this user's, the job's token), else None."""
+        pid = uid = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _CRED.size:
+                pid, uid, _ = _CRED.unpack_from(payload)
+        if uid == os.getuid() and secrets.compare_digest(data[:_TOKEN_BYTES], self._token):
+            return pid
+        self.foreign += 1
+        report_once("ranks:table-foreign", f"tbmem: the node's rank table dropped a datagram from a process outside "
+                    f"this job (pid {pid}, uid {uid}): only this user's ranks with the job's token are heard")
+        return None
+
+    def _take(self, view: memoryview, pid: int) -> None:
+        at = 0
         while at < len(view):
             try:
                 (size,) = _FRAME.unpack_from(view, at)
-                self._take_frame(view[at + _FRAME.size:at + _FRAME.size + size])
+                self._take_frame(view[at + _FRAME.size:at + _FRAME.size + size], pid)
             except Exception as exc:  # noqa: BLE001 - a malformed datagram is skipped, never fatal
                 report_once("ranks:table-receive", "tbmem: a record for the rank table could not be read", exc=exc)
                 return
             at += _FRAME.size + size
 
-    def _take_frame(self, frame: memoryview) -> None:
+    def _take_frame(self, frame: memoryview, pid: int) -> None:
         kind, rank, step, wall = _HEAD.unpack_from(frame)
         body = frame[_HEAD.size:]
+        owner = self._senders.setdefault(rank, pid)
+        if owner != pid or rank == self.rank:
+            report_once("ranks:table-impostor", f"tbmem: the node's rank table dropped frames for rank {rank} from "
+                        f"pid {pid} (rank {rank} is pid {owner if rank != self.rank else os.getpid()})")
+            return
         if kind == _RECORD:
             kid = _KID.unpack_from(body)[0]
             keys = self._keys[(rank, kid)]
@@ -236,7 +354,11 @@ class NodeChannel:
             group[1].append(wall)
             group[2].extend(values)
         elif kind == _KEYS:
-            self._keys[(rank, step)] = tuple(json.loads(bytes(body)))
+            keys = json.loads(bytes(body))
+            if not isinstance(keys, list) or (rank, step) in self._keys:
+                raise ValueError(f"rank {rank} sent set of tags {step} again, or not a list")
+            # a tag that is no name stays in its place (values go by position); the table drops it
+            self._keys[(rank, step)] = tuple(k if isinstance(k, (str, int, float)) else None for k in keys)
         elif kind == _CLOSED:
             self._closed_peers.add(rank)
 
@@ -293,6 +415,11 @@ class NodeChannel:
         if self._thread is not None:
             self._thread.join(timeout=max(deadline - time.monotonic(), 1.0) + 5.0)
         self._sock.close()
+        if self._rendezvous_at is not None:
+            try:
+                os.unlink(self._rendezvous_at)
+            except OSError:
+                pass
         if self._flush() and self._upload is not None:  # the table is on the store: no local copy left
             shutil.rmtree(os.path.dirname(os.path.dirname(self._table.path)), ignore_errors=True)
         logger.debug("tbmem: rank table %s: %d rows", self._upload or self._table.path, self._table.rows)

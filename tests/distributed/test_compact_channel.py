@@ -69,7 +69,7 @@ def test_a_malformed_datagram_is_reported_once_and_the_rest_still_arrives(tmp_pa
     receiver = NodeChannel(job, rank=0, local_rank=0, local_world=2, instance=98)
     peer = NodeChannel(job, rank=1, local_rank=1, local_world=2, instance=98)
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.sendto(channel._FRAME.pack(10) + b"too short", peer._address)
+        sock.sendto(receiver._token + channel._FRAME.pack(10) + b"too short", receiver._address)
     for step, values in _records(1, 10):
         peer.send(step, values)
     peer.close(wait_s=30)
