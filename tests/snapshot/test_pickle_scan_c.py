@@ -181,7 +181,7 @@ def test_hostile_layouts_and_bounds() -> None:
     buf = ev * 3 + b"}\x94(" + b"\xff" * 40
     odd = [Layout(["size", "frames"], [b"h\x00", b"j\x01\x00\x00\x00"]), Layout(["frames"], [b""]),
            Layout(["user_metadata"] * 2 + ["x", "action", "device_free"], [b"h\x05", b"h\x06", b"", b"h\x01", b"h\x02"])]
-    from tbmem.snapshot import _creader as _pickle_scan
+    from tbmem.snapshot import _creader
 
     # the reader's runs: layouts without the keys every event has are read by the interpreter, not here;
     # bounds outside the buffer or the memo are refused
@@ -195,15 +195,15 @@ def test_hostile_layouts_and_bounds() -> None:
         assert runner.run(buf[:cut], 0, odd)[0] == 0
     outs, cbs = (*runner._cols, runner._entries), (int,) * 7
     with pytest.raises(ValueError, match="memo base"):
-        _pickle_scan.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 10**6, outs)
+        _creader.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 10**6, outs)
     with pytest.raises(ValueError):
-        _pickle_scan.run(runner._runner, cbs, buf, 0, len(buf) + 1, runner._spec, memo._slots, 1, outs)
+        _creader.run(runner._runner, cbs, buf, 0, len(buf) + 1, runner._spec, memo._slots, 1, outs)
     with pytest.raises(ValueError, match="memo base"):
-        _pickle_scan.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs[:3])
+        _creader.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs[:3])
     with pytest.raises(ValueError):
-        _pickle_scan.run(object(), cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
+        _creader.run(object(), cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
     with pytest.raises(ValueError, match="7 callbacks"):
-        _pickle_scan.run(runner._runner, cbs[:6], buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
+        _creader.run(runner._runner, cbs[:6], buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
 
 
 def test_the_reader_keeps_nothing_alive_after_it_returns() -> None:
