@@ -237,7 +237,7 @@ def _child(fd: int, limit: int, name: str, step: int | None) -> int:
             progress = None  # no /proc: the limit alone
         with os.fdopen(fd, "rb") as fh:
             try:
-                snap = read_snapshot(fh, name, progress=progress)
+                snap = read_snapshot(fh, name, progress=progress, unpickle=False)  # a logdir's file: never unpickled
             except UnsafePickleError:
                 return _refuse(422, f"{name} is not plain data (it names Python objects); tbmem never runs code "
                                     "from a file, so it is not shown")

@@ -5,7 +5,7 @@ Pickles (``torch.cuda.memory._dump_snapshot``, Composer's, torchtitan's) are rea
 any Python object is refused before anything is imported) and turns trace events straight
 into integer columns, so a 1 GB pickle needs a fraction of the memory of unpickling it. Where
 tbmem's C extension was not built (a clone without ``setup.py build_ext``; wheels have it),
-pickles are unpickled whole by the restricted Unpickler of :mod:`tbmem.snapshot.safe_pickle`
+a pickle the user named (the CLI) is unpickled whole by the restricted Unpickler of :mod:`tbmem.snapshot.safe_pickle`
 (which refuses the same files) and converted from plain data: the same snapshot, about 10 times
 slower and with about 3 times the memory.
 Every reader is bounded (:class:`~tbmem.snapshot.pickle_rows.Limits`): a file over a limit,
@@ -94,11 +94,14 @@ def load_snapshot(path: str | os.PathLike[str], *, allow_pickle: bool = True, li
 
 
 def read_snapshot(fh: BinaryIO, name: str, *, allow_pickle: bool = True, limits: Limits | None = None,
-                  progress: Callable[[int], None] | None = None) -> Snapshot:
+                  progress: Callable[[int], None] | None = None, unpickle: bool = True) -> Snapshot:
     """:func:`load_snapshot` of a file already open (binary, seekable, at its start): the one reader
     of the CLI and the Memory tab, which opens a file once and reads what it checked.
 
     ``name`` names the file in messages (and says by its ending whether it is gzip or a pickle).
+    ``unpickle=False`` (the Memory tab: files of a logdir nobody named) never hands a pickle to an
+    Unpickler, restricted or not: without the C runs its every event is read by the plain-data
+    interpreter (slower) instead.
     Whatever the file holds, a document of the wrong shape included, ends as one of the errors
     :func:`load_snapshot` lists, never as a TypeError from inside a summary.
     """
@@ -109,9 +112,9 @@ def read_snapshot(fh: BinaryIO, name: str, *, allow_pickle: bool = True, limits:
         if is_pickle_path(name) or looks_like_pickle(head):
             if not allow_pickle:
                 raise ValueError(f"not reading {name}: pickles were not allowed by the caller")
-            if not C_READER:
+            if not C_READER and unpickle:  # a file the user named: the restricted Unpickler is faster
                 return _unpickled(fh, name, limits, progress)
-            top, rows = read_pickle(fh, limits=limits, progress=progress)
+            top, rows = read_pickle(fh, limits=limits, progress=progress, c_reader=C_READER)
             return convert_rows(top, rows, kind="snapshot", step=0, limits=limits)
         return read_json_gz(name, max_bytes=limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio,
                             fileobj=fh)
