@@ -81,3 +81,16 @@ def test_no_advice_for_a_setting_already_on(fake_device, monkeypatch, conf):
     kinds = {a["kind"] for a in x.advice}
     assert x.settings["expandable_segments"] is True and x.verdict == "fragmented"
     assert "expandable_segments" not in kinds and "max_split_size_mb" not in kinds
+
+
+def test_a_request_that_fits_once_pending_frees_complete_gets_the_retry_note(fake_device, monkeypatch):
+    segs = _segments()
+    for b in segs[0]["blocks"]:
+        if b["state"] == "inactive":  # freed on one stream, still used by another
+            b.update(state="active_pending_free", requested_size=b["size"])
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: segs)
+    x = explain_now(torch.OutOfMemoryError(MESSAGE))
+    assert (x.verdict, x.pending_free_bytes, x.inactive_split_bytes) == ("pending_free", 12 * MiB, 0)
+    [retry] = [a for a in x.advice if a["kind"] == "retry_after_free"]
+    assert retry["bytes"] == 12 * MiB and "after torch.cuda.synchronize() the same allocation would fit" in retry["text"]
+    assert "expandable_segments" not in {a["kind"] for a in x.advice}
