@@ -117,7 +117,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "record, a slice per step, instants for snapshots, OOMs, alerts and loss spikes. Step s "
                     f"is at s ms on the time axis; each run (rank) is a process. Exit status: 0 ok, {EXIT_ERROR} "
                     "no runs or a damaged event file. Profile windows' own traces (with torch.profiler's "
-                    "operators) are the trace_rank*_step*.pt.trace.json.gz files in the run's plugins/tbmem/.")
+                    "operators) are the traces/step*/rank*.pt.trace.json.gz files in the run's plugins/tbmem/.")
     p.add_argument("run", metavar="RUN", help="a run folder, or a folder of runs")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="the trace to write (.json.gz: gzip'd; else plain JSON)")
