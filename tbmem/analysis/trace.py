@@ -5,7 +5,9 @@ allocated/reserved VRAM, RSS and the census's categories at every memory record,
 recorded, and instants for snapshots, out-of-memory errors, alerts and loss spikes. **Steps are the time
 axis**: step ``s`` is at ``ts = s * 1000`` microseconds (one step is drawn as one millisecond), so runs
 and ranks line up by step whatever their wall clocks. Each run below RUN is a process of its own
-(``pid``: the rank for a job's rank folders, else the run's index), named after the run.
+(``pid``: the rank + 1 for a job's rank folders, else the run's index + 1: Perfetto takes pid 0 for the
+kernel's idle task), named after the run. A snapshot is one instant (``snapshot``, ``oom snapshot``, ...)
+whatever files it was written as.
 Open the file in Perfetto (ui.perfetto.dev, needs the network) or ``chrome://tracing``.
 
 Example:
@@ -64,7 +66,8 @@ def logdir_trace(path: str | os.PathLike[str], *, on_error: str = "raise") -> di
     runs = sorted({f.run for f in files})
     ranks = {run: split_rank(run)[1] for run in runs}
     by_rank = all(r is not None for r in ranks.values()) and len(set(ranks.values())) == len(runs)
-    pids = {run: (ranks[run] if by_rank else i) for i, run in enumerate(runs)}
+    # pid 0 is the kernel's idle task in Perfetto's process model: rank r (or the run's index) is pid r + 1
+    pids = {run: (ranks[run] if by_rank else i) + 1 for i, run in enumerate(runs)}
     dirs = {f.run: os.path.realpath(os.path.dirname(f.path)) for f in files}
     root = os.path.realpath(os.fspath(path))
     records: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
@@ -86,10 +89,13 @@ def logdir_trace(path: str | os.PathLike[str], *, on_error: str = "raise") -> di
                 events.append(tk.instant_event("out of memory", pid, tk.TID_MARKS, ts,
                                                args={"step": step, "allocator_ooms": ooms}))
             last_ooms = ooms if ooms is not None else last_ooms
-        for snap in find_snapshots(dirs[run], root):
-            if snap.step is not None:
-                events.append(tk.instant_event(f"{snap.kind} snapshot", pid, tk.TID_MARKS, snap.step * US_PER_STEP,
-                                               args={"step": snap.step, "file": snap.name}))
+        seen: set[tuple[str, int]] = set()
+        for snap in sorted(find_snapshots(dirs[run], root), key=lambda s: (s.format != "json.gz", s.name)):
+            if snap.step is not None and (snap.kind, snap.step) not in seen:  # one instant, whatever its files
+                seen.add((snap.kind, snap.step))
+                name = "snapshot" if snap.kind == "snapshot" else f"{snap.kind} snapshot"
+                events.append(tk.instant_event(name, pid, tk.TID_MARKS, snap.step * US_PER_STEP,
+                                               args={"step": snap.step, "file": snap.name, "kind": snap.kind}))
         for spike in read_spikes(dirs[run], root=root):
             events.append(tk.instant_event("loss spike", pid, tk.TID_MARKS, spike["step"] * US_PER_STEP,
                                            args={"step": spike["step"], "tag": str(spike["tag"])}))
@@ -111,7 +117,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "record, a slice per step, instants for snapshots, OOMs, alerts and loss spikes. Step s "
                     f"is at s ms on the time axis; each run (rank) is a process. Exit status: 0 ok, {EXIT_ERROR} "
                     "no runs or a damaged event file. Profile windows' own traces (with torch.profiler's "
-                    "operators) are the trace_rank*_step*.pt.trace.json.gz files in the run's plugins/tbmem/.")
+                    "operators) are the traces/step*/rank*.pt.trace.json.gz files in the run's plugins/tbmem/.")
     p.add_argument("run", metavar="RUN", help="a run folder, or a folder of runs")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="the trace to write (.json.gz: gzip'd; else plain JSON)")

@@ -12,7 +12,8 @@ analysis API, the notebook) finds files by them::
           <kind>_rank<r>_step<000000123>.json.gz   a snapshot (tbmem.snapshot.store writes it), with its
           <kind>_rank<r>_step<000000123>.html      offline page and, from CUDA, PyTorch's own .pickle;
           <kind>_rank<r>_step<000000123>-2.json.gz a second writer's snapshot of the same name
-          trace_rank<r>_step<000000123>.pt.trace.json.gz   a profile window's Chrome trace (tbmem.logdir.traces)
+          traces/step<000000123>/rank<r>.pt.trace.json.gz   a profile window's Chrome trace, a folder per window
+                                              (tbmem.logdir.traces; HTA takes the folder)
           .tmp-<pid>-<host>-<random>.part     a snapshot file being written
       job_<id>/rank<r>/                       under torch.distributed: one run per rank
       job_<id>/ranks/node<n>.parquet          compact layout: every rank's records, one file per node
@@ -102,10 +103,11 @@ FORMATS: tuple[Format, ...] = (
            writer="tbmem.logdir.spikes (append_spike, called by tbmem.spikes.SpikeMonitor)",
            reader="tbmem.logdir.spikes (read_spikes)",
            older="version 0 (none): runs from before spikes were detected have no spikes to read"),
-    Format(name="profile trace", path=os.path.join(PLUGIN_DIR, "trace_rank<r>_step<n>.pt.trace.json.gz"),
-           version=1, writer="tbmem.logdir.traces (write_trace, called by tbmem.profile.window)",
+    Format(name="profile trace", path=os.path.join(PLUGIN_DIR, "traces", "step<n>", "rank<r>.pt.trace.json.gz"),
+           version=2, writer="tbmem.logdir.traces (write_trace, called by tbmem.profile.window)",
            reader="tbmem.logdir.traces (list_traces, read_trace)",
-           older="version 0 (none): runs from before profile windows have no traces to read"),
+           older="version 1: plugins/tbmem/trace_rank<r>_step<n>.pt.trace.json.gz, listed and read as version 2; "
+                 "version 0 (none): runs from before profile windows have no traces to read"),
     Format(name="snapshot", path=os.path.join(PLUGIN_DIR, "<kind>_rank<r>_step<n>.json.gz"), version=2,
            writer="tbmem.snapshot.store (named here), its document by tbmem.snapshot.schema",
            reader="tbmem.snapshot.readers (listed by tbmem.logdir.snapshots)",

@@ -4,7 +4,8 @@ shared axes.
 The rows are :func:`tbmem.analysis.compare.compare`'s (the command line's own code, which needs pandas:
 without the ``analysis`` extra the view says which extra to install), computed from the scalars the
 data provider holds for the runs (by default TensorBoard keeps 1000 records per tag, evenly spread;
-``--samples_per_plugin scalars=0`` keeps every one, as ``tbmem compare`` reads them). The lines are each
+``--samples_per_plugin scalars=1000000`` keeps every one in every tab, as ``tbmem compare`` reads them;
+``scalars=0`` would empty TensorBoard's own Scalars and Time Series charts). The lines are each
 run's RSS (allocated VRAM when every run has it), in bytes, on the step axis, or with runs of different
 lengths on the share of each run's steps, thinned to the chart's width.
 

@@ -2,7 +2,8 @@
 
 Both are computed from the scalars TensorBoard's data provider holds for the run (by
 default TensorBoard keeps 1000 records per tag, evenly spread by reservoir sampling;
-``--samples_per_plugin scalars=0`` keeps all of them, as ``tbmem report`` reads them).
+``--samples_per_plugin scalars=1000000`` keeps all of them in every tab, as ``tbmem report`` reads them;
+``scalars=0`` would empty TensorBoard's own Scalars and Time Series charts).
 
 Leak findings need only numpy (:func:`tbmem.trend.detect_leaks_in_series`).
 The summary table is ``tbmem report``'s own code, which needs pandas: without the

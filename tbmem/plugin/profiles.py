@@ -1,6 +1,6 @@
 """The Memory tab's profile windows: each window's offline summary, and its trace to download.
 
-A run's windows are its ``plugins/tbmem/trace_rank<r>_step<s>.pt.trace.json.gz`` files
+A run's windows are its ``plugins/tbmem/traces/step<s>/rank<r>.pt.trace.json.gz`` files (listed by name)
 (:func:`tbmem.logdir.traces.list_traces`); the client names a window by its file name, which must
 match :data:`tbmem.logdir.traces.TRACE_FILE` and be listed, and every file is opened below the
 logdir without following a symlink (:func:`tbmem.logdir.traces.read_trace`). The summary is what

@@ -2,7 +2,7 @@
 
 :class:`ProfileConfig` says when (K steps every N) and what; :class:`tbmem.MemoryWriter` runs the
 windows (``MemoryWriter(profile=...)``) through :mod:`tbmem.profile.window` and writes each window's
-trace (:mod:`tbmem.profile.merge`) as ``plugins/tbmem/trace_rank<r>_step<s>.pt.trace.json.gz``.
+trace (:mod:`tbmem.profile.merge`) as ``plugins/tbmem/traces/step<s>/rank<r>.pt.trace.json.gz``.
 Importing this package does not import torch.
 
 Example:

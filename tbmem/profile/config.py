@@ -26,7 +26,7 @@ class ProfileConfig:
 
     A window is ``steps`` consecutive steps ``[s, s + steps)`` for ``s`` divisible by ``every``
     (from ``start`` on); its trace is written when it closes, as
-    ``plugins/tbmem/trace_rank<r>_step<s>.pt.trace.json.gz`` (docs/profile.md).
+    ``plugins/tbmem/traces/step<s>/rank<r>.pt.trace.json.gz`` (docs/profile.md).
 
     Attributes:
         enabled: False: no window ever opens (the configuration is kept).

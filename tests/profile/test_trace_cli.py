@@ -35,15 +35,15 @@ def test_trace_of_a_job(tmp_path, capsys):
     assert "trace of 2 run(s)" in capsys.readouterr().out
     doc = load_gz(out)
     check_spec(doc)
-    assert doc["tbmem"]["processes"] == {"0": "rank0", "1": "rank1"}
+    assert doc["tbmem"]["processes"] == {"1": "rank0", "2": "rank1"}
     events = doc["traceEvents"]
     for rank in (0, 1):
         acc = read_events(job / f"rank{rank}")
         rss = {e.step: e.value for e in acc.Scalars("Memory/RAM/process_rss_GB")}
-        slices = sorted(e["args"]["step"] for e in events if e["pid"] == rank and e["ph"] == "X")
+        slices = sorted(e["args"]["step"] for e in events if e["pid"] == rank + 1 and e["ph"] == "X")
         assert slices == sorted(rss) == [0, 2, 4, 6, 8]  # one slice per step recorded
         compared = 0
-        for e in (e for e in events if e["pid"] == rank and e["ph"] == "C"):
+        for e in (e for e in events if e["pid"] == rank + 1 and e["ph"] == "C"):
             step = e["ts"] / 1000
             assert step == int(step)  # steps are the time axis
             for series, value in e["args"].items():
@@ -51,13 +51,13 @@ def test_trace_of_a_job(tmp_path, capsys):
                 logged = {ev.step: ev.value for ev in acc.Scalars(tag)}
                 assert math.isclose(value, logged[int(step)], rel_tol=1e-6), (tag, step)
                 compared += 1
-        params = [e for e in events if e["pid"] == rank and e.get("name") == CATEGORY_TRACK]
+        params = [e for e in events if e["pid"] == rank + 1 and e.get("name") == CATEGORY_TRACK]
         assert [e["ts"] for e in params] == [0, 4000, 8000] and compared > 10
-        snaps = [e for e in events if e["pid"] == rank and e["ph"] == "i"]
-        assert [(e["name"], e["ts"]) for e in snaps] == [("snapshot snapshot", 4000)]
+        snaps = [e for e in events if e["pid"] == rank + 1 and e["ph"] == "i"]
+        assert [(e["name"], e["ts"]) for e in snaps] == [("snapshot", 4000)]
     # the categories differ by rank as the models do
     first = {e["pid"]: e["args"]["parameters"] for e in events if e.get("name") == CATEGORY_TRACK and e["ts"] == 0}
-    assert first[1] > first[0] > 0
+    assert first[2] > first[1] > 0
 
 
 def test_trace_of_nothing_fails_in_one_line(tmp_path, capsys):
