@@ -34,6 +34,7 @@ import os
 import sys
 import tempfile
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -251,7 +252,7 @@ class MemoryWriter(StepHooks):
         self.file_writer, self.all_writers = writer.file_writer, writer.all_writers
         self._adopted = writer
 
-    def _snapshot_now(self, wanted: bool, kind: str) -> Any:
+    def _snapshot_now(self, wanted: bool, kind: str) -> Callable[[int], list[str]]:
         """``step -> paths``: a snapshot taken at once (an alert's, a spike's); a manager without a
         schedule is made when ``wanted`` and none is (only these and an out-of-memory error ask)."""
         if wanted and self._snapshots is None:

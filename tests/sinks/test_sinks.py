@@ -13,6 +13,8 @@ from tbmem._log import forget_reports
 from tbmem.sinks import BackgroundSink, TensorBoardSink
 from tbmem.tags import TAGS
 
+from tests._events import texts
+
 from ._readers import same_as_float32, tensorboard_series
 
 RSS = "Memory/RAM/process_rss_GB"
@@ -58,7 +60,13 @@ def test_a_sink_object_gets_every_record_census_table_and_snapshot(tmp_path: Pat
     assert "Loss/train" not in sent  # the user's own add_scalar: TensorBoard only
     assert sent.keys() == tb.keys() - {"Loss/train"}
     assert all(same_as_float32(sent[tag], tb[tag]) for tag in sent)
-    assert [c for c in sink.calls if c[0] == "text"] == [("text", TAGS["census_text"].tag, s) for s in (0, 2)]
+    # every text entry of the run (the census tables, the snapshots' file lists) on the same steps: one output path
+    sent_texts = sorted((c[1], c[2]) for c in sink.calls if c[0] == "text")
+    written = sorted((tag, step) for tag in (TAGS["census_text"].tag, TAGS["snapshot_files_text"].tag)
+                     for step, _ in texts(tmp_path / "run", tag))
+    assert sent_texts == written
+    assert [st for st in sent_texts if st[0] == TAGS["census_text"].tag] == [(TAGS["census_text"].tag, s) for s in (0, 2)]
+    assert any(tag == TAGS["snapshot_files_text"].tag for tag, _ in sent_texts)
     artifacts = [c for c in sink.calls if c[0] == "artifact"]
     assert {c[1].rsplit(".", 1)[-1] for c in artifacts} == {"html", "gz"} and {c[2] for c in artifacts} == {"snapshot"}
 
