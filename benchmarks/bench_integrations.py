@@ -25,17 +25,18 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks._common import result_line  # noqa: E402
+from benchmarks._common import result_line
 
 VARIANTS = ("off", "on", "off_again")
 CENSUS_EVERY = 500  # MemoryWriterConfig's default
@@ -49,7 +50,7 @@ def _hf(adapter: Any, steps: int, warmup: int, out: str) -> float:
     times: list[float] = []
 
     class Clock(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003
+        def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter())
 
     args = transformers.TrainingArguments(out, per_device_train_batch_size=4, max_steps=steps, logging_steps=10,
@@ -68,7 +69,7 @@ def _lightning(adapter: Any, steps: int, warmup: int, out: str) -> float:
     times: list[float] = []
 
     class Clock(pl.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: ANN001
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             times.append(time.perf_counter())
 
     callbacks = [Clock()] + ([adapter] if adapter is not None else [])

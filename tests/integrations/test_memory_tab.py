@@ -12,9 +12,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("lightning")
 pytest.importorskip("accelerate")
 
-from tests._browser import chromium, wait_until  # noqa: E402
-from tests.integrations import test_accelerate, test_lightning, test_transformers  # noqa: E402
-from tests.plugin._logdir import Server, get_json  # noqa: E402
+from tests._browser import chromium, wait_until
+from tests.integrations import test_accelerate, test_lightning, test_transformers
+from tests.plugin._logdir import Server, get_json
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
