@@ -63,8 +63,9 @@ def _train_and_measure(world_size: int) -> dict[str, Any]:
         "expected": {"parameters": sum(param_spans.values()), "gradients": sum(grad_spans.values()),
                      "optimizer_state": sum(state_spans.values())},
         "watched": {k: watched.by_category[k] for k in ("parameters", "gradients", "optimizer_state")},
+        # not watched, the shards are named after the local variable holding their module (census/names.py)
         "unwatched_dtensor_parameters": sum(r.bytes for r in unwatched.records
-                                            if r.category == "parameters" and r.name == "DTensor"),
+                                            if r.category == "parameters" and r.name.startswith("model.")),
         "local_numel": sum(_local(p).numel() for p in params),
         "global_numel": sum(p.numel() for p in params),
         "names": sorted(r.name for r in watched.records if r.category == "parameters"),
