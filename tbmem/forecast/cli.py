@@ -84,8 +84,8 @@ def forecast_command(args: argparse.Namespace) -> int:
     except ValueError as exc:  # trainers.config.ConfigError and bad option values
         return _fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - Hydra's config errors have many types; one line, no traceback
-        if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            return _fail(f"{type(exc).__name__}: {exc}")
+        if type(exc).__module__.startswith(("hydra", "omegaconf")):  # one line: Hydra's first
+            return _fail(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")
         raise
 
 
@@ -98,6 +98,9 @@ def _compose(config_dir: str, name: str, overrides: list[str]) -> Any:
     folder = os.path.abspath(config_dir)
     if not os.path.isdir(folder):
         raise ValueError(f"config folder {config_dir!r} does not exist (pass --config-dir)")
+    if not os.path.isfile(os.path.join(folder, f"{name}.yaml")):
+        have = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".yaml"))
+        raise ValueError(f"no config {name!r} in {config_dir} (it has: {', '.join(have) or 'none'})")
     with initialize_config_dir(config_dir=folder, version_base="1.3"):
         return compose(config_name=name, overrides=overrides)
 

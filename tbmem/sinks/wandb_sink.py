@@ -81,6 +81,10 @@ class WandbSink(BackgroundSink):
                                       "name": self._run_name, "reinit": "create_new"}
             if self.ranks == "per_rank" and rank.distributed:
                 kwargs.update(name=f"{self._run_name or 'tbmem'}-rank{rank.rank}", group=self._run_name)
+            if "settings" not in self._init_kwargs and "WANDB_INIT_TIMEOUT" not in os.environ:
+                # W&B waits 90 s for an unreachable server, on this thread: the interpreter's exit
+                # waited for it a minute past close()'s limit. Given up within that limit instead.
+                kwargs["settings"] = wandb.Settings(init_timeout=self.close_timeout_s)
             kwargs.update(self._init_kwargs)
             self.run = wandb.init(**kwargs)
         run = self.run

@@ -94,3 +94,32 @@ def test_report_on_a_silent_store_ends_with_a_message_and_leaves_no_copy(silent_
     assert lines and "s3://bucket/runs" in lines[-1], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert os.listdir(temp) == []
+
+
+def test_report_on_s3_leaves_nothing_in_the_temporary_folder(tmp_path):
+    pytest.importorskip("moto.server", reason="the local S3 server is moto's (pip install 'moto[server]')")
+    import boto3
+
+    from tbmem import MemoryWriter
+    from tests.remote.test_s3 import Moto
+
+    run = tmp_path / "local" / "exp"
+    with MemoryWriter(run, every=1, census_every=0, custom_layout=False) as w:
+        for step in range(3):
+            w.log_memory(step)
+    server = Moto(tmp_path)
+    try:
+        boto3.client("s3", endpoint_url=server.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                     aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="bucket")
+        fs = server.fs()
+        fs.put(str(run) + "/", "bucket/runs/exp/", recursive=True)
+        temp = tmp_path / "tmp"
+        temp.mkdir()
+        env = dict(child_env(), **server.env, TMPDIR=str(temp))
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "s3://bucket/runs"], check=False,
+                                  capture_output=True, text=True, timeout=180, env=env, cwd=str(REPO))
+            assert done.returncode == 0 and "exp" in done.stdout, done.stderr[-2000:]
+        assert os.listdir(temp) == [], "a copy of the logdir was left in the temporary folder"
+    finally:
+        server.stop()
