@@ -105,7 +105,7 @@ def _plugins_listing(venv: Path, logdir: Path, cwd: Path, env: dict[str, str]) -
                     return json.loads(r.read())
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"tensorboard did not answer: {proc.stderr.read() if proc.poll() else ''}")
+                    raise AssertionError(f"tensorboard did not answer: {proc.stderr.read() if proc.poll() else ''}") from None
                 time.sleep(0.5)
     finally:
         proc.terminate()
