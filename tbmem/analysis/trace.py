@@ -67,7 +67,7 @@ def logdir_trace(path: str | os.PathLike[str], *, on_error: str = "raise") -> di
     ranks = {run: split_rank(run)[1] for run in runs}
     by_rank = all(r is not None for r in ranks.values()) and len(set(ranks.values())) == len(runs)
     # pid 0 is the kernel's idle task in Perfetto's process model: rank r (or the run's index) is pid r + 1
-    pids = {run: (ranks[run] if by_rank else i) + 1 for i, run in enumerate(runs)}
+    pids = {run: (rank if by_rank and (rank := ranks[run]) is not None else i) + 1 for i, run in enumerate(runs)}
     dirs = {f.run: os.path.realpath(os.path.dirname(f.path)) for f in files}
     root = os.path.realpath(os.fspath(path))
     records: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
