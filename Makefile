@@ -35,7 +35,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 $(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tbmem/snapshot/_creader.h \
           tbmem/snapshot/_creader.c tbmem/snapshot/_pickle_run.c tbmem/snapshot/_pair.c \
           tbmem/snapshot/_cpu_alloc_recorder.cpp
-	@echo "== make demo's install: what the demo runs, 4 phases (about 100 s and 1.1 GB the first time; README.md)"
+	@echo "== make demo: 4 install phases, then the two trainings (about 120 s of CPU and 1.14 GB the first time; README.md)"
 	@$(PHASE) "1/4" "creating $(VENV)" 10 -- $(PYTHON) -m venv $(VENV)
 	@$(PIP_PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked) and setuptools" 25 -- $(PIP) torch 'setuptools>=68' wheel
 	@$(PIP_PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 35 -- $(PIP) --no-build-isolation -e '.[demo]'
@@ -44,7 +44,7 @@ $(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tb
 
 # make test's install: make demo's, then the test stack
 $(STAMP): $(DEMO_STAMP)
-	@echo "== make test's install: the test stack on top of make demo's (about 120 s and 0.8 GB more the first time)"
+	@echo "== make test's install: the test stack on top of make demo's (about 116 s of CPU and 0.82 GB more the first time)"
 	@$(PIP_PHASE) "1/2" "installing the test stack: pytest, playwright, JupyterLab, pandas, W&B, MLflow, moto" 120 -- $(PIP) --no-build-isolation -e '.[all,dev]'
 	@$(PHASE) "2/2" "registering the notebook kernel" 3 -- $(BIN)/python -m ipykernel install --sys-prefix --name python3
 	touch $@

@@ -43,7 +43,7 @@ def timed_make(clone: Path, target: str, log: Path) -> tuple[float, float, dict[
     with log.open("wb") as sink:
         proc = subprocess.Popen(["make", target], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[attr-defined,union-attr]
             sink.write(chunk)
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()

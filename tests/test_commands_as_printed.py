@@ -54,8 +54,15 @@ def clone(tmp_path_factory) -> tuple[Path, str]:
     """A clone's root after ``make demo``, and what ``make demo`` printed."""
     root = tmp_path_factory.mktemp("clone")
     for entry in ROOT.iterdir():
-        if entry.name not in {"runs", ".cache", ".git", "view.html", "memory.png"}:
+        if entry.name not in {"runs", ".cache", ".git", "view.html", "memory.png", "notebooks"}:
             (root / entry.name).symlink_to(entry)
+    # the notebook finds runs/ from its own folder's parent: a copy here, or it would read the repository's
+    (root / "notebooks").mkdir()
+    for entry in (ROOT / "notebooks").iterdir():
+        if entry.suffix == ".ipynb":
+            (root / "notebooks" / entry.name).write_bytes(entry.read_bytes())
+        else:
+            (root / "notebooks" / entry.name).symlink_to(entry)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(["make", "-o", ".venv/.installed-demo", "demo"], cwd=root, env=env, capture_output=True,
                           text=True, timeout=900, check=False)

@@ -39,6 +39,7 @@ def _project_like_a_clone(tmp_path: Path, demo_logdir: Path) -> Path:
     (proj / "pyproject.toml").write_text("")
     (proj / "notebooks").mkdir()
     (proj / "notebooks" / "memory_analysis.ipynb").write_bytes((ROOT / "notebooks" / "memory_analysis.ipynb").read_bytes())
+    os.symlink(ROOT / "notebooks" / "templates", proj / "notebooks" / "templates")  # the offline export template
     (proj / "runs").mkdir()
     for experiment in demo_logdir.iterdir():
         os.symlink(experiment, proj / "runs" / experiment.name)
@@ -58,6 +59,9 @@ def test_readme_nbconvert_command_runs_the_notebook_on_the_demo_logdir(tmp_path,
     assert f"runs: {', '.join(runs)}" in html
     assert 'data-mime-type="application/vnd.jupyter.stderr"' not in html  # no warning, no error in any cell
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', html)) >= 5  # the figures, inline
+    # readable offline: nothing loaded from a CDN (the lab template's require.js, MathJax and mermaid)
+    assert not re.findall(r'<(?:script|link)[^>]+(?:src|href)="(?:https?:)?//', html)
+    assert "require.min.js" not in html and "MathJax.js" not in html and "mathjax/" not in html.lower()
 
 
 def _free_port() -> int:

@@ -101,3 +101,17 @@ def test_examples_on_a_gpu(tmp_path):
     assert re.search(rf"^Batch 0: GPU {NUM} MB, CPU {NUM} MB, loss=", proc.stdout, re.M)
     assert re.search(rf"^Epoch end: GPU {NUM} MB allocated, {NUM} MB reserved, peak {NUM} MB$", proc.stdout, re.M)
     assert re.search(rf"^  start → data_to_gpu: GPU {NUM} MB \(\+{NUM} MB\)$", proc.stdout, re.M)
+
+
+def test_the_memory_writer_quickstart_example_writes_what_the_tab_reads(tmp_path):
+    from tbmem.logdir import CensusLog, census_log_path
+
+    proc = _run("memory_writer_quickstart.py", "--logdir", str(tmp_path), "--steps", "21")
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {tmp_path}/quickstart" in proc.stdout and "http://127.0.0.1:6006/#tbmem" in proc.stdout
+    events = read_events(tmp_path / "quickstart")
+    assert [e.step for e in events.Scalars("Loss/batch")] == list(range(21))
+    assert [e.step for e in events.Scalars("Memory/RAM/process_rss_GB")] == [0, 5, 10, 15, 20]
+    censuses = CensusLog().read(census_log_path(str(tmp_path / "quickstart")))
+    assert sorted(censuses) == [0, 10, 20]
+    assert censuses[10]["by_category"]["parameters"] == sum(4 * n for n in (8 * 9, 8, 10 * 8 * 14 * 14, 10))
