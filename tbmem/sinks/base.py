@@ -35,11 +35,28 @@ import threading
 from typing import Any, Protocol, runtime_checkable
 
 from tbmem._log import report_once
+from tbmem.logdir.traces import TRACES_DIR
 
-__all__ = ["Sink", "BackgroundSink", "SinkFailed", "Item", "RANK_MODES", "rank_scope"]
+__all__ = ["Sink", "BackgroundSink", "SinkFailed", "Item", "RANK_MODES", "rank_scope", "sent_name"]
 
 #: Which ranks of a job send to a tracker: rank 0 only, or a run per rank.
 RANK_MODES = ("rank0", "per_rank")
+
+def sent_name(path: str) -> str:
+    """The name a file is sent to a tracker under: its own, or for a profile trace its window's folder
+    and its own (every window's trace of rank r is ``rank<r>.pt.trace.json.gz``; one name would keep
+    one window).
+
+    Example:
+        >>> sent_name("run/plugins/tbmem/traces/step000000004/rank0.pt.trace.json.gz")
+        'step000000004_rank0.pt.trace.json.gz'
+    """
+    name = os.path.basename(path)
+    window = os.path.dirname(path)
+    if os.path.basename(os.path.dirname(window)) == TRACES_DIR:
+        return f"{os.path.basename(window)}_{name}"
+    return name
+
 
 def rank_scope(owner: str, ranks: str, *, joined: bool) -> tuple[Any, bool]:
     """This process's rank (:func:`tbmem.ranks.context.detect_rank`) and whether ``owner``'s sink sends
@@ -125,7 +142,7 @@ class BackgroundSink:
                 self._staging = tempfile.mkdtemp(prefix=f"tbmem-{self.name}-")
             folder = os.path.join(self._staging, str(len(os.listdir(self._staging))))
             os.mkdir(folder)  # one folder per file: the file keeps its own name
-            kept = os.path.join(folder, os.path.basename(path))
+            kept = os.path.join(folder, sent_name(path))
             try:
                 os.link(path, kept)
             except OSError:

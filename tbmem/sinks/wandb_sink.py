@@ -5,9 +5,14 @@ step, and for a few tags the epoch or the L-BFGS-B iteration: :func:`tbmem.tags.
 own ``_step`` must only grow, which would drop an epoch's value logged after a later step's. So a
 value carries its step as ``tbmem/step`` (``tbmem/epoch``, ``tbmem/iteration``), and
 ``define_metric`` makes that the x axis of its tag; each group of tbmem's tags (``Memory/...``,
-``System/...``: :data:`tbmem.tags.TAGS`) is a section of its own, as in TensorBoard, its summary
-the maximum. A census table (a markdown text entry) becomes a ``wandb.Table``; a snapshot's files
-(its offline HTML page, its JSON) and traces become artifacts of type ``tbmem-<kind>``.
+``System/...``: :data:`tbmem.tags.TAGS`) is a section of its own, as in TensorBoard. A scalar's
+summary is its maximum: each scalar tag is defined on first sight by its own name, its dots escaped
+(W&B's core reads an unescaped ``.`` as a nesting, so ``Memory/Tensor_Module/model.encoder_MB``
+would match no definition and keep its last value), and no group-wide glob is defined, since a glob
+also matches the fields a logged table is stored as (its summary would become ``top_k._type.max =
+0``). A census table (a markdown text entry) becomes a ``wandb.Table``, its summary W&B's own (the
+last table); a snapshot's files (its offline HTML page, its JSON) and traces become artifacts of
+type ``tbmem-<kind>``.
 
 A run passed in (``run=wandb.run``) is joined, not finished at close; its own ``_step`` is left
 to its owner. Everything runs on the sink's thread (:class:`tbmem.sinks.base.BackgroundSink`).
@@ -32,20 +37,15 @@ from typing import Any
 from tbmem._extras import require
 from tbmem.sinks.base import RANK_MODES, BackgroundSink, Item, SinkFailed, rank_scope
 from tbmem.sinks.tables import markdown_table
-from tbmem.tags import TAGS, x_axis
+from tbmem.tags import x_axis
 
-__all__ = ["WandbSink", "STEP_METRIC", "RANK_MODES"]
+__all__ = ["RANK_MODES", "STEP_METRIC", "WandbSink", "metric_name"]
 
 #: The x axes of tbmem's metrics (a metric's own step metric: :func:`tbmem.tags.x_axis`).
 STEP_METRIC = "tbmem/step"
 #: Free bytes under the run's folder below which W&B's writes fail (its file grows by records of a
 #: few KiB; checked after each batch).
 _FULL_BELOW = 256 * 2**10
-
-
-def _groups() -> list[str]:
-    groups = {row.tag.split("/", 1)[0] for row in TAGS.values()}
-    return sorted(groups | {"Ranks", "Alerts", "Spikes"})
 
 
 class WandbSink(BackgroundSink):
@@ -91,8 +91,6 @@ class WandbSink(BackgroundSink):
         self._axes: dict[str, str] = {}  # tag -> its step metric, defined on first sight
         for axis in ("step", "epoch", "iteration"):
             run.define_metric(f"tbmem/{axis}", hidden=True)
-        for group in _groups():  # a section per group, as TensorBoard's; its summary the peak
-            run.define_metric(f"{group}/*", step_metric=STEP_METRIC, summary="max")
 
     def _check_open(self) -> None:
         run = self.run
@@ -130,29 +128,30 @@ class WandbSink(BackgroundSink):
         wandb, run = self.wandb, self.run
         for kind, payload, step in items:
             if kind == "scalars":
-                self._log(payload, step)
+                self._log(payload, step, scalars=True)
             elif kind == "text":
                 tag, text = payload
                 table = markdown_table(text)
                 if table is not None:
-                    self._log({tag: wandb.Table(columns=table[0], data=table[1])}, step)
+                    self._log({tag: wandb.Table(columns=table[0], data=table[1])}, step, scalars=False)
                 else:
-                    self._log({tag: wandb.Html(f"<pre>{_escape(text)}</pre>")}, step)
+                    self._log({tag: wandb.Html(f"<pre>{_escape(text)}</pre>")}, step, scalars=False)
             else:
                 path, what, original = payload
-                artifact = wandb.Artifact(_artifact_name(original), type=f"tbmem-{what}",
-                                          metadata={"path": original})
-                artifact.add_file(path, name=os.path.basename(original))
+                name = os.path.basename(path)  # its name as kept: sent_name's
+                artifact = wandb.Artifact(_artifact_name(name), type=f"tbmem-{what}", metadata={"path": original})
+                artifact.add_file(path, name=name)
                 run.log_artifact(artifact)
 
-    def _log(self, values: dict[str, Any], step: int) -> None:
-        axes, by_axis = self._axes, {}  # type: dict[str, Any], dict[str, dict[str, Any]]
+    def _log(self, values: dict[str, Any], step: int, *, scalars: bool) -> None:
+        axes = self._axes
+        by_axis: dict[str, dict[str, Any]] = {}
         for tag, value in values.items():
             axis = axes.get(tag)
             if axis is None:
                 axis = axes[tag] = f"tbmem/{x_axis(tag)}"
-                if axis != STEP_METRIC:
-                    self.run.define_metric(tag, step_metric=axis, summary="max")
+                # a table's or a page's summary stays W&B's own (the last one): "max" of one is nonsense
+                self.run.define_metric(metric_name(tag), step_metric=axis, summary="max" if scalars else None)
             by_axis.setdefault(axis, {})[tag] = value
         for axis, group in by_axis.items():
             self.run.log({**group, axis: step})
@@ -164,6 +163,17 @@ class WandbSink(BackgroundSink):
     def _abandon(self) -> None:
         if not self.joined and self.run is not None and not getattr(self.run, "_is_finished", False):
             self.run.finish(exit_code=1)
+
+
+def metric_name(tag: str) -> str:
+    """The name ``define_metric`` must be given for a logged key: W&B's core splits an unescaped
+    ``.`` into nested keys, so a tag's dots are escaped (the logged key itself stays whole).
+
+    Example:
+        >>> metric_name("Memory/Tensor_Module/model.encoder_MB")
+        'Memory/Tensor_Module/model\\\\.encoder_MB'
+    """
+    return tag.replace(".", "\\.")
 
 
 def _artifact_name(path: str) -> str:

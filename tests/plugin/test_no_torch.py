@@ -24,7 +24,20 @@ _BLOCKER = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Blocker())
+    from tensorboard import default
     from tensorboard import main as tb_main
+
+    # Other distributions' TensorBoard plugins (torch-tb-profiler, installed by the dev extra) need torch or
+    # pandas themselves; a user without torch has none of them. TensorBoard's own plugins and tbmem's, found
+    # through its real entry point, are loaded as usual.
+    _all_entry_points = default._iter_entry_points
+
+    def _tensorboard_and_tbmem_only(group):
+        kept = [ep for ep in _all_entry_points(group) if ep.value.split(".")[0] in ("tensorboard", "tbmem")]
+        assert [ep.name for ep in kept if ep.value.startswith("tbmem.")] == ["tbmem"], kept
+        return kept
+
+    default._iter_entry_points = _tensorboard_and_tbmem_only
     sys.argv = ["tensorboard", *sys.argv[1:]]
     sys.exit(tb_main.run_main())
 """)

@@ -139,7 +139,10 @@ def test_profile_traces_are_artifacts_of_both_trackers(tmp_path: Path, offline: 
         model(torch.randn(16, 32)).sum().backward()
         writer.log_memory(step)
     writer.close()
-    traces = sorted(p for p in os.listdir(run_dir / "plugins" / "tbmem") if ".pt.trace.json" in p)
+    # one folder per window (plugins/tbmem/traces/step<s>/), each file named by its rank and step
+    # one folder per window (plugins/tbmem/traces/step<s>/rank<r>...), sent as step<s>_rank<r>...: both kept
+    traces = sorted(f"{p.parent.name}_{p.name}"
+                    for p in (run_dir / "plugins" / "tbmem" / "traces").glob("step*/*.pt.trace.json*"))
     assert len(traces) == 2, traces
 
     (wandb_file,) = wandb_run_files(offline["wandb_dir"])

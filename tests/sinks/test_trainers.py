@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tbmem.sinks.wandb_sink import metric_name
 from tests.trainers.conftest import compose  # noqa: F401 - the fixture
 from trainers.experiment import run_experiment
 
@@ -38,9 +39,12 @@ def test_trainer_sends_the_same_readings_to_wandb_and_mlflow(compose,  # noqa: F
     only_tensorboard = set(tb) - set(scalars)  # the trainers' own add_scalar calls
     assert all(t.split("/")[0] in ("Loss", "Train", "Physical") for t in only_tensorboard)
 
-    # tags grouped as in TensorBoard: a define_metric per group of tbmem's tags
-    globs = {r.metric.glob_name for r in wandb_records(wandb_file) if r.WhichOneof("record_type") == "metric"}
-    assert {"Memory/*", "System/*", "Perf/*"} <= globs
+    # every scalar tag defined by its own name (dots escaped), its summary the max; no glob that would
+    # also match a table's fields
+    defined = [r.metric for r in wandb_records(wandb_file) if r.WhichOneof("record_type") == "metric"]
+    assert not [m.glob_name for m in defined if m.glob_name]
+    peaks = {m.name for m in defined if m.summary.max}
+    assert {metric_name(tag) for tag in scalars} <= peaks
 
     snapshots = sorted(p.name for p in (out.log_dir / "plugins" / "tbmem").glob("*_step*")
                        if not p.name.endswith(".pickle"))
