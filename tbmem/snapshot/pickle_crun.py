@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any, Sequence
 
@@ -31,10 +32,10 @@ from tbmem.snapshot.pickle_rows import ACTION_CODE, EventRows, Memo, StackRef
 
 __all__ = ["CRunner", "C_READER", "Layout", "State", "c_parser_takes"]
 
-try:  # the parser and runs in C, where the install could compile them
-    from tbmem.snapshot import _creader as _C
+try:  # the parser and runs in C, where the install could compile them (imported by name: typed Any either way)
+    _C: Any = importlib.import_module("tbmem.snapshot._creader")
 except ImportError:  # pragma: no cover - no C compiler at install time
-    _C = None  # type: ignore[assignment]
+    _C = None
 #: Whether the reader's runs of events are read in C (False: no C compiler when tbmem was installed).
 C_READER = _C is not None
 _CAP = 1 << 16  # events per call: the output arrays are reused, each run's rows copied out
