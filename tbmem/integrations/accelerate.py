@@ -30,7 +30,7 @@ __all__ = ["MemoryTracker"]
 WHERE = "after optimizer.step, before zero_grad (MemoryTracker.after_step)"
 
 
-class MemoryTracker(tracking.GeneralTracker):  # type: ignore[misc,name-defined]
+class MemoryTracker(tracking.GeneralTracker):  # type: ignore[name-defined]
     """An accelerate tracker writing tbmem's run: ``accelerator.log`` values, memory records and censuses.
 
     Args:

@@ -36,7 +36,7 @@ __all__ = ["MemoryCallback", "MemoryTrainerMixin"]
 WHERE = "after optimizer.step, before zero_grad (Trainer on_optimizer_step)"
 
 
-class MemoryCallback(transformers.TrainerCallback):  # type: ignore[misc,name-defined]
+class MemoryCallback(transformers.TrainerCallback):  # type: ignore[name-defined]
     """Memory readings and the tensor census of a ``transformers.Trainer`` run, on the Trainer's steps.
 
     Args:
