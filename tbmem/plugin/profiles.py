@@ -140,8 +140,23 @@ def _child(fd: int, name: str) -> dict[str, Any]:
     meta = doc.get("tbmem")
     if not isinstance(meta, dict) or not isinstance(meta.get("summary"), dict):
         return {"status": 422, "error": f"{name} has no tbmem summary (not a profile window's trace)"}
+    wrong = _wrong_shape(meta["summary"])
+    if wrong:
+        return {"status": 422, "error": f"{name}'s tbmem summary has the wrong shape ({wrong})"}
     return {"name": name, "rank": meta.get("rank"), "first_step": meta.get("first_step"),
             "last_step": meta.get("last_step"), "clock": meta.get("clock"), "summary": meta["summary"]}
+
+
+def _wrong_shape(summary: dict[str, Any]) -> str:
+    """What in a summary the tab cannot draw (a planted or foreign trace), or ``""``."""
+    if not isinstance(summary.get("steps"), list) or not all(isinstance(s, dict) for s in summary["steps"]):
+        return "steps is not a list of steps"
+    if not isinstance(summary.get("total_us"), (int, float)) or isinstance(summary["total_us"], bool):
+        return "total_us is not a number"
+    ops = summary.get("operators")
+    if not isinstance(ops, dict) or not all(isinstance(ops.get(k), list) for k in ("by_self_time", "by_bytes")):
+        return "operators lacks the lists by_self_time and by_bytes"
+    return ""
 
 
 def trace_file(found: tuple[str, str], name: str) -> bytes:

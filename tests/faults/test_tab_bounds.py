@@ -149,5 +149,5 @@ def test_a_trace_nested_deep_or_inflating_costs_the_server_nothing(served):
 
     grown = _peak_growth(served, ask)
     assert answers["deep"][0] == 422 and "deep" in answers["deep"][1]["error"], answers["deep"]
-    assert {answers[i][0] for i in range(2)} <= {413, 200}, answers
+    assert {answers[i][0] for i in range(2)} <= {413, 422}, answers  # 422: read, its empty summary refused
     assert grown < 64 * 2**20, f"the server's peak memory grew by {grown / 2**20:.0f} MiB"

@@ -137,8 +137,17 @@ async function selectRun(run) {
   setUrlState({ run });  // the choice survives a reload and goes with a copied address
   document.getElementById('at-box').hidden = true;
   closeViewer();
-  await Promise.all([loadOverview(), loadSnapshots(), loadProfiles(run)]);
-  loadFindings();  // after the first view: it may take longer (the summary imports pandas)
+  // each part fails alone, as one line where it would be: a run's other panels (and a compare view the
+  // address opens on it) still show when, say, one planted trace's summary has the wrong shape
+  await Promise.all([
+    loadOverview().catch((e) => status(`the chart could not be drawn: ${e.message || e}`)),
+    loadSnapshots().catch((e) => partFailed('snapshots', 'the snapshots', e)),
+    loadProfiles(run).catch((e) => partFailed('profiles', 'the profile windows', e))]);
+  loadFindings().catch((e) => partFailed('leaks', 'the findings', e));  // after the first view: it may take longer (the summary imports pandas)
+}
+
+function partFailed(id, what, e) {
+  document.getElementById(id).replaceChildren(el('p', { class: 'error', text: `${what} could not be shown: ${e.message || e}` }));
 }
 
 // --- the chart ----------------------------------------------------------------------------

@@ -50,6 +50,14 @@ async function showProfile(name) {
   }
   if (run !== profiles.run) return;
   profiles.shown = doc;
+  try { drawProfile(detail, doc, name, run); } catch (e) {  // a summary of the wrong shape: one line, the rest of the tab stays
+    profiles.shown = null;
+    detail.replaceChildren(el('p', { class: 'error', text: `${name}: its summary cannot be drawn (${e.message || e})` }));
+  }
+  detail.hidden = false;
+}
+
+function drawProfile(detail, doc, name, run) {
   const s = doc.summary;
   const url = `profile_trace?${new URLSearchParams({ run, name })}`;
   const clock = doc.clock ? `tbmem's tracks are on torch.profiler's clock to within ±${doc.clock.uncertainty_us.toFixed(1)} µs.` : '';
@@ -68,7 +76,6 @@ async function showProfile(name) {
     el('h3', { text: 'Memory over the window (tbmem\'s records)' }), tracks(s),
     el('p', { class: 'hint', text: `${clock} Operators are torch.profiler's key_averages() of the window; phases come from the trainer's marks; other: the rest of each step, tbmem's own record included.` }),
     el('div', { id: 'perfetto-box', hidden: '' }));
-  detail.hidden = false;
 }
 
 // PhiFlow's field operations (the PhysicalTrainer's named ranges): time and bytes allocated inside each
