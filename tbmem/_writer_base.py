@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem._emit import Emitter
     from tbmem._large import LargeThreshold
     from tbmem._safe_io import FaultLedger
+    from tbmem._writer_components import Components, StepComponent
     from tbmem.alerts import AlertMonitor
     from tbmem.config import MemoryWriterConfig
     from tbmem.layout import LayoutTracker
@@ -79,7 +80,9 @@ class WriterBase(SummaryWriter):
     _optimizers: list[weakref.ref[torch.optim.Optimizer]]
     _census_on: bool
     _stop_capture: Callable[[], Any] | None
-    # the components, each None unless configured
+    # the components the step path loops over, only the configured ones (tbmem._writer_components)
+    _components: Components
+    # the components, each None unless configured (read outside the step path)
     _ranks: RankSupport | None
     _snapshots: SnapshotManager | None
     _alerts: AlertMonitor | None
@@ -149,10 +152,13 @@ class WriterBase(SummaryWriter):
             report_once(f"writer:{what}", f"tbmem: {what} failed and is switched off", exc=exc)
             return False
 
-    def _call_snapshots(self, method: str, *args: Any) -> None:
-        """Call the snapshot manager; a failure switches snapshots off."""
-        if self._snapshots is not None and not self._guard_call("snapshots", getattr(self._snapshots, method), *args):
+    def _component_failed(self, component: StepComponent, exc: Exception) -> None:
+        """A component's hook raised: reported once, switched off (its attribute too)."""
+        self._components.failed(component, exc)
+        if component.name == "snapshots":
             self._snapshots = None
+        elif component.name == "alerts":
+            self._alerts = None
 
     def flush(self) -> None:
         """Flush pending events to disk (never raises an I/O error: see docs/reliability.md)."""

@@ -54,18 +54,19 @@ class StepHooks(RecordPipeline):
         if self.closed:
             self._after_close("log_memory")
             return False
-        ranks = self._ranks
-        if ranks is not None:
-            ranks.on_log(step)
-        if not self._active:
-            if ranks is not None:  # every rank joins the record's collective, monitoring on or off
-                ranks.on_record(step, None)
+        components = self._components
+        for component in components.each_step:  # ranks, snapshots: only those configured
+            try:
+                component.on_step(step)
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._component_failed(component, exc)
+        if not self._active:  # only the ranks can be here: every rank joins the record's collective
+            for component in components.on_record:
+                component.on_record(step, None)
             return False
         last = self._last_step  # self._saw(step), inline: this runs at every step
         if last is None or step > last:
             self._last_step = step
-        if self._snapshots is not None:
-            self._call_snapshots("on_step", step)
         profiled = step >= self._profile_at  # one comparison outside profile windows
         window = profiled and self._profile_hook("enter", step)
         cfg = self.config
@@ -76,13 +77,13 @@ class StepHooks(RecordPipeline):
         written = False  # on this thread, after every event queued before it
         if due:
             readings = self._read(step)
-            if ranks is not None:
-                ranks.on_record(step, readings)
-            written = self._write_record(readings, step) and ranks is None
-            if self._alerts is not None:
-                written = False  # an alert may queue events of its own: flushed below
-                if not self._guard_call("alerts", self._alerts.on_record, step, readings):
-                    self._alerts = None
+            written = self._write_record(readings, step)
+            for component in components.on_record:  # ranks, alerts: only those configured
+                written = False  # a component may queue events of its own: flushed below
+                try:
+                    component.on_record(step, readings)
+                except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                    self._component_failed(component, exc)
         if census_due and not self._take_census(step, roots, where or "where the training loop called log_memory"):
             written = False  # its table was queued: flushed below
         # a record written on this thread is in the file; a staged run is read by nobody before close
@@ -99,7 +100,7 @@ class StepHooks(RecordPipeline):
         that skips the calls in between must call :meth:`begin_step` at each step instead (the
         trainers do: a call costs microseconds inside a training step, where the caches are cold).
         """
-        if self.closed or not self._active or self._ranks is not None or self._snapshots is not None:
+        if self.closed or not self._active or self._components.each_step:
             return step
         cfg = self.config
         due = -(-step // cfg.every) * cfg.every
@@ -122,9 +123,8 @@ class StepHooks(RecordPipeline):
         """A training step begins (what :meth:`monitored_step` does on entry, for a loop that
         handles its own exceptions with :meth:`step_failed`): it becomes the last step, the one a
         snapshot of another rank's out-of-memory error names."""
-        ranks = self._ranks
-        if ranks is not None:
-            ranks.last_step = step
+        for component in self._components.each_step:
+            component.on_begin(step)
         last = self._last_step
         if last is None or step > last:
             self._last_step = step

@@ -50,6 +50,12 @@ from tbmem._log import report_once
 from tbmem._safe_io import FaultLedger, hold_events
 from tbmem._safe_io import install as install_safe_io
 from tbmem._writer_base import NEVER
+from tbmem._writer_components import (
+    AlertsComponent,
+    Components,
+    RanksComponent,
+    SnapshotsComponent,
+)
 from tbmem._writer_steps import StepHooks
 from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import LayoutTracker
@@ -61,6 +67,7 @@ from tbmem.ranks.support import RankSupport
 
 if TYPE_CHECKING:  # pragma: no cover
     from tbmem.profile.window import ProfileWindows
+    from tbmem.snapshot import SnapshotManager
 
 __all__ = ["MemoryWriter"]
 
@@ -114,6 +121,10 @@ class MemoryWriter(StepHooks):
         self.closed = False
         # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
         self._ranks = RankSupport.create(self.config)
+        # what the step path loops over (tbmem._writer_components): only the configured components
+        self._components = Components()
+        if self._ranks is not None:
+            self._components.add(RanksComponent(self._ranks), each_step=True, on_record=True)
         self._mirror = None
         if writer is None:
             if self._ranks is not None:
@@ -210,7 +221,7 @@ class MemoryWriter(StepHooks):
             from tbmem.snapshot import SnapshotManager
 
             snapshot = ranks.snapshot_config(cfg.snapshot) if ranks is not None else cfg.snapshot
-            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=emit)
+            self._add_snapshots(SnapshotManager(snapshot, log_dir=self.log_dir, writer=emit))
         if ranks is not None:
             ranks.attach(write=self.write_scalars, snapshots=lambda: self._snapshots, flush=self.flush)
         if cfg.alerts is not None:
@@ -218,6 +229,7 @@ class MemoryWriter(StepHooks):
 
             self._alerts = AlertMonitor(cfg.alerts, emit=emit,
                                         snapshot=self._snapshot_now(cfg.alerts.snapshot, "alert"))
+            self._components.add(AlertsComponent(self._alerts), each_step=False, on_record=True)
         if cfg.sinks:  # a missing extra raises (a configuration error); a sink that fails is switched off
             from tbmem.sinks.fanout import SinkSet
 
@@ -260,8 +272,12 @@ class MemoryWriter(StepHooks):
 
             base = SnapshotConfig(recorder="off")
             snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
-            self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self._emit)
+            self._add_snapshots(SnapshotManager(snapshot, log_dir=self.log_dir, writer=self._emit))
         return lambda step: self._snapshots.snapshot_now(step, kind) if self._snapshots is not None else []
+
+    def _add_snapshots(self, manager: SnapshotManager) -> None:
+        self._snapshots = manager
+        self._components.add(SnapshotsComponent(manager), each_step=True, on_record=False)
 
     # --- SummaryWriter: its write methods guarded (below the class), add_scalar seen by spikes ---------
     def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: float | None = None,
@@ -309,10 +325,11 @@ class MemoryWriter(StepHooks):
             _release_recorders()  # a second close() on the recording's own thread removes its mode
             return
         try:
-            if self._ranks is not None:
-                self._ranks.close()
-            if self._snapshots is not None:
-                self._call_snapshots("close")
+            for component in self._components.all:  # the ranks, then the snapshots
+                try:
+                    component.close()
+                except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                    self._component_failed(component, exc)
             if self._profile is not None:  # a window still open: its trace, cut short
                 self._profile.close()
             for probe in self._probes:
