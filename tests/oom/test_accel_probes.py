@@ -17,10 +17,13 @@ MiB = 2**20
 @pytest.fixture
 def fake_xpu(monkeypatch):
     state = {"resets": 0, "allocated": 3 * 2**30}
-    stats = lambda device=None: {  # noqa: E731 - the fake torch.xpu.memory_stats"allocated_bytes.all.current": state["allocated"],
-                                 "allocated_bytes.all.peak": 5 * 2**30, "reserved_bytes.all.current": 4 * 2**30,
-                                 "reserved_bytes.all.peak": 6 * 2**30, "active_bytes.all.current": 3 * 2**30,
-                                 "num_alloc_retries": 1, "num_ooms": 0}
+
+    def stats(device: object = None) -> dict[str, int]:  # the fake torch.xpu.memory_stats
+        return {"allocated_bytes.all.current": state["allocated"],
+                "allocated_bytes.all.peak": 5 * 2**30, "reserved_bytes.all.current": 4 * 2**30,
+                "reserved_bytes.all.peak": 6 * 2**30, "active_bytes.all.current": 3 * 2**30,
+                "num_alloc_retries": 1, "num_ooms": 0}
+
     monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
     monkeypatch.setattr(torch.xpu, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.xpu, "memory_stats", stats)
