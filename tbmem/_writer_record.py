@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
 from tbmem._log import report_once
-from tbmem.tags import TAGS, is_loss_tag
+from tbmem.tags import TAGS, is_loss_tag, ranks_tag
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -41,15 +41,22 @@ __all__ = ["RecordPipeline"]
 
 _CENSUS_TEXT_TAG = TAGS["census_text"].tag
 _STEP_TIME_TAG = TAGS["step_time"].tag
+_AGGREGATES = ranks_tag("max", "_").partition("/")[0] + "/"  # rank 0's cross-rank tags: derived, never in the table
 
 
 def table_scalars(values: Mapping[str, float]) -> dict[str, float]:
     """What of a rank's own scalars its node's rank table keeps (compact layout): its losses
     (:func:`tbmem.tags.is_loss_tag`) and step times; the rank's run is deleted unless it matters, so
-    without them ranks 1-N's per-batch loss and step time would be stored nowhere."""
+    without them ranks 1-N's per-batch loss and step time would be stored nowhere.
+
+    Example:
+        >>> table_scalars({"Loss/batch": 0.5, "train/loss": 1, "Perf/step_time_ms": 3.0, "acc": 0.9,
+        ...                "Ranks/Loss/batch/max": 0.7})
+        {'Loss/batch': 0.5, 'train/loss': 1.0, 'Perf/step_time_ms': 3.0}
+    """
     out: dict[str, float] = {}
     for tag, value in values.items():
-        if isinstance(tag, str) and (tag == _STEP_TIME_TAG or is_loss_tag(tag)):
+        if isinstance(tag, str) and not tag.startswith(_AGGREGATES) and (tag == _STEP_TIME_TAG or is_loss_tag(tag)):
             try:
                 out[tag] = float(value)
             except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many elements
