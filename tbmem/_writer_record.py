@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
 from tbmem._log import report_once
-from tbmem.tags import TAGS
+from tbmem.tags import TAGS, is_loss_tag, ranks_tag
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -40,6 +40,28 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["RecordPipeline"]
 
 _CENSUS_TEXT_TAG = TAGS["census_text"].tag
+_STEP_TIME_TAG = TAGS["step_time"].tag
+_AGGREGATES = ranks_tag("max", "_").partition("/")[0] + "/"  # rank 0's cross-rank tags: derived, never in the table
+
+
+def table_scalars(values: Mapping[str, float]) -> dict[str, float]:
+    """What of a rank's own scalars its node's rank table keeps (compact layout): its losses
+    (:func:`tbmem.tags.is_loss_tag`) and step times; the rank's run is deleted unless it matters, so
+    without them ranks 1-N's per-batch loss and step time would be stored nowhere.
+
+    Example:
+        >>> table_scalars({"Loss/batch": 0.5, "train/loss": 1, "Perf/step_time_ms": 3.0, "acc": 0.9,
+        ...                "Ranks/Loss/batch/max": 0.7})
+        {'Loss/batch': 0.5, 'train/loss': 1.0, 'Perf/step_time_ms': 3.0}
+    """
+    out: dict[str, float] = {}
+    for tag, value in values.items():
+        if isinstance(tag, str) and not tag.startswith(_AGGREGATES) and (tag == _STEP_TIME_TAG or is_loss_tag(tag)):
+            try:
+                out[tag] = float(value)
+            except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many elements
+                continue  # not a number: TensorBoard's own add_scalar says so
+    return out
 
 
 class RecordPipeline(WriterBase):
@@ -53,6 +75,12 @@ class RecordPipeline(WriterBase):
         an event to TensorBoard's writer thread costs the training thread about twice as much
         (the thread's wake-up and the hand-over of the GIL, measured in a training loop).
         """
+        if self._table is not None and not self.closed and (kept := table_scalars(values)):
+            self._table(step, kept)
+        self._scalars(values, step, walltime)
+
+    def _scalars(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> None:
+        """:meth:`write_scalars` without the rank table (the caller sent the record there)."""
         self._write_event(values, step, walltime)
         if self._spikes is not None and not self.closed:
             self._spikes.on_scalars(values, step)
@@ -99,7 +127,7 @@ class RecordPipeline(WriterBase):
         values = _tagged(readings)
         if self._table is not None:
             self._table(step, values)
-        self.write_scalars(values, step)
+        self._scalars(values, step)
 
     def _write_record(self, readings: Mapping[str, float], step: int) -> bool:
         """A memory record: one event of the readings in their tags' units (written on this

@@ -56,6 +56,7 @@ from tbmem._writer_components import (
     RanksComponent,
     SnapshotsComponent,
 )
+from tbmem._writer_record import table_scalars
 from tbmem._writer_steps import StepHooks
 from tbmem.config import MemoryWriterConfig, unknown_keys
 from tbmem.layout import LayoutTracker
@@ -291,6 +292,8 @@ class MemoryWriter(StepHooks):
             SummaryWriter.add_scalar(self, tag, scalar_value, global_step, walltime, new_style, double_precision)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self._log_dir, exc, events=1)
+        if self._table is not None and isinstance(global_step, int) and (kept := table_scalars({tag: scalar_value})):
+            self._table(global_step, kept)  # compact layout: a rank's loss and step time are in its table
         if self._spikes is not None:
             self._spikes.on_scalar(tag, scalar_value, global_step)
 
