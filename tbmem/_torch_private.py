@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -40,6 +41,7 @@ __all__ = [
     "dump_snapshot_pickle",
     "cuda_segments",
     "private_pools_reserved",
+    "private_pool_allocated",
     "cuda_pinned_host_bytes",
     "cuda_is_integrated",
     "xpu_available",
@@ -174,6 +176,34 @@ def private_pools_reserved(stats: Mapping[str, Any]) -> dict[str, int] | None:
             if key.endswith(".all.current"):
                 out[key[len(prefix):-len(".all.current")]] = int(value)
     return out if found or "reserved_bytes_by_private_pools" in stats else None
+
+
+def private_pool_allocated(device: int, pool: str) -> int | None:
+    """Bytes allocated now in private pool ``pool`` (``"0_1"``, as :func:`private_pools_reserved` names it)
+    on ``device``: the ``allocated_size`` of that pool's segments, ``torch.cuda.memory_snapshot(mempool_id=...,
+    include_traces=False)`` (torch >= 2.10: the pool's own segments and no trace, so the cost is that pool's
+    segment count), or None where this torch cannot read one pool's segments."""
+    if not cuda_ready():
+        return None
+    snapshot = torch.cuda.memory_snapshot
+    try:
+        params = inspect.signature(snapshot).parameters
+    except (TypeError, ValueError):
+        return None
+    if "mempool_id" not in params or "include_traces" not in params:
+        return None
+    try:
+        ident = tuple(int(x) for x in pool.split("_"))
+    except ValueError:
+        return None
+    if len(ident) != 2:
+        return None
+    try:
+        segments = snapshot(mempool_id=ident, include_traces=False)
+    except (RuntimeError, AttributeError, AssertionError):  # a torch built without CUDA; a pool just destroyed
+        return None
+    return sum(int(s.get("allocated_size", 0)) for s in segments
+               if s.get("device", device) == device and tuple(s.get("segment_pool_id", ident)) == ident)
 
 
 def cuda_mem_get_info(device: int) -> tuple[int, int] | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
 from tbmem._log import report_once
-from tbmem.tags import TAGS, is_loss_tag, ranks_tag
+from tbmem.tags import TAGS, is_loss_tag, named_unit, ranks_tag
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -213,7 +213,9 @@ def _tagged(readings: Mapping[str, float]) -> dict[str, float]:
     units = _UNITS
     tagged = {}
     for key, value in readings.items():
-        tag, scale = units[key]
+        known = units.get(key)
+        # a templated tag's reading, one per pool ("<key>:<name>", tbmem.tags.named_reading)
+        tag, scale = known if known is not None else named_unit(key)
         tagged[tag] = float(value) / scale
     return tagged
 

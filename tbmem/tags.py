@@ -35,10 +35,11 @@ import fnmatch
 import os
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 __all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table",
-           "x_axis", "RENAMED", "current_tag", "FRAMEWORK_LOSS_TAGS", "loss_tags", "is_loss_tag"]
+           "x_axis", "RENAMED", "current_tag", "FRAMEWORK_LOSS_TAGS", "loss_tags", "is_loss_tag",
+           "pool_name", "named_reading", "named_unit"]
 
 GiB = float(2**30)
 MiB = float(2**20)
@@ -99,6 +100,14 @@ _ROWS: tuple[Tag, ...] = (
         meaning="Device memory reserved by CUDA graphs' and MemPool private pools (part of vram_reserved; "
                 "memory_stats reserved_bytes_by_private_pools).",
         when=_EVERY_CUDA + " and torch reports private pools"),
+    Tag(key="vram_pool_reserved", tag="Memory/GPU/vram_pool_{name}_reserved_GB", unit="GB", scale=GiB,
+        meaning="Device memory reserved by one CUDA graph's or MemPool's private pool, {name} its id (a, b) "
+                "as a_b (memory_stats reserved_bytes_by_private_pools).",
+        when=_EVERY_CUDA + " and torch reports private pools, one per pool"),
+    Tag(key="vram_pool_allocated", tag="Memory/GPU/vram_pool_{name}_allocated_GB", unit="GB", scale=GiB,
+        meaning="Bytes allocated in one private pool, {name} its id as a_b (the allocated_size of the pool's "
+                "segments, torch.cuda.memory_snapshot(mempool_id=...)).",
+        when=_EVERY_CUDA + " and torch reads one pool's segments, one per pool"),
     Tag(key="oom_text", tag="Memory/GPU/oom_explained", unit="text",
         meaning="Why a CUDA out-of-memory error happened, in numbers: reserved bytes by kind, the largest free "
                 "block per pool and stream, live bytes by site, the allocator settings, advice (tbmem.oom).",
@@ -339,6 +348,40 @@ def tag_for(key: str, name: str | None = None) -> str:
     if name is not None:
         raise ValueError(f"tag {template!r} takes no name, got {name!r}")
     return template
+
+
+def pool_name(pool: Sequence[int]) -> str:
+    """The ``{name}`` of a memory pool's tags: its id ``(a, b)`` as ``"a_b"``, as ``memory_stats`` flattens it.
+
+    Example:
+        >>> tag_for("vram_pool_reserved", pool_name((0, 1)))
+        'Memory/GPU/vram_pool_0_1_reserved_GB'
+    """
+    return "_".join(str(int(x)) for x in pool)
+
+
+def named_reading(key: str, name: str) -> str:
+    """The key of a probe's reading of a templated tag (one per pool): ``"<key>:<name>"``.
+
+    Example:
+        >>> named_unit(named_reading("vram_pool_reserved", "0_1"))
+        ('Memory/GPU/vram_pool_0_1_reserved_GB', 1073741824.0)
+    """
+    if "{name}" not in TAGS[key].tag:
+        raise ValueError(f"tag {TAGS[key].tag!r} takes no name")
+    return f"{key}:{name}"
+
+
+def named_unit(reading: str) -> tuple[str, float]:
+    """(tag, scale) of a reading keyed by :func:`named_reading`.
+
+    Raises:
+        KeyError: not such a key, or its key is not in the table.
+    """
+    key, sep, name = reading.partition(":")
+    if not sep or not name:
+        raise KeyError(reading)
+    return tag_for(key, name), TAGS[key].scale
 
 
 #: The statistics rank 0 writes for each aggregated tag, as ``Ranks/<tag>/<stat>``.

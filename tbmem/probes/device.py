@@ -19,8 +19,13 @@ from tbmem._extras import require
 from tbmem._log import report_once
 from tbmem.probes.accel import MpsProbe, XpuProbe, accelerator_readings
 from tbmem.probes.base import Probe
+from tbmem.tags import named_reading
 
 __all__ = ["CudaProbe", "NvmlProbe", "fragmentation_percent"]
+
+#: Pools with a series of their own (by id); a run that makes a MemPool per step would otherwise make
+#: a tag per step: the pools past these are in vram_private_pools_reserved only.
+_MAX_POOLS = 16
 
 
 def fragmentation_percent(allocated: float, reserved: float) -> float:
@@ -80,6 +85,11 @@ class CudaProbe(Probe):
         pools = tp.private_pools_reserved(stats)
         if pools is not None:  # CUDA graphs' and MemPools' private pools (their reserved bytes are in vram_reserved)
             readings["vram_private_pools_reserved"] = float(sum(pools.values()))
+            for name, nbytes in sorted(pools.items())[:_MAX_POOLS]:  # a pool's series, once torch has one
+                readings[named_reading("vram_pool_reserved", name)] = float(nbytes)
+                allocated_in = tp.private_pool_allocated(device, name)
+                if allocated_in is not None:
+                    readings[named_reading("vram_pool_allocated", name)] = float(allocated_in)
         info = tp.cuda_mem_get_info(device)
         if info is not None:
             free, total = info

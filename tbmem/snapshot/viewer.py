@@ -47,8 +47,8 @@ __all__ = ["render_html", "write_html", "embed_json", "page_docs", "PALETTE", "c
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: The viewer's script, in the order the page runs it (one function scope).
-JS_FILES = ("viewer_base.js", "viewer_alive.js", "viewer_timeline.js", "viewer_allocator.js", "viewer_panels.js",
-            "viewer_main.js")
+JS_FILES = ("viewer_base.js", "viewer_alive.js", "viewer_timeline.js", "viewer_allocator.js", "viewer_pools.js",
+            "viewer_panels.js", "viewer_main.js")
 #: The Memory tab's category colours (one palette for the tab, the viewer and report.png).
 PALETTE = dict(CATEGORY_COLORS)
 # which palette entry each snapshot category takes: what its allocations mostly are

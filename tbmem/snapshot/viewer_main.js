@@ -243,6 +243,7 @@ window.tbmemViewer = {
   },
   ticks: function () { return byteTicks(M.ymax).map(function (t) { return t.text; }); },
   xTicks: function () { return xTicks(plotW() / (window.devicePixelRatio || 1)).map(function (t) { return t.text; }); },
+  pools: function () { return state.poolLanes || []; },
   diff: function () { return state.diff || null; },
   compare: function (i) { $("diffbase").value = String(i); return renderDiff(); },
   colour: colour

@@ -165,7 +165,7 @@ function draw() {
   var ta = performance.now();
   M = aggregate(Math.max(1, Math.round(plotW())));
   T.aggregate = performance.now() - ta;
-  drawBands(); drawReserved();
+  drawBands(); drawReserved(); drawPoolLanes();
   T.drawn = performance.now(); T.redraw = T.drawn - ta;
   state.drawn = true; state.exact = true;
   drawOverlays();

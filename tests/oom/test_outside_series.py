@@ -80,3 +80,36 @@ def test_private_pools_reserved_series(tmp_path, monkeypatch):
     assert scalars(tmp_path, TAGS["vram_private_pools_reserved"].tag) == [(0, pytest.approx(2.5))]
     fake.extra = {}
     assert "vram_private_pools_reserved" not in CudaProbe().read()  # a torch without the key: no series
+
+
+def test_a_series_per_private_pool_reserved_and_allocated(tmp_path, monkeypatch):
+    # a CUDA graph's pool (1, 0) and a MemPool's (0, 1): reserved from memory_stats, allocated from each
+    # pool's own segments (memory_snapshot(mempool_id=..., include_traces=False), the signature torch has)
+    fake = install_fake_cuda(monkeypatch)
+    fake.extra = {"reserved_bytes_by_private_pools.1_0.all.current": 2 * 2**30,
+                  "reserved_bytes_by_private_pools.0_1.all.current": 2**29}
+    segs = {(1, 0): [{"device": 0, "segment_pool_id": (1, 0), "total_size": 2**30, "allocated_size": 3 * 2**28},
+                     {"device": 0, "segment_pool_id": (1, 0), "total_size": 2**30, "allocated_size": 2**28},
+                     {"device": 1, "segment_pool_id": (1, 0), "total_size": 2**30, "allocated_size": 2**30}],
+            (0, 1): [{"device": 0, "segment_pool_id": (0, 1), "total_size": 2**29, "allocated_size": 2**27}]}
+    asked = []
+
+    def memory_snapshot(mempool_id=None, include_traces=True):
+        asked.append((mempool_id, include_traces))
+        return segs[tuple(mempool_id)]
+
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", memory_snapshot)
+    with MemoryWriter(tmp_path, every=1, census_every=0) as w:
+        w.log_memory(0)
+    got = {t: scalars(tmp_path, t) for t in ("Memory/GPU/vram_pool_1_0_reserved_GB", "Memory/GPU/vram_pool_0_1_reserved_GB",
+                                             "Memory/GPU/vram_pool_1_0_allocated_GB", "Memory/GPU/vram_pool_0_1_allocated_GB")}
+    assert got == {"Memory/GPU/vram_pool_1_0_reserved_GB": [(0, pytest.approx(2.0))],
+                   "Memory/GPU/vram_pool_0_1_reserved_GB": [(0, pytest.approx(0.5))],
+                   "Memory/GPU/vram_pool_1_0_allocated_GB": [(0, pytest.approx(1.0))],
+                   "Memory/GPU/vram_pool_0_1_allocated_GB": [(0, pytest.approx(0.125))]}
+    assert sorted(asked) == [((0, 1), False), ((1, 0), False)]
+    assert scalars(tmp_path, TAGS["vram_private_pools_reserved"].tag) == [(0, pytest.approx(2.5))]
+    # a torch whose memory_snapshot reads all pools at once: reserved per pool only, never a full snapshot
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: pytest.fail("a full snapshot was taken"))
+    readings = CudaProbe().read()
+    assert readings["vram_pool_reserved:1_0"] == 2 * 2**30 and "vram_pool_allocated:1_0" not in readings
