@@ -132,11 +132,14 @@ function diffRows(sa, da, sb, db) {
     }
   });
   var out = Object.keys(rows).map(function (k) { var r = rows[k]; r.delta_bytes = r.b_bytes - r.a_bytes; return r; });
-  var grew = out.filter(function (r) { return r.delta_bytes > 0 || r.new_bytes > 0; });
+  var grew = out.filter(function (r) { return r.delta_bytes > 0; });
   grew.sort(function (x, y) { return y.delta_bytes - x.delta_bytes || y.new_bytes - x.new_bytes || (x.label < y.label ? -1 : 1); });
+  // the same bytes as in A, allocated again since (as tbmem snapshot diff: not under "grew")
+  var reallocated = out.filter(function (r) { return r.delta_bytes === 0 && r.new_bytes > 0; });
+  reallocated.sort(function (x, y) { return y.new_bytes - x.new_bytes || (x.label < y.label ? -1 : 1); });
   var shrank = out.filter(function (r) { return r.delta_bytes < 0; });
   shrank.sort(function (x, y) { return x.delta_bytes - y.delta_bytes || (x.label < y.label ? -1 : 1); });
-  return {grew: grew, shrank: shrank, totals: totals};
+  return {grew: grew, reallocated: reallocated, shrank: shrank, totals: totals};
 }
 function setupDiff() {
   var box = $("diffbox"), sel2 = $("diffbase");
@@ -160,7 +163,7 @@ function renderDiff() {
     $("diffsummary").textContent = name + ": allocated " + fmtBytes(t.a) + " (" + t.na + ") in " + HEAD.snapshots[other].name +
       " -> " + fmtBytes(t.b) + " (" + t.nb + ") here, " + (t.b >= t.a ? "+" : "-") + fmtBytes(Math.abs(t.b - t.a)) +
       (di < 0 ? " (" + name + " is not in " + HEAD.snapshots[other].name + ")" : "");
-    r.grew.slice(0, 50).concat(r.shrank.slice(0, 20)).forEach(function (row) {
+    r.grew.slice(0, 50).concat(r.reallocated.slice(0, 20), r.shrank.slice(0, 20)).forEach(function (row) {
       var tr = document.createElement("tr");
       [(row.delta_bytes >= 0 ? "+" : "-") + fmtBytes(Math.abs(row.delta_bytes)), fmtBytes(row.a_bytes), fmtBytes(row.b_bytes),
        fmtBytes(row.new_bytes) + " (" + row.new_count + ")", row.category, row.label].forEach(function (x) { tr.appendChild(el("td", x)); });
