@@ -58,7 +58,8 @@ function summary() {
   if (!d.device) {
     parts.push("This snapshot holds no memory: no segments and no trace events.");
   } else {
-    parts.push(SH.source + " on " + d.device + ": " + (d.reserved_bytes === null ? "no segments" : "reserved " +
+    parts.push(SH.source + " on " + d.device + ": " + (d.reserved_bytes === null ? "no allocator segments (a CPU recording, or a capture without them: " +
+      "reserved memory and the allocator's blocks are not known)" : "reserved " +
       fmtBytes(d.reserved_bytes)) + ", allocated " + fmtBytes(d.final_bytes) + " when the snapshot was taken, peak " +
       fmtBytes(d.peak[1]) + " " + (d.peak[0] < 0 ? "" : "at ") + when(d.peak[0]) + " | " + plural(d.n_events, "event") +
       ", " + plural(d.n_allocs, "allocation") + (d.n_events ? ", " + fmtBytes(d.baseline_bytes) + " alive before the first event" : "") +
@@ -79,9 +80,8 @@ function explainHeader() {
   box.textContent = "";
   SH.devices.forEach(function (h) {
     if (!h.device) return;
+    // without segments the summary says so once (it was said here, on the reserved chart and in the allocator box)
     if (h.explain) box.appendChild(explainNode(explainFromDoc(h.explain), h.device + " when the snapshot was taken: "));
-    else box.appendChild(el("div", h.device + " when the snapshot was taken: allocated " + fmtBytes(h.final_bytes) +
-      " (no allocator segments: what is reserved is not known)", "explain"));
   });
 }
 
