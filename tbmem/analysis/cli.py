@@ -123,6 +123,7 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
     from tbmem.analysis.spikes import find_spikes, format_spikes
     from tbmem.analysis.summary import summarize
     from tbmem.analysis.table import format_leaks, format_table
+    from tbmem.logdir.fs import is_url
 
     df, texts = load_scalars_and_texts(logdir, runs=runs, on_error=on_error)
     if not args.json:  # a run's name is printed (and drawn) with its control characters escaped
@@ -155,7 +156,9 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
             print(printable_lines(format_table(others, compare=bool(args.compare), width=width)))
             print()
         if jobs:
-            print(printable_lines(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks)))
+            root = os.path.basename(os.path.abspath(args.logdir).rstrip("/\\")) if not is_url(args.logdir) \
+                else args.logdir.rstrip("/").rsplit("/", 1)[-1]
+            print(printable_lines(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks, root=printable(root))))
             print()
         print(printable_lines(format_leaks(summaries)))
         print()

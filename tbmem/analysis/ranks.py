@@ -161,12 +161,18 @@ def _shown_ranks(job: RankJob, all_ranks: bool) -> tuple[list[int], int]:
     return keep, len(job.ranks) - len(keep)
 
 
-def format_rank_jobs(jobs: Sequence[RankJob], summaries: Sequence[RunSummary], *, all_ranks: bool = False) -> str:
-    """Per job: one row per rank, then the imbalance (max and its rank, min and its rank, mean, spread)."""
+def format_rank_jobs(jobs: Sequence[RankJob], summaries: Sequence[RunSummary], *, all_ranks: bool = False,
+                     root: str = "") -> str:
+    """Per job: one row per rank, then the imbalance (max and its rank, min and its rank, mean, spread).
+
+    ``root`` names the job of rank folders right in the logdir (``job.job == "."``): its folder's name.
+    """
     by_run = {s.run: s for s in summaries}
     blocks = []
     for job in jobs:
-        title = f"job {job.job}: {len(job.ranks)} ranks"
+        # "job ." read as a typo: the logdir's own name, and that it is the logdir
+        name = f"{root} (the logdir itself)" if job.job == "." and root else job.job
+        title = f"job {name}: {len(job.ranks)} ranks"
         if job.missing:
             title += f" (no memory tags from rank(s) {', '.join(map(str, job.missing[:10]))}" \
                      f"{' ...' if len(job.missing) > 10 else ''})"

@@ -355,9 +355,9 @@ class Ledger:
             many = count > 1
             self.blind_spot(FOREIGN_OWNER, nbytes, (
                 f"{nbytes / 2**20:.2f} MB in {count} tensor{'s' if many else ''} over memory torch did not allocate "
-                f"(torch.from_numpy, frombuffer, DLPack) {'are' if many else 'is'} counted, but what owns that memory "
-                f"(an array, a buffer) was not found: any part of it outside the tensor{'s' if many else ''} is not "
-                "counted"))
+                f"(torch.from_numpy, frombuffer, DLPack) {'are' if many else 'is'} in the table, but what owns that "
+                f"memory (an array, a buffer) was not found: any part of it outside the tensor{'s' if many else ''} "
+                "is missing from the census"))
 
     def bytes_on(self, device: str) -> int:
         """Census bytes on one device (for the unattributed reading)."""

@@ -5,14 +5,15 @@ at each one's peak, ``at="peak"``) are grouped by *site* (the innermost user fra
 stack, as ``stats`` names it) and category; a site's growth is its bytes in B minus its bytes
 in A. An allocation of B is *new* unless A holds one at the same address with the same size
 and site (the same tensor still alive, as between two steps of one process): so ``new_bytes``
-says how much of a site's memory in B was allocated since A, even where its total did not grow.
+says how much of a site's memory in B was allocated since A, even where its total did not grow
+(those sites are listed apart, as *reallocated*: "grew" holds only sites with more bytes in B).
 The viewer computes the same table in the browser for any two snapshots of a page.
 
 ``diff_doc`` is the ``--json`` document::
 
     {"at": "end" | "peak", "devices": [{"device": "cuda:0",
        "a": {"allocated_bytes", "reserved_bytes", "count"}, "b": {...}, "delta_bytes": int,
-       "grew": [SITE], "shrank": [SITE]}]}
+       "grew": [SITE], "reallocated": [SITE], "shrank": [SITE]}]}
     SITE = {"label": str, "frame": {"filename", "line", "name"} | null, "category": str,
             "a_bytes", "b_bytes", "delta_bytes", "a_count", "b_count", "new_bytes", "new_count": int}
 
@@ -105,8 +106,11 @@ def _device_diff(a: Snapshot, da: Device, b: Snapshot, db: Device, top: int, at:
                 row["new_count"] += 1
     sites = [{"label": k[0], "frame": frames[k], "category": k[1], **r, "delta_bytes": r["b_bytes"] - r["a_bytes"]}
              for k, r in rows.items()]
-    grew = sorted((s for s in sites if s["delta_bytes"] > 0 or s["new_bytes"] > 0),
+    grew = sorted((s for s in sites if s["delta_bytes"] > 0),
                   key=lambda s: (-s["delta_bytes"], -s["new_bytes"], s["label"]))[:top]
+    # as many bytes as in A, some allocated since: churn, not growth (under "Grew" they read "+0 B")
+    reallocated = sorted((s for s in sites if s["delta_bytes"] == 0 and s["new_bytes"] > 0),
+                         key=lambda s: (-s["new_bytes"], s["label"]))[:top]
     shrank = sorted((s for s in sites if s["delta_bytes"] < 0), key=lambda s: (s["delta_bytes"], s["label"]))[:top]
 
     def totals(dev: Device) -> dict[str, Any]:
@@ -116,7 +120,7 @@ def _device_diff(a: Snapshot, da: Device, b: Snapshot, db: Device, top: int, at:
 
     ta, tb = totals(da), totals(db)
     return {"device": da.name, "a": ta, "b": tb, "delta_bytes": tb["allocated_bytes"] - ta["allocated_bytes"],
-            "grew": grew, "shrank": shrank}
+            "grew": grew, "reallocated": reallocated, "shrank": shrank}
 
 
 def diff_doc(a: Snapshot, b: Snapshot, *, top: int = 20, device: str | None = None, at: str = "end") -> dict[str, Any]:
@@ -156,6 +160,7 @@ def diff_text(a: Snapshot, b: Snapshot, *, top: int = 20, device: str | None = N
         lines += ["", f"== {d['device']}: allocated {fmt(d['a']['allocated_bytes'])} ({d['a']['count']}) -> "
                       f"{fmt(d['b']['allocated_bytes'])} ({d['b']['count']}), {sign}{fmt(abs(d['delta_bytes']))}{res}"]
         for title, rows in (("Grew (largest first; new: allocated since A)", d["grew"]),
+                            ("Same size, allocated again since A", d["reallocated"]),
                             ("Shrank", d["shrank"])):
             if not rows:
                 continue

@@ -20,6 +20,7 @@ function isPrivate(dv, st, i) { var p = dv.seg.pool[st.first[i]], q = p >= 0 ? d
 
 function renderAllocator(ev) {
   var t0 = performance.now(), box = $("allocbox");
+  box.hidden = !dev.seg;  // nothing to show: the summary says why
   if (!dev.seg) {
     $("alloctitle").textContent = "Allocator state";
     $("allocexplain").textContent = "This snapshot has no allocator segments (a CPU recording, or a capture without " +

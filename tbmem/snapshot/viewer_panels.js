@@ -58,7 +58,8 @@ function summary() {
   if (!d.device) {
     parts.push("This snapshot holds no memory: no segments and no trace events.");
   } else {
-    parts.push(SH.source + " on " + d.device + ": " + (d.reserved_bytes === null ? "no segments" : "reserved " +
+    parts.push(SH.source + " on " + d.device + ": " + (d.reserved_bytes === null ? "no allocator segments (a CPU recording, or a capture without them: " +
+      "reserved memory and the allocator's blocks are not known)" : "reserved " +
       fmtBytes(d.reserved_bytes)) + ", allocated " + fmtBytes(d.final_bytes) + " when the snapshot was taken, peak " +
       fmtBytes(d.peak[1]) + " " + (d.peak[0] < 0 ? "" : "at ") + when(d.peak[0]) + " | " + plural(d.n_events, "event") +
       ", " + plural(d.n_allocs, "allocation") + (d.n_events ? ", " + fmtBytes(d.baseline_bytes) + " alive before the first event" : "") +
@@ -79,9 +80,8 @@ function explainHeader() {
   box.textContent = "";
   SH.devices.forEach(function (h) {
     if (!h.device) return;
+    // without segments the summary says so once (it was said here, on the reserved chart and in the allocator box)
     if (h.explain) box.appendChild(explainNode(explainFromDoc(h.explain), h.device + " when the snapshot was taken: "));
-    else box.appendChild(el("div", h.device + " when the snapshot was taken: allocated " + fmtBytes(h.final_bytes) +
-      " (no allocator segments: what is reserved is not known)", "explain"));
   });
 }
 
@@ -132,11 +132,14 @@ function diffRows(sa, da, sb, db) {
     }
   });
   var out = Object.keys(rows).map(function (k) { var r = rows[k]; r.delta_bytes = r.b_bytes - r.a_bytes; return r; });
-  var grew = out.filter(function (r) { return r.delta_bytes > 0 || r.new_bytes > 0; });
+  var grew = out.filter(function (r) { return r.delta_bytes > 0; });
   grew.sort(function (x, y) { return y.delta_bytes - x.delta_bytes || y.new_bytes - x.new_bytes || (x.label < y.label ? -1 : 1); });
+  // the same bytes as in A, allocated again since (as tbmem snapshot diff: not under "grew")
+  var reallocated = out.filter(function (r) { return r.delta_bytes === 0 && r.new_bytes > 0; });
+  reallocated.sort(function (x, y) { return y.new_bytes - x.new_bytes || (x.label < y.label ? -1 : 1); });
   var shrank = out.filter(function (r) { return r.delta_bytes < 0; });
   shrank.sort(function (x, y) { return x.delta_bytes - y.delta_bytes || (x.label < y.label ? -1 : 1); });
-  return {grew: grew, shrank: shrank, totals: totals};
+  return {grew: grew, reallocated: reallocated, shrank: shrank, totals: totals};
 }
 function setupDiff() {
   var box = $("diffbox"), sel2 = $("diffbase");
@@ -160,7 +163,7 @@ function renderDiff() {
     $("diffsummary").textContent = name + ": allocated " + fmtBytes(t.a) + " (" + t.na + ") in " + HEAD.snapshots[other].name +
       " -> " + fmtBytes(t.b) + " (" + t.nb + ") here, " + (t.b >= t.a ? "+" : "-") + fmtBytes(Math.abs(t.b - t.a)) +
       (di < 0 ? " (" + name + " is not in " + HEAD.snapshots[other].name + ")" : "");
-    r.grew.slice(0, 50).concat(r.shrank.slice(0, 20)).forEach(function (row) {
+    r.grew.slice(0, 50).concat(r.reallocated.slice(0, 20), r.shrank.slice(0, 20)).forEach(function (row) {
       var tr = document.createElement("tr");
       [(row.delta_bytes >= 0 ? "+" : "-") + fmtBytes(Math.abs(row.delta_bytes)), fmtBytes(row.a_bytes), fmtBytes(row.b_bytes),
        fmtBytes(row.new_bytes) + " (" + row.new_count + ")", row.category, row.label].forEach(function (x) { tr.appendChild(el("td", x)); });

@@ -160,6 +160,9 @@ function sizeCanvas(c, o) {
   o.style.top = c.offsetTop + "px"; o.style.height = rect.height + "px";
 }
 function draw() {
+  // no reserved line to draw: the summary says why (the style's display would override ``hidden``); set
+  // before sizing, so a device with segments after one without gets its chart's size
+  rcanvas.style.display = overlay2.style.display = dev.seg ? "" : "none";
   sizeCanvas(canvas, overlay); sizeCanvas(rcanvas, overlay2);
   if (!V) V = fullView();
   var ta = performance.now();
@@ -196,11 +199,7 @@ function drawReserved() {
   var dpr = window.devicePixelRatio || 1, w = plotW(rcanvas) / M.cols, h = plotH(rcanvas), sy = h / M.rmax, k;
   rctx.fillStyle = "#fff"; rctx.fillRect(0, 0, rcanvas.width, rcanvas.height);
   rctx.font = (11 * dpr) + "px sans-serif"; rctx.textAlign = "left";
-  if (!dev.seg) {
-    rctx.fillStyle = "#666";
-    rctx.fillText("no allocator segments in this snapshot: reserved memory is not known", PAD_L + 4, PAD_T + 14 * dpr);
-    return;
-  }
+  if (!dev.seg) return;
   for (k = 0; k < M.cols; k++) {
     var x = PAD_L + k * w;
     rctx.fillStyle = "#f4a261"; rctx.fillRect(x, PAD_T + h - M.resTop[k] * sy, Math.max(w, 1), M.resTop[k] * sy);

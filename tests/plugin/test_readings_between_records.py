@@ -23,9 +23,13 @@ RSS = "Memory/RAM/process_rss_GB"
 
 @pytest.fixture(scope="module")
 def quickstart_logdir(tmp_path_factory):
-    """30 steps of a tiny model: ``Loss/batch`` every step, memory every 5, a census every 10."""
+    """30 steps of a tiny model: ``Loss/batch`` every step, memory every 5, a census every 10; a tensor over a
+    NumPy array that only the tensor holds (a blind spot the census names)."""
+    import numpy as np
+
     logdir = tmp_path_factory.mktemp("quickstart") / "runs"
     model = torch.nn.Linear(8, 4)
+    sims = {3: torch.from_numpy(np.zeros(20_000, dtype=np.float32))}  # noqa: F841 (held for the census)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with MemoryWriter(str(logdir / "exp"), every=5, census_every=10) as writer:
         writer.watch(model, optimizer)
@@ -98,5 +102,9 @@ def test_a_click_between_records_shows_the_memory_record_and_says_its_step(serve
         assert RSS in tab.inner_text(".readings-table")
         assert "Loss at step 24" in tab.inner_text("#readings") and "Loss/batch" in tab.inner_text(".click-loss-table")
         assert "census at step 20" in tab.inner_text("#at-title")
+        # the blind spot's sentence says its tensors are counted: no 'Not counted:' label over it
+        census = tab.inner_text("#census")
+        assert "Not counted" not in census and "Blind spots and notes" in census
+        assert "torch did not allocate" in tab.inner_text("#census .census-notes")
         assert errors == []
         context.close()

@@ -8,10 +8,11 @@
 // line or an axis label, and a label that would overlap another goes to the next row or is left out
 // (its line stays; hovering it names it).
 
-import { el, fmtBytes } from './util.js';
+import { el, fmtBytes, fmtByteTicks } from './util.js';
 
-// tick steps of the byte axes: 1, 2, 5, 10, ... times B, KiB, MiB, GiB, TiB (round binary labels)
-export const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((p) => [1, 2, 5, 10, 20, 50, 100, 200, 500].map((m) => m * 1024 ** p));
+// tick steps of the byte axes: powers of two from 1 B to 512 TiB, exact in every binary unit (a step of
+// 500 KiB put 1000 KiB and 1.46 MiB on one axis); fmtByteTicks labels them in one unit
+export const BYTE_INCRS = Array.from({ length: 50 }, (_, i) => 2 ** i);
 // tick steps of the step axis: whole steps only
 const STEP_INCRS = [0, 1, 2, 3, 4, 5, 6, 7, 8].flatMap((p) => [1, 2, 5].map((m) => m * 10 ** p));
 const AXIS_SIZE = 80;  // the same y-axis width in both panels, so their x pixels line up
@@ -105,7 +106,7 @@ function stepAxis(chart, panel, label) {
 }
 
 function bytesAxis(label) {
-  return { values: (u, ticks) => ticks.map(fmtBytes), size: AXIS_SIZE, incrs: BYTE_INCRS, label };
+  return { values: (u, ticks) => fmtByteTicks(ticks), size: AXIS_SIZE, incrs: BYTE_INCRS, label };
 }
 
 // Draw the chart of an overview document into ``box``. ``opts``: palette, lines (the line group),

@@ -5,7 +5,7 @@
 // Runs keep one colour each (tbmem.palette.RUNS). Strings from the logdir are only set as textContent.
 
 import { BYTE_INCRS } from './chart.js';
-import { api, el, fmtBytes, setUrlState, table } from './util.js';
+import { api, el, fmtBytes, fmtByteTicks, setUrlState, table } from './util.js';
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -117,7 +117,7 @@ function drawLines(box, lines, c, colors, width) {
   });
   const opts = { width, height: 260, series, cursor: { y: false },
     scales: { x: { time: false }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1] } },
-    axes: [{ label: lines.axis }, { size: 80, incrs: BYTE_INCRS, values: (u, ticks) => ticks.map(fmtBytes) }] };
+    axes: [{ label: lines.axis }, { size: 80, incrs: BYTE_INCRS, values: (u, ticks) => fmtByteTicks(ticks) }] };
   return new window.uPlot(opts, data, box);
 }
 

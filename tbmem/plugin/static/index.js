@@ -226,7 +226,13 @@ async function selectStep(step) {
       const t = c[`by_${b}`] || {};
       if (Object.keys(t).length) census.append(el('h3', { text: `by ${b}` }), table([b, 'bytes'], Object.entries(t).sort((p, q) => q[1] - p[1]).map(([k, v]) => [k, fmtBytes(v)])));
     }
-    if (c.notes && c.notes.length) census.append(el('p', { class: 'hint', text: 'Not counted: ' + c.notes.join('; ') }));
+    // a note may say what the census does count (a blind spot's sentence): a 'Not counted:' label contradicted it
+    if (c.notes && c.notes.length) {
+      census.append(el('p', { class: 'hint', text: 'Blind spots and notes (memory the census cannot see, or counts without its owner):' }));
+      const list = el('ul', { class: 'hint census-notes' });
+      for (const n of c.notes) list.append(el('li', { text: n }));
+      census.append(list);
+    }
   } else census.append(el('p', { class: 'empty', text: 'This run has no census (MemoryWriter census_every > 0 takes one).' }));
   const readings = document.getElementById('readings');
   // memory is recorded every few steps, the loss often every step: a click between records shows the memory

@@ -2,7 +2,8 @@
 // for a job without VRAM) from the job's Parquet rank tables, and the drill-down of one rank: its
 // memory lines, whether or not it kept a TensorBoard run. Routes: heatmap, rank_series.
 
-import { api, el, fmtBytes } from './util.js';
+import { BYTE_INCRS } from './chart.js';
+import { api, el, fmtBytes, fmtByteTicks } from './util.js';
 
 // a perceptual ramp (viridis, 9 stops): low is dark blue, high is yellow
 const RAMP = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141], [39, 173, 129],
@@ -82,7 +83,7 @@ async function drillDown(box, group, rank) {
   box.append(chart);
   // eslint-disable-next-line no-undef
   new uPlot({ width: Math.max(chart.clientWidth || 600, 300), height: 220, scales: { x: { time: false } },
-    axes: [{}, { values: (u, vals) => vals.map((v) => fmtBytes(v)), size: 70 }],
+    axes: [{}, { incrs: BYTE_INCRS, values: (u, vals) => fmtByteTicks(vals), size: 70 }],
     series: [{ label: 'step' }, ...tags.map((t, i) => ({ label: t, stroke: strokes[i % strokes.length], value: (u, v) => fmtBytes(v) }))] },
   data, chart);
 }

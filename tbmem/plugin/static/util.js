@@ -23,6 +23,31 @@ export function fmtBytes(n) {
   return `${s} ${units[i]}`;
 }
 
+// The labels of a byte axis: one unit for the whole axis (the largest tick's), with the decimals the tick
+// step needs to be exact in it, or a smaller unit where that takes more than two (per tick, fmtBytes read
+// 1.46 MiB / 1000.0 KiB / 500.0 KiB on one axis, and the same label five times on a narrow range).
+export const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+export function fmtByteTicks(ticks) {
+  const finite = ticks.filter((t) => t != null && isFinite(t));
+  const sorted = [...new Set(finite)].sort((a, b) => a - b);
+  if (sorted.length < 2) return ticks.map((t) => (t == null || !isFinite(t) ? '' : fmtBytes(t)));
+  let step = Infinity;
+  for (let i = 1; i < sorted.length; i++) step = Math.min(step, sorted[i] - sorted[i - 1]);
+  const top = Math.max(...finite.map(Math.abs));
+  let k = 0;
+  while (k < BYTE_UNITS.length - 1 && top >= 1024 ** (k + 1)) k++;
+  const exact = (v, d) => Math.abs(v * 10 ** d - Math.round(v * 10 ** d)) < 1e-6;
+  let digits = 0;
+  for (;;) {
+    digits = 0;
+    while (digits <= 2 && !finite.every((t) => exact(t / 1024 ** k, digits))) digits++;
+    if (digits <= 2 || k === 0) break;
+    k--;
+  }
+  if (k === 0) digits = 0;
+  return ticks.map((t) => (t == null || !isFinite(t) ? '' : `${(t / 1024 ** k).toFixed(digits)} ${BYTE_UNITS[k]}`));
+}
+
 // A reading for a label: 4 significant digits, in exponent form below 0.001 and from a million on
 // (a census category of a few KB in GB read 0.000003815).
 export function fmtNumber(v) {
