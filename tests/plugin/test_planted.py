@@ -177,9 +177,23 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+def _conversions(pid: int) -> set[int]:
+    """The children of ``pid`` that are tbmem's snapshot conversions (other plugins, torch-tb-profiler's
+    loaders among them, start processes of their own)."""
+    out: set[int] = set()
+    for child in _children(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tbmem.plugin.convert" in argv:
+            out.add(child)
+    return out
+
+
 def _watch_children(pid: int, stop: threading.Event, seen: list[set[int]]) -> None:
     while not stop.is_set():
-        seen.append(_children(pid))
+        seen.append(_conversions(pid))
         time.sleep(0.02)
 
 
