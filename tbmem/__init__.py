@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "NvmlProbe": "tbmem.probes",
     "ProcessTreeProbe": "tbmem.probes",
     "MissingExtraError": "tbmem._extras",
+    "require_extra": "tbmem._extras",
     "report_once": "tbmem._log",
     "deferred_interrupt": "tbmem._signals",
     # tags
@@ -79,7 +80,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["PUBLIC_MODULES", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from tbmem._extras import MissingExtraError
+    from tbmem._extras import MissingExtraError, require_extra
     from tbmem._log import report_once
     from tbmem._signals import deferred_interrupt
     from tbmem.alerts import AlertConfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["MissingExtraError", "require"]
+__all__ = ["require_extra", "MissingExtraError", "require"]
 
 
 class MissingExtraError(ImportError):
@@ -26,3 +26,7 @@ def require(module: str, *, extra: str) -> ModuleType:
             f"{module!r} is not installed; it comes with tbmem's {extra!r} extra: "
             f"pip install 'tbmem[{extra}]'"
         ) from exc
+
+
+#: The public name of :func:`require` (``tbmem.require_extra``): what an adapter imports its framework with.
+require_extra = require

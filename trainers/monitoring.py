@@ -312,10 +312,9 @@ class TrainerMonitoring:
             return
         try:
             if index < self.verbose_batches:
-                from tbmem.monitor import emit
-                from tbmem.monitor.readings import read
+                from tbmem.console import emit, read_memory
 
-                emit(evaluation_line(index, read(self.device)))
+                emit(evaluation_line(index, read_memory(self.device)))
             self.writer.log_memory(index)
         except Exception as exc:  # noqa: BLE001 - a raise here would hang SciPy
             report_once("trainers:evaluation", "trainers: monitoring a loss evaluation failed; "
@@ -409,7 +408,7 @@ def evaluation_line(index: int, reading: Any) -> str:
         >>> evaluation_line(0, Reading(cpu=853.2 * 2**20, gpu_allocated=0.8 * 2**20))
         'Loss evaluation 0: CPU: 853.2 MB | GPU: 0.8 MB'
     """
-    from tbmem.monitor.formatting import format_mb
+    from tbmem.console import format_mb
 
     return f"Loss evaluation {index}: CPU: {format_mb(reading.cpu)} | GPU: {format_mb(reading.gpu_allocated)}"
 

@@ -27,13 +27,14 @@ from tbmem.monitor import (AggregateStats, BatchMemoryProfiler, Checkpoint, Epoc
                            PerformanceMonitor, Tracked, emit, monitor_memory, monitor_performance,
                            redirect_output, set_output, set_silent, silence_output, track_memory,
                            track_performance)
+from tbmem.monitor.formatting import format_mb
 from tbmem.monitor.memory import usage_line
 from tbmem.monitor.readings import Reading
 from tbmem.monitor.readings import read as read_memory
 
 __all__ = [
     "AggregateStats", "BatchMemoryProfiler", "Checkpoint", "EpochMemoryMonitor", "EpochPerformanceMonitor",
-    "MemoryMonitor", "MemoryTracker", "PerformanceMetric", "PerformanceMonitor", "Reading", "Tracked", "emit",
+    "format_mb", "MemoryMonitor", "MemoryTracker", "PerformanceMetric", "PerformanceMonitor", "Reading", "Tracked", "emit",
     "monitor_memory", "monitor_performance", "read_memory", "redirect_output", "set_output", "set_silent",
     "silence_output", "track_memory", "track_performance", "usage_line",
 ]

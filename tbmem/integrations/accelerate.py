@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem._extras import require
+from tbmem import require_extra as require
 
 tracking = require("accelerate.tracking", extra="accelerate")
 

@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem._extras import require
+from tbmem import require_extra as require
 
 # every installed flavour's Callback: Lightning checks the callbacks it is given against its own
 _BASES = tuple(require(name, extra="lightning").Callback for name in ("lightning.pytorch", "pytorch_lightning")

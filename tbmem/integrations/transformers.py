@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem._extras import require
+from tbmem import require_extra as require
 
 transformers = require("transformers", extra="transformers")
 
