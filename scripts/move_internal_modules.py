@@ -217,7 +217,7 @@ def main() -> int:  # noqa: C901 - a one-off migration, read top to bottom
         arch.write_text(arch.read_text() + ARCH_TEST)
     if not dry:
         print("now: python setup.py build_ext --inplace; python -m tbmem._apidoc; then the tests "
-              "(see /work/notes/api_rename.md for the hand edits)")
+              "(the hand edits: this script's docstring)")
     return 0
 
 
