@@ -90,7 +90,25 @@ class Components:
         self.remove(component)
 
 
-class RanksComponent:
+class _NoHooks:
+    """The hooks a component does not need, doing nothing (each component overrides only its own)."""
+
+    __slots__ = ()
+
+    def on_begin(self, step: int) -> None:
+        pass
+
+    def on_step(self, step: int) -> None:
+        pass
+
+    def on_record(self, step: int, readings: Mapping[str, float] | None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RanksComponent(_NoHooks):
     """The ranks (torch.distributed): every call remembers the step, a record joins the collective."""
 
     __slots__ = ("ranks",)
@@ -112,7 +130,7 @@ class RanksComponent:
         self.ranks.close()
 
 
-class SnapshotsComponent:
+class SnapshotsComponent(_NoHooks):
     """The snapshot manager: its schedule sees every step."""
 
     __slots__ = ("manager",)
@@ -121,20 +139,14 @@ class SnapshotsComponent:
     def __init__(self, manager: SnapshotManager) -> None:
         self.manager = manager
 
-    def on_begin(self, step: int) -> None:
-        pass
-
     def on_step(self, step: int) -> None:
         self.manager.on_step(step)
-
-    def on_record(self, step: int, readings: Mapping[str, float] | None) -> None:
-        pass
 
     def close(self) -> None:
         self.manager.close()
 
 
-class AlertsComponent:
+class AlertsComponent(_NoHooks):
     """The alert rules: they see each record's readings."""
 
     __slots__ = ("monitor",)
@@ -143,15 +155,6 @@ class AlertsComponent:
     def __init__(self, monitor: AlertMonitor) -> None:
         self.monitor = monitor
 
-    def on_begin(self, step: int) -> None:
-        pass
-
-    def on_step(self, step: int) -> None:
-        pass
-
     def on_record(self, step: int, readings: Mapping[str, float] | None) -> None:
         if readings is not None:
             self.monitor.on_record(step, readings)
-
-    def close(self) -> None:
-        pass
