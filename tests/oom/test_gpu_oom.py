@@ -101,3 +101,36 @@ def test_a_mempools_pool_id_on_the_trace(monkeypatch):
     assert list(pool.id) in [list(p) for p in d.pools]
     assert (d.segs["pool"] >= 0).all()  # every segment's pool known, released ones too
     del kept
+
+
+def test_outside_allocator_pinned_host_and_pool_series_on_a_real_device():
+    """The series of issue 38 against torch's own numbers on the device: outside the allocator is the driver's
+    used bytes minus reserved (the CUDA context at least), a pinned staging buffer is in the pinned-host series,
+    a MemPool's reserved and allocated bytes are its own series."""
+    from tbmem.probes.device import CudaProbe
+    from tbmem.tags import named_reading, pool_name
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.empty(MiB, device=dev)  # the context exists
+    staging = torch.empty(64 * MiB, dtype=torch.uint8).pin_memory()
+    pool = torch.cuda.MemPool() if hasattr(torch.cuda, "MemPool") else None
+    if pool is not None:
+        with torch.cuda.use_mem_pool(pool):
+            in_pool = torch.empty(40 * MiB, dtype=torch.uint8, device=dev)
+    torch.cuda.synchronize(dev)
+    r = CudaProbe(peak_mode="run").read()
+    free, total = torch.cuda.mem_get_info(dev)
+    outside = r["vram_outside_allocator"]
+    assert outside == pytest.approx(total - free - torch.cuda.memory_reserved(dev), abs=64 * MiB)
+    assert outside > 100 * MiB  # a CUDA context is hundreds of MB, none of it the allocator's
+    if "ram_pinned_host" in r:  # torch >= 2.6
+        assert r["ram_pinned_host"] >= staging.untyped_storage().nbytes()
+    if pool is not None and "vram_private_pools_reserved" in r:
+        name = pool_name(pool.id)
+        reserved = sum(s["total_size"] for s in torch.cuda.memory_snapshot()
+                       if tuple(s["segment_pool_id"]) == tuple(pool.id))
+        assert r[named_reading("vram_pool_reserved", name)] == reserved >= 40 * MiB
+        if named_reading("vram_pool_allocated", name) in r:
+            assert r[named_reading("vram_pool_allocated", name)] >= in_pool.untyped_storage().nbytes()
+        del in_pool
+    del staging
