@@ -101,12 +101,14 @@ class PickleWriter:
         self.boundary()
         self.frame += NEWTRUE if v else NEWFALSE
 
-    def tuple2(self, a: int, b: int) -> None:
+    def tuple2(self, a: int, b: int, key=None) -> None:
+        if key is not None and self.ref(key):
+            return
         self.boundary()
         self.int(a)
         self.int(b)
         self.frame += TUPLE2
-        self._memoize(None)
+        self._memoize(key)
 
     def begin_dict(self, key=None) -> None:
         self.boundary()
@@ -140,6 +142,8 @@ def write_container(w: PickleWriter, items: list, write_item, setitems: bool) ->
         w.raw(SETITEMS if setitems else APPENDS)
 
 
+#: The pools of ``write_torch_pickle(pool_id=...)``'s events (their integers pickled in each width).
+POOL_IDS = ((0, 0), (0, 300), (70_000, 1), (2**40, 2))
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom")
 
 
@@ -155,9 +159,13 @@ def _pass1(n, seed, cpp, empty_cache_every):
 
 def write_torch_pickle(fh, n_entries: int, *, devices: int = 1, other_entries: int = 2000, seed: int = 0,
                        cpp: bool = False, time_us: bool = True, compile_context: bool = True,
-                       oom: bool = True, empty_cache_every: int = 200_000) -> dict:
+                       oom: bool = True, empty_cache_every: int = 200_000, pool_id: str | None = None) -> dict:
     """Stream a torch-format snapshot pickle of about ``n_entries`` trace entries on cuda:0
-    (``other_entries`` on each further device). Returns facts about what was written."""
+    (``other_entries`` on each further device). Returns facts about what was written.
+
+    ``pool_id`` (torch >= 2.11 writes one on every event): ``"inline"`` a new tuple per event,
+    ``"shared"`` one tuple object per pool (memo references after the first); each event's pool is
+    :data:`POOL_IDS` picked by its address, one byte, two bytes, four and eight bytes wide."""
     w = PickleWriter(fh)
     sizes = [n_entries] + [other_entries] * (devices - 1)
     plans = [_pass1(n, seed + d, cpp, empty_cache_every) for d, n in enumerate(sizes)]
@@ -265,6 +273,7 @@ def write_torch_pickle(fh, n_entries: int, *, devices: int = 1, other_entries: i
             key("device_free" if action == "oom" else "addr"); w.int(addr)
             key("size"); w.int(size)
             key("stream"); w.int(0)
+            _pool_id(w, key, addr, pool_id)
             if time_us:
                 key("time_us"); w.int(t)
             if compile_context:
@@ -291,6 +300,14 @@ def write_torch_pickle(fh, n_entries: int, *, devices: int = 1, other_entries: i
     w.end()
     w.finish()
     return facts
+
+
+def _pool_id(w: PickleWriter, key, addr: int, style: str | None) -> None:
+    """An event's ``pool_id`` (see :func:`write_torch_pickle`), nothing when ``style`` is None."""
+    if style is not None:
+        pa, pb = POOL_IDS[(addr >> 21) % len(POOL_IDS)]
+        key("pool_id")
+        w.tuple2(pa, pb, key=("p", pa, pb) if style == "shared" else None)
 
 
 def _write_stream(w, items, write_item):

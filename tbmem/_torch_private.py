@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
 import torch
 
@@ -50,10 +51,18 @@ __all__ = [
     "xpu_memory",
     "reset_xpu_peaks",
     "xpu_has_memory_history",
+    "xpu_record_memory_history",
+    "xpu_stop_memory_history",
+    "xpu_snapshot",
+    "xpu_current_device",
     "mps_memory",
     "memory_viz_trace_plot",
     "cuda_annotate",
     "attach_oom_observer",
+    "OomRequest",
+    "watch_oom_requests",
+    "take_oom_request",
+    "nvml_device_index",
     "disable_torch_function_subclass",
     "saved_tensors_of",
     "saved_tensor_attrs",
@@ -276,6 +285,18 @@ def cuda_pinned_host_bytes() -> int | None:
     return None if value is None else int(value)
 
 
+def nvml_device_index(device: int) -> int:
+    """NVML's index of CUDA device ``device`` (``CUDA_VISIBLE_DEVICES`` renumbers CUDA's, not NVML's):
+    torch's own mapping where it has one (``torch.cuda._get_nvml_device_index``), else ``device``."""
+    mapping = getattr(torch.cuda, "_get_nvml_device_index", None)
+    if mapping is None:
+        return device
+    try:
+        return int(mapping(device))
+    except (RuntimeError, ValueError, AssertionError, AttributeError):  # an odd CUDA_VISIBLE_DEVICES
+        return device
+
+
 def cuda_is_integrated(device: int) -> bool:
     """Whether ``device`` shares the host's memory (a unified-memory device: Jetson, GB10/DGX Spark)."""
     if not cuda_ready():
@@ -325,6 +346,37 @@ def xpu_has_memory_history() -> bool:
     """Whether this torch records XPU allocator history (``torch.xpu.memory._record_memory_history``)."""
     mod = getattr(getattr(torch, "xpu", None), "memory", None)
     return mod is not None and hasattr(mod, "_record_memory_history") and hasattr(mod, "_snapshot")
+
+
+def _xpu_memory_module() -> Any:
+    return getattr(getattr(torch, "xpu", None), "memory", None)
+
+
+def xpu_record_memory_history(*, stacks: str = "python", max_entries: int = 100_000) -> bool:
+    """Start recording XPU allocator history (the same trace as CUDA's); False where this torch has none
+    (:func:`xpu_has_memory_history`) or no XPU is initialised."""
+    if not (xpu_ready() and xpu_has_memory_history()):
+        return False
+    _xpu_memory_module()._record_memory_history(enabled="all", stacks=stacks, max_entries=max_entries)
+    return True
+
+
+def xpu_stop_memory_history() -> None:
+    """Stop recording XPU allocator history (no-op where unsupported)."""
+    if xpu_ready() and xpu_has_memory_history():
+        _xpu_memory_module()._record_memory_history(enabled=None)
+
+
+def xpu_snapshot() -> dict[str, Any] | None:
+    """The XPU allocator's snapshot dict (segments and device_traces, CUDA's format), or None."""
+    if not (xpu_ready() and xpu_has_memory_history()):
+        return None
+    return _xpu_memory_module()._snapshot()
+
+
+def xpu_current_device() -> int | None:
+    """The current XPU index, or None where no XPU is initialised."""
+    return int(torch.xpu.current_device()) if xpu_ready() else None
 
 
 def mps_memory() -> tuple[int, int, int | None] | None:
@@ -381,7 +433,9 @@ def memory_viz_trace_plot(snapshot: dict[str, Any]) -> str | None:
 
 
 def attach_oom_observer(callback: Callable[[int, int, int, int], None]) -> bool:
-    """Call ``callback(device, alloc, device_allocated, device_free)`` on a CUDA OOM.
+    """Call ``callback(device, alloc, device_total, device_free)`` on a CUDA OOM (c10's ``OutOfMemoryObserver``:
+    the bytes the allocator tried to allocate, the device's total bytes, or the limit a memory fraction
+    sets, and the driver's free bytes).
 
     Returns False when this torch has no observer hook or CUDA is not ready.
     """
@@ -390,6 +444,44 @@ def attach_oom_observer(callback: Callable[[int, int, int, int], None]) -> bool:
         return False
     hook(callback)
     return True
+
+
+class OomRequest(NamedTuple):
+    """What torch's out-of-memory observer reported: the exact bytes the allocator tried to allocate (what
+    its message prints rounded), the device's total bytes (or the limit ``set_per_process_memory_fraction``
+    sets), the driver's free bytes at that moment, and when (``time.monotonic``)."""
+
+    requested: int
+    device_total: int
+    device_free: int
+    at: float
+
+
+_oom_requests: dict[int, OomRequest] = {}
+_oom_watched = False
+
+
+def _on_oom(device: int, alloc: int, device_total: int, device_free: int) -> None:
+    try:  # called by the allocator right before it raises: nothing may escape into it
+        _oom_requests[int(device)] = OomRequest(int(alloc), int(device_total), int(device_free), time.monotonic())
+    except Exception:  # noqa: BLE001, S110 - an odd argument: the explanation falls back to the message
+        pass
+
+
+def watch_oom_requests() -> bool:
+    """Attach tbmem's out-of-memory observer (once per process; torch keeps every observer attached and
+    calls each at an allocator OOM), so that :func:`take_oom_request` knows the exact bytes requested.
+    False where this torch has no observer hook or CUDA is not ready (then the explanation reads the
+    bytes from the error message, rounded as torch prints them)."""
+    global _oom_watched
+    if not _oom_watched:
+        _oom_watched = attach_oom_observer(_on_oom)
+    return _oom_watched
+
+
+def take_oom_request(device: int) -> OomRequest | None:
+    """The observer's last report for ``device``, removed (each OOM explained once); None if there is none."""
+    return _oom_requests.pop(device, None)
 
 
 def disable_torch_function_subclass() -> AbstractContextManager[object]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem import _torch_private as tp
 from tbmem._log import logger, oom_line, report_once
+from tbmem.oom.census import take_at_oom as take_oom_census
 from tbmem.oom.runtime import report as explain_oom
 from tbmem._safe_io import describe
 from tbmem._writer_base import NEVER
@@ -176,6 +177,9 @@ class StepHooks(RecordPipeline):
     def _save_oom(self, step: int, exc: BaseException) -> None:
         paths: list[str] = []
         snap_error: str | None = None
+        # issue 38: live memory by category, from a census (host memory only), before the snapshot records it
+        census = take_oom_census(self.watched_models, self.watched_optimizers, self.config.device) if (
+            self._active and self._census_on and not self.closed) else None
         if self._active and not self.closed:
             if self._profile is not None:  # the OOM in the window's trace, written now: the run may end here
                 self._profile.instant("out of memory", step=step, error=f"{type(exc).__name__}: {exc}"[:300])
@@ -183,7 +187,7 @@ class StepHooks(RecordPipeline):
                 self._profile_at = self._profile.at
             if self._snapshots is not None:
                 try:
-                    result = self._snapshots.on_oom(step, exc)
+                    result = self._snapshots.on_oom(step, exc, census=census)
                 except Exception as err:  # noqa: BLE001
                     result, snap_error = [], describe(err)
                 paths = list(result or [])
@@ -194,7 +198,7 @@ class StepHooks(RecordPipeline):
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self._flush_quietly()
         # issue 38: the OOM explained in numbers, in the same one stderr block and the run's text tab
-        explained = explain_oom(self._emit, step, exc) if self._active else ""
+        explained = explain_oom(self._emit, step, exc, census=census) if self._active else ""
         logger.error("%s", oom_line(step, exc, paths, snap_error) + explained)
         if self._ranks is not None:  # after this rank's snapshot: the other ranks write theirs
             self._ranks.on_oom(step)

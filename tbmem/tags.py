@@ -122,6 +122,14 @@ _ROWS: tuple[Tag, ...] = (
     Tag(key="vram_nvml_used", tag="Memory/GPU/vram_nvml_used_GB", unit="GB", scale=GiB,
         meaning="Device memory used as nvidia-smi reports it, all processes and contexts included.",
         when="MemoryWriter, every `every` steps, with the `nvml` extra"),
+    Tag(key="vram_nvml_process", tag="Memory/GPU/vram_nvml_process_GB", unit="GB", scale=GiB,
+        meaning="Device memory NVML attributes to this process (nvmlDeviceGetComputeRunningProcesses): "
+                "PyTorch's reserved bytes plus its CUDA context, NCCL and cuBLAS/cuDNN workspaces.",
+        when="MemoryWriter, every `every` steps, with the `nvml` extra, where NVML lists this process's pid"),
+    Tag(key="vram_nvml_other_processes", tag="Memory/GPU/vram_nvml_other_processes_GB", unit="GB", scale=GiB,
+        meaning="Device memory NVML attributes to the other processes on this device (part of what is "
+                "outside PyTorch's allocator).",
+        when="MemoryWriter, every `every` steps, with the `nvml` extra, where NVML lists this process's pid"),
     Tag(key="fragmentation", tag="Memory/fragmentation_percent", unit="%",
         meaning="(reserved - allocated) / reserved * 100: reserved memory not holding tensors.",
         when=_EVERY_CUDA),

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from tbmem.oom.census import elsewhere, on_device
 from tbmem.oom.settings import AllocatorSettings
 from tbmem.snapshot.allocator import AllocatorState, allocator_state
 from tbmem.snapshot.model import FLAG_FREE_SITE, SEG_EXPANDABLE, SEG_SMALL, Device
@@ -85,6 +86,10 @@ class OomExplanation:
     time_us: int | None = None
     retries: int | None = None
     census: dict[str, int] | None = None
+    census_elsewhere: dict[str, dict[str, int]] | None = None
+    pool: list[int] | None = None
+    other_processes_bytes: int | None = None
+    process_device_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -181,6 +186,8 @@ def _verdict(x: OomExplanation) -> str:
         return "fragmented"  # a block existed, but in another pool or stream than the request's
     free = x.device_free_bytes or 0
     reusable = x.inactive_split_bytes + x.free_segment_bytes
+    if x.pool is not None:  # the request's pool known: only its free bytes could have served it
+        reusable = sum(g["free_bytes"] for g in x.free_blocks if g["pool"] == x.pool)
     if free < need <= free + reusable:
         return "fragmented"
     if free + reusable < need <= free + reusable + x.pending_free_bytes:
@@ -226,9 +233,12 @@ def _advice(x: OomExplanation, s: AllocatorSettings) -> list[dict[str, Any]]:
     if x.verdict in ("device_full", "pending_free"):
         short = _need(x.requested_bytes or 0) - (x.device_free_bytes or 0) - unused
         top = x.live_by_site[0] if x.live_by_site else None
+        cats = {k: v for k, v in (x.census or {}).items() if k != "unattributed" and v}
+        big = max(cats.items(), key=lambda kv: kv[1]) if cats else None
         out.append({"kind": "reduce_live", "bytes": max(short, 0),
                     "text": f"free at least {_b(max(short, 0))} of live memory ({_b(x.allocated_bytes)} allocated)"
-                            + (f"; the largest site holds {_b(top['bytes'])}: {top['site']}" if top else "")})
+                            + (f"; the largest site holds {_b(top['bytes'])}: {top['site']}" if top else "")
+                            + (f"; the largest category is {big[0]} ({_b(big[1])})" if big else "")})
     if x.outside_allocator_bytes and x.device_total_bytes and x.outside_allocator_bytes > x.device_total_bytes // 20:
         out.append({"kind": "outside_allocator", "bytes": x.outside_allocator_bytes,
                     "text": f"{_b(x.outside_allocator_bytes)} of the device are outside PyTorch's allocator (CUDA "
@@ -245,13 +255,15 @@ def explain_device(dev: Device, oom: Mapping[str, Any], *, categories: Sequence[
                    settings: Mapping[str, Any] | AllocatorSettings | None = None,
                    site_of_stack: np.ndarray | None = None, rank: int | None = None, step: int | None = None,
                    device_total: int | None = None, retries: int | None = None,
-                   census: Mapping[str, int] | None = None) -> OomExplanation:
+                   census: Mapping[str, Any] | None = None) -> OomExplanation:
     """The explanation of ``oom`` (an entry of ``dev.ooms``: ``event``, ``requested_bytes``, ``free_bytes``)
     from the allocator's state at that event (its last event when ``event`` is missing).
 
     ``settings``: the allocator settings the snapshot recorded (``allocator_settings``) or read at
     runtime; ``site_of_stack``: per stack id its site frame (default: none, every site unnamed);
-    ``device_total``: the driver's total bytes where known (a snapshot file does not record it).
+    ``device_total``: the driver's total bytes where known (a snapshot file does not record it);
+    ``census``: the census taken at the error (:func:`tbmem.oom.census.census_doc`), whose bytes on
+    this device become ``census`` (by category, and ``unattributed``), those elsewhere ``census_elsewhere``.
     """
     event = oom.get("event")
     event = dev.n_events - 1 if event is None or event < 0 else int(event)
@@ -260,7 +272,10 @@ def explain_device(dev: Device, oom: Mapping[str, Any], *, categories: Sequence[
     req = oom.get("requested_bytes")
     req = None if req is None else int(req)
     pool_kind = "small" if req is not None and req < SMALL_REQUEST else "large"
-    fitting = [g["largest_free_block_bytes"] for g in blocks if g["kind"] == pool_kind]
+    pool = oom.get("pool")  # the request's memory pool, where the trace recorded it (torch >= 2.11)
+    pool = [int(pool[0]), int(pool[1])] if isinstance(pool, (list, tuple)) and len(pool) == 2 else None
+    fitting = [g["largest_free_block_bytes"] for g in blocks if g["kind"] == pool_kind
+               and (pool is None or g["pool"] == pool)]
     s = settings if isinstance(settings, AllocatorSettings) else AllocatorSettings.from_mapping(settings)
     sites = site_of_stack if site_of_stack is not None else np.full(len(stacks), -1, dtype=np.int64)
 
@@ -288,7 +303,8 @@ def explain_device(dev: Device, oom: Mapping[str, Any], *, categories: Sequence[
         live_by_site=live_by_site(dev, state, sites, label)[:_TOP_SITES], settings=s.to_json(),
         outside_allocator_bytes=outside, verdict="unknown", rank=rank, step=step, event=event,
         time_us=None if oom.get("time_us") is None else int(oom["time_us"]), retries=retries,
-        census=None if census is None else dict(census))
+        census=None if census is None else on_device(census, dev.name),
+        census_elsewhere=None if census is None else elsewhere(census, dev.name), pool=pool)
     if state.outside_bytes:
         x.notes.append(f"{state.outside_bytes} bytes of live allocations lie in no segment of the file")
     if dev.segs is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tbmem.oom.census import oom_census
 from tbmem.oom.explain import OomExplanation, explain_device
 from tbmem.snapshot.stats import attribution
 
@@ -22,15 +23,17 @@ __all__ = ["explain_snapshot"]
 
 
 def explain_snapshot(snap: Any, *, device_total: int | None = None, retries: int | None = None,
-                     census: Mapping[str, int] | None = None, settings: Mapping[str, Any] | None = None,
+                     census: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
                      site_of_stack: np.ndarray | None = None) -> list[tuple[Any, OomExplanation]]:
     """Every ``oom`` event of a :class:`~tbmem.snapshot.model.Snapshot` explained, as (device, explanation).
 
-    ``settings`` default to what the snapshot recorded (``meta["allocator_settings"]``).
+    ``settings`` and ``census`` default to what the snapshot recorded (``meta["allocator_settings"]``,
+    ``meta["oom_census"]``).
     """
     if site_of_stack is None:
         site_of_stack = attribution(snap)
     recorded = settings if settings is not None else snap.meta.get("allocator_settings")
+    census = census if census is not None else oom_census(snap)
     out = []
     for dev in snap.devices:
         for oom in dev.ooms:

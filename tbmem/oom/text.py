@@ -24,6 +24,15 @@ def _b(n: int | None) -> str:
     return "not known" if n is None else format_bytes(n)
 
 
+def _outside(x: OomExplanation) -> str:
+    """What NVML tells of the bytes outside the allocator: the other processes' and this one's own."""
+    if x.other_processes_bytes is None or x.outside_allocator_bytes is None:
+        return ""
+    own = max(x.outside_allocator_bytes - x.other_processes_bytes, 0)
+    return (f" = other processes {_b(x.other_processes_bytes)} (NVML) + this process outside the allocator "
+            f"{_b(own)} (CUDA context, NCCL, cuBLAS/cuDNN workspaces)")
+
+
 def headline(x: OomExplanation) -> str:
     """One sentence: what made the request fail."""
     req = _b(x.requested_bytes)
@@ -41,7 +50,7 @@ def explanation_text(x: OomExplanation, *, sites: int = 5) -> str:
     who = x.device + (f" (rank {x.rank})" if x.rank else "")
     lines = [f"tbmem: why {who} ran out of memory: {headline(x)}",
              (f"  device: total {_b(x.device_total_bytes)}, free {_b(x.device_free_bytes)} (driver); "
-              f"outside PyTorch's allocator {_b(x.outside_allocator_bytes)}"),
+              f"outside PyTorch's allocator {_b(x.outside_allocator_bytes)}" + _outside(x)),
              (f"  reserved {_b(x.reserved_bytes)} = live tensors {_b(x.live_requested_bytes)} + pending free "
               f"{_b(x.pending_free_bytes)} + inactive split {_b(x.inactive_split_bytes)} + free segments "
               f"{_b(x.free_segment_bytes)} + rounding {_b(x.rounding_bytes)}")]
@@ -49,11 +58,19 @@ def explanation_text(x: OomExplanation, *, sites: int = 5) -> str:
         pool = "default pool" if g["pool"] == [0, 0] else f"pool {tuple(g['pool'])}"
         lines.append(f"  largest free block {_b(g['largest_free_block_bytes'])} of {_b(g['free_bytes'])} free: "
                      f"{g['kind']} {pool}, stream {g['stream']}, {g['segments']} segment(s)"
-                     + (" (expandable)" if g["expandable"] else ""))
+                     + (" (expandable)" if g["expandable"] else "")
+                     + (" <- the request's pool" if x.pool is not None and g["pool"] == x.pool else ""))
     if x.live_by_category:
-        lines.append("  live by category: " + ", ".join(f"{k} {_b(v)}" for k, v in x.live_by_category.items()))
-    if x.census:
-        lines.append("  census: " + ", ".join(f"{k} {_b(v)}" for k, v in x.census.items()))
+        lines.append("  live by category (allocator snapshot): " + ", ".join(f"{k} {_b(v)}" for k, v in x.live_by_category.items()))
+    if x.census is not None:
+        found = {k: v for k, v in x.census.items() if v and k != "unattributed"}
+        line = ", ".join(f"{k} {_b(v)}" for k, v in sorted(found.items(), key=lambda kv: -kv[1])) or "no tensor found"
+        if "unattributed" in x.census:
+            line += f"; unattributed (allocated, no tensor found for it) {_b(x.census['unattributed'])}"
+        lines.append(f"  live on {x.device} by category (census at the error): {line}")
+        for dev, cats in (x.census_elsewhere or {}).items():
+            lines.append(f"  census on {dev}: " + ", ".join(
+                f"{k} {_b(v)}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])))
     for row in x.live_by_site[:sites]:
         lines.append(f"  live {_b(row['bytes'])} in {row['count']} block(s): {row['site']}")
     s = x.settings

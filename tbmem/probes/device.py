@@ -12,7 +12,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, NamedTuple
 
 from tbmem import _torch_private as tp
 from tbmem._extras import require
@@ -21,11 +22,55 @@ from tbmem.probes.accel import MpsProbe, XpuProbe, accelerator_readings
 from tbmem.probes.base import Probe
 from tbmem.tags import named_reading
 
-__all__ = ["CudaProbe", "NvmlProbe", "fragmentation_percent"]
+__all__ = ["CudaProbe", "NvmlProbe", "NvmlProcesses", "fragmentation_percent", "nvml_processes",
+           "read_nvml_processes"]
 
 #: Pools with a series of their own (by id); a run that makes a MemPool per step would otherwise make
 #: a tag per step: the pools past these are in vram_private_pools_reserved only.
 _MAX_POOLS = 16
+
+
+class NvmlProcesses(NamedTuple):
+    """Device memory as NVML attributes it per process (``nvmlDeviceGetComputeRunningProcesses``): this
+    process's (None where NVML lists no process with its pid: another pid namespace, as in a container),
+    the other processes' (all of them where this one is not found), how many others, and the bytes of
+    processes whose use NVML does not report (counted in none of these)."""
+
+    own: int | None
+    others: int
+    n_others: int
+    not_reported: int
+
+
+def nvml_processes(nvml: Any, handle: Any, pid: int | None = None) -> NvmlProcesses:
+    """:class:`NvmlProcesses` of the device ``handle`` (``nvml``: the pynvml module); ``pid`` defaults to this process."""
+    pid = os.getpid() if pid is None else pid
+    own: int | None = None
+    others = n_others = not_reported = 0
+    for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        used = getattr(proc, "usedGpuMemory", None)
+        if used is None:  # NVML_VALUE_NOT_AVAILABLE (pynvml gives None): the process is there, its bytes not
+            not_reported += 1
+        elif int(proc.pid) == pid:
+            own = (own or 0) + int(used)
+        else:
+            others += int(used)
+            n_others += 1
+    return NvmlProcesses(own=own, others=others, n_others=n_others, not_reported=not_reported)
+
+
+def read_nvml_processes(cuda_device: int) -> NvmlProcesses:
+    """:func:`nvml_processes` of CUDA device ``cuda_device`` (initialises NVML for the call; no CUDA context).
+
+    Raises:
+        tbmem.MissingExtraError: nvidia-ml-py is not installed.
+    """
+    nvml = require("pynvml", extra="nvml")
+    nvml.nvmlInit()
+    try:
+        return nvml_processes(nvml, nvml.nvmlDeviceGetHandleByIndex(tp.nvml_device_index(cuda_device)))
+    finally:
+        nvml.nvmlShutdown()
 
 
 def fragmentation_percent(allocated: float, reserved: float) -> float:
@@ -53,6 +98,7 @@ class CudaProbe(Probe):
         self.device = device
         self.peak_mode = peak_mode
         self._integrated: bool | None = None
+        self._watching = False
         self._xpu = XpuProbe(device=device or 0, peak_mode=peak_mode)
         self._mps = MpsProbe()
 
@@ -69,6 +115,8 @@ class CudaProbe(Probe):
         stats = None if device is None else tp.cuda_memory_stats(device)
         if device is None or stats is None:  # no CUDA: an Intel XPU or Apple GPU, under the same tags
             return accelerator_readings(self._xpu, self._mps)
+        if not self._watching:  # the exact bytes of an out-of-memory request (tbmem.oom), once CUDA is up
+            self._watching = tp.watch_oom_requests()
         allocated = float(stats.get("allocated_bytes.all.current", 0))
         reserved = float(stats.get("reserved_bytes.all.current", 0))
         readings: dict[str, Any] = {
@@ -130,6 +178,7 @@ class NvmlProbe(Probe):
         self._nvml = require("pynvml", extra="nvml")
         self.device = device
         self._handle: Any = None
+        self._processes = True
 
     def start(self) -> None:
         if self._handle is None:
@@ -139,7 +188,19 @@ class NvmlProbe(Probe):
     def read(self) -> dict[str, float]:
         self.start()
         info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
-        return {"vram_nvml_used": float(info.used)}
+        readings = {"vram_nvml_used": float(info.used)}
+        if self._processes:
+            try:
+                split = nvml_processes(self._nvml, self._handle)
+            except self._nvml.NVMLError as exc:  # not supported on this device or driver: used only
+                self._processes = False
+                report_once("nvml:processes", "tbmem: NVML does not attribute this device's memory to processes; "
+                            "only the device's used bytes are recorded", exc=exc)
+                split = None
+            if split is not None and split.own is not None:
+                readings["vram_nvml_process"] = float(split.own)
+                readings["vram_nvml_other_processes"] = float(split.others)
+        return readings
 
     def stop(self) -> None:
         if self._handle is not None:

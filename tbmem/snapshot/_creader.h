@@ -19,7 +19,7 @@
 #define MAX_KEYS 64
 #define MAX_GENERIC 64
 
-enum { K_FRAMES, K_ADDR, K_SIZE, K_TIME, K_STREAM, K_ACTION, K_OTHER, K_META };
+enum { K_FRAMES, K_ADDR, K_SIZE, K_TIME, K_STREAM, K_ACTION, K_OTHER, K_META, K_POOL };
 
 typedef struct {
     const uint8_t *b;
@@ -40,6 +40,7 @@ static const Py_ssize_t OUT_ITEM[N_OUT] = {8, 8, 1, 1, 8, 8, 8, 8, 1, 8, 8, 8, 8
 typedef struct {
     int64_t *start, *end, *addr, *size, *time, *stream, *action_ref, *list_ref, *span_pos, *span_len, *inl,
         *inl_bf, *meta_ref, *chain;
+    int64_t *pool_a, *pool_b, *pool_ref; /* pool_id: an inline (a, b) (pool_ref -1) or a memo reference */
     uint64_t *span_hash;
     uint8_t *ok, *has_time, *batch_end;
     int8_t *layout;
@@ -200,6 +201,27 @@ static inline void parse_event(const Buf *B, int64_t c, const Layout *L, Out *o,
             p = parse_frames(B, p, w, &ok, o, i);
             continue;
         }
+        if (kind == K_POOL) { /* pool_id (torch >= 2.11): INT INT TUPLE2 MEMOIZE, or a memo reference */
+            int64_t idx, rlen = ref_at(w, &idx), a = 0, b = 0, la = int_at(B, p, w, &a), lb = 0;
+            if (rlen > 0) {
+                o->pool_ref[i] = idx;
+                p += rlen;
+                continue;
+            }
+            if (la > 0) {
+                lb = int_at(B, p + la, word(B, p + la), &b);
+            }
+            if (la == 0 || lb == 0 || byte_at(B, p + la + lb) != 0x86 || byte_at(B, p + la + lb + 1) != 0x94) {
+                ok = 0;
+                p += 1;
+                continue;
+            }
+            o->pool_a[i] = a;
+            o->pool_b[i] = b;
+            o->pool_ref[i] = -1;
+            p += la + lb + 2;
+            continue;
+        }
         if (kind <= K_STREAM) {
             int64_t v, len = int_at(B, p, w, &v);
             if (len == 0) {
@@ -285,7 +307,7 @@ static inline int unpack_layouts(PyObject *spec, Layout *L, int *n_layouts, int 
         }
         L[li].n_keys = u[at++];
         for (int k = 0; k < L[li].n_keys; k++) {
-            if (at + 11 > len || u[at] > K_META || u[at + 2] > 8) {
+            if (at + 11 > len || u[at] > K_POOL || u[at + 2] > 8) {
                 goto bad;
             }
             L[li].kind[k] = u[at];

@@ -11,13 +11,16 @@
  * action(slot) -> action code or -1, frames(slot) -> stack id or -3, meta(slot) -> string id, -1 (empty)
  * or -3; and once per distinct value: stack(reference bytes) -> stack id or -1 (only with references to
  * memo entries before the run), string(bytes) -> memo slot of the decoded string, meta_inline(bytes) ->
- * string id or -1, refslot(stack id) -> memo slot of its StackRef. A reference to a memo entry stored
+ * string id or -1, refslot(stack id) -> memo slot of its StackRef, pool_slot((a, b)) -> memo slot of the tuple an
+ * inline pool_id stores, and pool_of(slot) -> index of the pool_id that memo object is, or -3 (cached by slot
+ * like action, frames and meta). A reference to a memo entry stored
  * in this run is refused, except a frames list stored by an earlier event of the run.
  * Stacks of new frames lists are cached by the two 64-bit hashes of their reference bytes ; forget() drops them when the memo is overwritten.
  */
 #include "_creader.h"
 
-enum { CB_ACTION, CB_FRAMES, CB_META, CB_STACK, CB_STRING, CB_META_INLINE, CB_REFSLOT, N_CB };
+enum { CB_ACTION, CB_FRAMES, CB_META, CB_STACK, CB_STRING, CB_META_INLINE, CB_REFSLOT, CB_POOL_SLOT, CB_POOL_OF,
+       N_CB };
 
 typedef struct {
     uint64_t h1, h2;
@@ -34,11 +37,12 @@ typedef struct {
 } Table;
 
 typedef struct {
-    int32_t *cache[3]; /* per memo object slot: action code, frames stack id, meta string id; INT32_MIN unknown */
-    Py_ssize_t n_cache[3];
+    int32_t *cache[4]; /* per memo object slot: action code, frames stack id, meta string id, pool index;
+                        * INT32_MIN unknown */
+    Py_ssize_t n_cache[4];
     int32_t *refslot;
     Py_ssize_t n_refslot;
-    Table spans, strs, metas;
+    Table spans, strs, metas, pools;
     PyObject *cb[N_CB]; /* borrowed from run()'s arguments while it runs: the runner holds no Python object */
 } Runner;
 
@@ -129,13 +133,14 @@ static void runner_free(PyObject *capsule) {
     if (R == NULL) {
         return;
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         PyMem_Free(R->cache[k]);
     }
     PyMem_Free(R->refslot);
     table_clear(&R->spans);
     table_clear(&R->strs);
     table_clear(&R->metas);
+    table_clear(&R->pools);
     PyMem_Free(R);
 }
 
@@ -201,7 +206,7 @@ static int grow(int32_t **a, Py_ssize_t *n, Py_ssize_t need) {
     return 0;
 }
 
-/* what the memo object at ``slot`` means as an action (0), a frames value (1) or user metadata (2) */
+/* what the memo object at ``slot`` means as an action (0), a frames value (1), user metadata (2) or a pool (3) */
 static int by_slot(Runner *R, int kind, int32_t slot, int32_t *out) {
     if (slot < 0) {
         PyErr_SetString(PyExc_ValueError, "negative memo slot");
@@ -211,7 +216,7 @@ static int by_slot(Runner *R, int kind, int32_t slot, int32_t *out) {
         return -1;
     }
     if (R->cache[kind][slot] == UNKNOWN) {
-        static const int cb[3] = {CB_ACTION, CB_FRAMES, CB_META};
+        static const int cb[4] = {CB_ACTION, CB_FRAMES, CB_META, CB_POOL_OF};
         if (call(R, cb[kind], PyLong_FromLong(slot), -3, &R->cache[kind][slot]) < 0) {
             return -1;
         }
@@ -254,8 +259,23 @@ static int new_stack(Runner *R, const Buf *B, int64_t pos, int64_t len, const ui
     return *out >= 0 ? table_put(&R->spans, hash[0], hash[1], NULL, 0, *out) : 0;
 }
 
-enum { R_ACTION, R_ADDR, R_SIZE, R_TIME, R_STACK, R_META, R_STREAM, R_ENTRIES, N_ROWOUT };
-static const Py_ssize_t ROW_ITEM[N_ROWOUT] = {1, 8, 8, 8, 4, 4, 8, 4};
+/* the memo slot of the tuple an inline pool_id (a, b) stores, through a table keyed by its two integers */
+static int pool_slot(Runner *R, int64_t a, int64_t b, int32_t *out) {
+    uint8_t key[16];
+    memcpy(key, &a, 8);
+    memcpy(key + 8, &b, 8);
+    uint64_t h1 = (uint64_t)a * 0x9E3779B97F4A7C15ull ^ (uint64_t)b, h2 = (uint64_t)b * 0xC2B2AE3D27D4EB4Full ^ (uint64_t)a;
+    if (table_find(&R->pools, h1, h2, key, 16, out)) {
+        return 0;
+    }
+    if (call(R, CB_POOL_SLOT, Py_BuildValue("(LL)", (long long)a, (long long)b), 0, out) < 0) {
+        return -1;
+    }
+    return table_put(&R->pools, h1, h2, key, 16, *out);
+}
+
+enum { R_ACTION, R_ADDR, R_SIZE, R_TIME, R_STACK, R_META, R_STREAM, R_POOL, R_ENTRIES, N_ROWOUT };
+static const Py_ssize_t ROW_ITEM[N_ROWOUT] = {1, 8, 8, 8, 4, 4, 8, 4, 4};
 
 PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
     PyObject *capsule, *callbacks, *obj, *spec, *memo_obj, *outs, *cuts = NULL, *result = NULL;
@@ -278,7 +298,7 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
         goto done;
     }
     if (PyTuple_GET_SIZE(callbacks) != N_CB) {
-        PyErr_SetString(PyExc_ValueError, "run() takes 7 callbacks");
+        PyErr_SetString(PyExc_ValueError, "run() takes 9 callbacks");
         R = NULL;
         goto done;
     }
@@ -317,7 +337,7 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
     }
     int8_t *o_action = ptr[R_ACTION];
     int64_t *o_addr = ptr[R_ADDR], *o_size = ptr[R_SIZE], *o_time = ptr[R_TIME], *o_stream = ptr[R_STREAM];
-    int32_t *o_stack = ptr[R_STACK], *o_meta = ptr[R_META], *entries = ptr[R_ENTRIES];
+    int32_t *o_stack = ptr[R_STACK], *o_meta = ptr[R_META], *o_pool = ptr[R_POOL], *entries = ptr[R_ENTRIES];
     esid = PyMem_Malloc((size_t)(ecap ? ecap : 1) * sizeof(int32_t)); /* per entry: a new list's stack, else -1 */
     cuts = PyList_New(0);
     if (esid == NULL || cuts == NULL) {
@@ -357,7 +377,8 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
         }
         const Layout *lay = &L[li];
         int64_t start = q, end = 0, addr = 0, size = 0, time = 0, stream = 0, action_ref = -1, list_ref = -1,
-                span_pos = 0, span_len = 0, inl = 0, inl_bf = 0, meta_ref = -1, chain = 0;
+                span_pos = 0, span_len = 0, inl = 0, inl_bf = 0, meta_ref = -1, chain = 0, pool_a = 0, pool_b = 0,
+                pool_ref = -2; /* -2: no pool_id */
         int64_t spos[MAX_GENERIC], slen[MAX_GENERIC];
         uint64_t hash[2] = {0, 0};
         uint8_t ok = 0, has_time = 0, batch_end = 0;
@@ -366,6 +387,7 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
         o.start = &start; o.end = &end; o.addr = &addr; o.size = &size; o.time = &time; o.stream = &stream;
         o.action_ref = &action_ref; o.list_ref = &list_ref; o.span_pos = &span_pos; o.span_len = &span_len;
         o.inl = &inl; o.inl_bf = &inl_bf; o.meta_ref = &meta_ref; o.chain = &chain; o.span_hash = hash;
+        o.pool_a = &pool_a; o.pool_b = &pool_b; o.pool_ref = &pool_ref;
         o.ok = &ok; o.has_time = &has_time; o.batch_end = &batch_end; o.layout = &layout;
         int has_frames = 0, has_meta = 0;
         for (int k = 0; k < lay->n_keys; k++) {
@@ -422,8 +444,20 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
                 }
             }
         }
+        int32_t pool = -1, pslot = -1;
+        if (pool_ref == -1) { /* an inline tuple: a memo entry of its own */
+            if (pool_slot(R, pool_a, pool_b, &pslot) < 0) goto done;
+            if (by_slot(R, 3, pslot, &pool) < 0) goto done;
+        } else if (pool_ref >= base) {
+            break;
+        } else if (pool_ref >= 0) {
+            if (by_slot(R, 3, memo[pool_ref], &pool) < 0) goto done;
+        }
+        if (pool < -1) {
+            break; /* not a pair of integers the interpreter would keep: it reads the event */
+        }
         /* the memo entries the interpreter stores: the event dict (slot 0), then per key in order its
-         * inline string or new frames list */
+         * inline string, new frames list or inline pool_id tuple */
         entries[m] = 0;
         esid[m++] = -1;
         for (int k = 0; k < lay->n_keys; k++) {
@@ -439,6 +473,9 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
                 }
                 entries[m] = R->refslot[sid];
                 esid[m++] = sid;
+            } else if (lay->kind[k] == K_POOL && pool_ref == -1) {
+                entries[m] = pslot;
+                esid[m++] = -1;
             }
         }
         o_action[n] = (int8_t)code;
@@ -448,6 +485,7 @@ PyObject *tbmem_runner_run(PyObject *module, PyObject *args) {
         o_stack[n] = sid;
         o_meta[n] = meta;
         o_stream[n] = stream;
+        o_pool[n] = pool;
         if (cut && n > 0) {
             PyObject *v = PyLong_FromSsize_t(n);
             if (v == NULL || PyList_Append(cuts, v) < 0) {

@@ -51,7 +51,8 @@ class SnapshotConfig:
             torch's ``_snapshot()`` format (:mod:`tbmem.snapshot.torch_format`: plain data, protocol 4),
             which ``torch.cuda._memory_viz`` and pytorch.org/memory_viz open.
         rank: Rank in file names; None reads ``RANK`` from the environment (else 0).
-        recorder: ``"auto"`` (CUDA history when CUDA is initialised, else the CPU allocator
+        recorder: ``"auto"`` (CUDA history when CUDA is initialised, an Intel XPU's allocator history
+            where no CUDA is and this torch records it (``torch.xpu.memory._record_memory_history``), else the CPU allocator
             recorder where the model is on the CPU and it can be built, else dispatch),
             ``"cuda"``, ``"allocator"`` (torch's CPU allocator wrapped), ``"dispatch"`` (a
             dispatch mode: every device; see docs/snapshots.md) or ``"off"`` (only the

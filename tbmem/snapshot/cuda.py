@@ -117,6 +117,7 @@ def convert_rows(data: Any, rows: EventRows, *, kind: str, step: int, rank: int 
     per_dev = {d: rows.rows_of(t) for d, t in enumerate(traces)}
     cols: dict[str, Any] = {c: rows.column(c) for c in ("action", "addr", "size", "time", "stack", "meta")}
     cols["streams"] = rows.streams  # by row, segment events only
+    cols["pools"], cols["pool_ids"] = rows.pools, rows.pool_ids  # by row, segment and oom events with a pool_id
     devices_idx = sorted({d for d, r in per_dev.items() if r.shape[0]} | set(seg_by_dev))
     tcol = cols["time"]  # every row is an event of a device trace
     known = tcol != NO_TIME
@@ -302,16 +303,20 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
         real = b_size[order][pos] - allocs["size"][alive]
         ok = hit & (real >= 0)
         allocs["round"][alive[ok]] = real[ok]
+    ev_pools = {k: cols["pool_ids"][v] for k, v in _local_streams(cols["pools"], idx, rng).items()}
     ooms: list[dict[str, Any]] = [{"event": int(i), "requested_bytes": int(size[i]), "free_bytes": int(addr[i]),
              "time_us": int(time_us[i] + (t0 or 0)) if has_time else None}
             for i in np.flatnonzero(act == _OOM).tolist()]
+    for o in ooms:  # the memory pool the request was for (torch >= 2.11 records it)
+        if o["event"] in ev_pools:
+            o["pool"] = list(ev_pools[o["event"]])
     for o in ooms:
         if not 0 <= o["free_bytes"] <= limits.max_bytes:
             raise SnapshotRefused(f"an oom event of {name} reports {o['free_bytes']:,} bytes free, outside "
                                   f"0..{limits.max_bytes:,}")
     markers = _markers(d, act, meta_col, time_us, t0, has_time, top, meta_strings)
     streams = _local_streams(cols["streams"], idx, rng)
-    pieces = segment_pieces(act, addr, size, stack, streams, finals)
+    pieces = segment_pieces(act, addr, size, stack, streams, finals, ev_pools)
     dev = Device(name=name, time_us=time_us, allocs=allocs, has_time=has_time, reserved_bytes=sum(f.size for f in finals)
                  if segs else None, segments=len(segs), ooms=ooms, markers=markers,
                  segs=pieces.cols if (segs or pieces.cols["size"].shape[0]) else None, streams=pieces.streams,
@@ -326,7 +331,8 @@ def _device(d: int, idx: np.ndarray, cols: dict[str, Any], segs: list[Mapping[st
 
 
 def _local_streams(streams: dict[int, int], idx: np.ndarray, rng: list[slice] | None) -> dict[int, int]:
-    """The streams of segment events by position on the device's axis (``streams`` is by row)."""
+    """The streams of segment events by position on the device's axis (``streams`` is by row; so are
+    the pools of :attr:`~tbmem.snapshot.pickle_rows.EventRows.pools`, which this maps the same way)."""
     if not streams or not idx.shape[0]:
         return {}
     if rng is not None:
@@ -393,7 +399,8 @@ def _markers(d: int, act: np.ndarray, meta_col: np.ndarray, time_us: np.ndarray,
 
 
 def convert_torch_snapshot(data: Any, *, kind: str, step: int, rank: int = 0,
-                           device: int | None = None, limits: Limits | None = None) -> Snapshot:
+                           device: int | None = None, limits: Limits | None = None,
+                           device_type: str = "cuda") -> Snapshot:
     """Convert ``torch.cuda.memory._snapshot()``'s dict (or the list of segments) into a Snapshot.
 
     Args:
@@ -402,11 +409,18 @@ def convert_torch_snapshot(data: Any, *, kind: str, step: int, rank: int = 0,
         step: Training step the snapshot belongs to.
         rank: Distributed rank.
         device: The default device (shown first); None: the OOM device, else the largest peak.
+        device_type: What the devices are named after (``"xpu"``: ``torch.xpu.memory._snapshot()``'s
+            dict, the same format, names ``xpu:N``).
     """
     rows = EventRows(limits or Limits())
     snap = convert_rows(data, rows, kind=kind, step=step, rank=rank, limits=limits)
+    if device_type != "cuda":
+        for dv in snap.devices:
+            if dv.name.startswith("cuda:"):
+                dv.name = f"{device_type}:{dv.name[5:]}"
+        snap.meta["recorder"] = f"torch.{device_type}.memory._record_memory_history"
     if device is not None:
         names = [dv.name for dv in snap.devices]
-        if f"cuda:{device}" in names:
-            snap.default_device = names.index(f"cuda:{device}")
+        if f"{device_type}:{device}" in names:
+            snap.default_device = names.index(f"{device_type}:{device}")
     return snap

@@ -1,4 +1,5 @@
-"""CUDA capture: drives ``torch.cuda.memory._record_memory_history`` and ``_snapshot``.
+"""CUDA capture: drives ``torch.cuda.memory._record_memory_history`` and ``_snapshot`` (and the same of
+``torch.xpu.memory`` for an Intel XPU, where torch records its history: :class:`XpuRecorder`).
 
 Every private call goes through :mod:`tbmem._torch_private`; the conversion of
 torch's dict lives in :mod:`tbmem.snapshot.cuda`, which does not import torch
@@ -23,7 +24,7 @@ from tbmem.snapshot.cuda import convert_torch_snapshot
 from tbmem.snapshot.frames import local_roots
 from tbmem.snapshot.schema import Snapshot
 
-__all__ = ["CudaRecorder"]
+__all__ = ["CudaRecorder", "XpuRecorder"]
 
 
 class CudaRecorder:
@@ -39,12 +40,23 @@ class CudaRecorder:
         self.stacks = stacks
         self.active = False
 
+    device_type = "cuda"
+
+    def _record(self, stacks: str) -> bool:
+        return tp.record_memory_history(stacks=stacks, max_entries=self.max_entries)
+
+    def _stop(self) -> None:
+        tp.stop_memory_history()
+
+    def _current(self) -> int | None:
+        return tp.cuda_current_device()
+
     def start(self) -> bool:
         """Start recording; False when CUDA is not initialised or history is unsupported."""
         if self.active:
             return True
         stacks = "python" if self.stacks == "none" else self.stacks
-        self.active = tp.record_memory_history(stacks=stacks, max_entries=self.max_entries)
+        self.active = self._record(stacks)
         if self.active:
             self.marks: list[tuple[int, str, str]] = []
             markers.register(self)
@@ -60,7 +72,7 @@ class CudaRecorder:
         """Stop recording (the history is discarded by torch)."""
         if self.active:
             markers.unregister(self)
-            tp.stop_memory_history()
+            self._stop()
             self.active = False
 
     def raw_snapshot(self) -> dict[str, Any] | None:
@@ -69,9 +81,10 @@ class CudaRecorder:
 
     def snapshot(self, raw: Mapping[str, Any], *, kind: str, step: int, rank: int = 0) -> Snapshot:
         """Convert a raw dict for the current device."""
-        snap = convert_torch_snapshot(raw, kind=kind, step=step, rank=rank, device=tp.cuda_current_device())
+        snap = convert_torch_snapshot(raw, kind=kind, step=step, rank=rank, device=self._current(),
+                                      device_type=self.device_type)
         packages, stdlibs = local_roots()
-        snap.meta.update({"recorder": "cuda._record_memory_history", "library_roots": list(packages),
+        snap.meta.update({"recorder": f"{self.device_type}._record_memory_history", "library_roots": list(packages),
                           "stdlib_roots": list(stdlibs)})
         self._add_marks(snap)
         kinds = {label: kind for _, label, kind in getattr(self, "marks", ())}
@@ -92,3 +105,28 @@ class CudaRecorder:
                 if ev < dev.n_events:
                     dev.markers.append({"event": ev, "label": label, "kind": kind})
             dev.markers.sort(key=lambda m: m["event"])
+
+
+class XpuRecorder(CudaRecorder):
+    """:class:`CudaRecorder` for an Intel XPU: ``torch.xpu.memory._record_memory_history`` and ``_snapshot``
+    (the same trace format, devices named ``xpu:N``), where this torch has them
+    (:func:`tbmem._torch_private.xpu_has_memory_history`)."""
+
+    device_type = "xpu"
+
+    def _record(self, stacks: str) -> bool:
+        return tp.xpu_record_memory_history(stacks=stacks, max_entries=self.max_entries)
+
+    def _stop(self) -> None:
+        tp.xpu_stop_memory_history()
+
+    def _current(self) -> int | None:
+        return tp.xpu_current_device()
+
+    def mark(self, label: str, *, kind: str = "step") -> None:
+        """A step or phase boundary, kept here (torch annotates CUDA's history only)."""
+        self.marks.append((time.time_ns() // 1000, label, kind))
+
+    def raw_snapshot(self) -> dict[str, Any] | None:
+        """torch's XPU snapshot dict."""
+        return tp.xpu_snapshot()

@@ -70,7 +70,7 @@ class Pieces:
 
 
 class _Live:
-    """The reserved ranges right now, sorted by address: [addr, end, start event, stream, stack, flags]."""
+    """The reserved ranges right now, sorted by address: [addr, end, start event, stream, stack, flags, pool]."""
 
     def __init__(self) -> None:
         self.starts: list[int] = []
@@ -93,9 +93,11 @@ class _Live:
 
 
 def _paired_segments(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack: np.ndarray,
-                     streams: Mapping[int, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+                     streams: Mapping[int, int],
+                     pools: Mapping[int, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """``segment_alloc``/``segment_free`` (whole ``cudaMalloc``'d segments) paired by address, vectorised:
-    (closed pieces, pieces still reserved at the end) as columns addr, size, start, end, stream, stack, flags."""
+    (closed pieces, pieces still reserved at the end) as columns addr, size, start, end, stream, stack, flags,
+    pool (the ``pool_id`` of the event that reserved it, else of the one that released it; -1 not known)."""
     ev = np.flatnonzero(((act == _RESERVE[0]) | (act == _RELEASE[0])) & (size > 0))
     o = ev[np.argsort(addr[ev], kind="stable")]
     a, g, m = act[o], addr[o], o.shape[0]
@@ -109,25 +111,31 @@ def _paired_segments(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack:
     lone = (a == _RELEASE[0]) & ~prev_alloc  # released, reserved before the trace
     still = is_alloc & ~same_next
     stream = np.array([streams.get(int(e), 0) for e in o.tolist()], dtype=np.int64) if streams else np.zeros(m, np.int64)
+    pool = np.array([pools.get(int(e), -1) for e in o.tolist()], dtype=np.int64) if pools else np.full(m, -1)
     sz = size[o]
     kind = np.where(sz == _SMALL_SEGMENT, SEG_SMALL, SEG_LARGE)
 
-    def cols(mask: np.ndarray, start: np.ndarray, end: np.ndarray, st: np.ndarray, flags: np.ndarray) -> dict:
+    def cols(mask: np.ndarray, start: np.ndarray, end: np.ndarray, st: np.ndarray, flags: np.ndarray,
+             pl: np.ndarray) -> dict:
         return {"addr": g[mask], "size": sz[mask], "start": start[mask], "end": end[mask], "stream": stream[mask],
-                "stack": st[mask].astype(np.int64), "flags": flags[mask]}
+                "stack": st[mask].astype(np.int64), "flags": flags[mask], "pool": pl[mask]}
 
     st = stack[o]
-    done = cols(closed, o, o[nxt], st, kind)
-    gone = cols(lone, np.full(m, -1), o, np.full(m, -1), np.zeros(m, dtype=np.int64))
-    return {c: np.concatenate((done[c], gone[c])) for c in done}, cols(still, o, np.full(m, -1), st, kind)
+    done = cols(closed, o, o[nxt], st, kind, np.where(pool >= 0, pool, pool[nxt]))
+    gone = cols(lone, np.full(m, -1), o, np.full(m, -1), np.zeros(m, dtype=np.int64), pool)
+    return {c: np.concatenate((done[c], gone[c])) for c in done}, cols(still, o, np.full(m, -1), st, kind, pool)
 
 
 def segment_pieces(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack: np.ndarray,
-                   streams: Mapping[int, int], final: list[FinalSegment]) -> Pieces:
+                   streams: Mapping[int, int], final: list[FinalSegment],
+                   pools: Mapping[int, tuple[int, int]] | None = None) -> Pieces:
     """The pieces of one device: segment events (positions on its axis; ``streams`` maps a
-    position to its stream where not 0) and its final ``segments``."""
-    closed, open_ = _paired_segments(act, addr, size, stack, streams)
-    rows: list[tuple[int, int, int, int, int, int, int]] = []  # addr, size, start, end, stream, stack, flags
+    position to its stream where not 0, ``pools`` to the event's ``pool_id`` where the trace has
+    one) and its final ``segments``. A piece's pool is its final segment's, else its events'."""
+    pool_ids: dict[tuple[int, int], int] = {}
+    codes = {pos: pool_ids.setdefault((int(p[0]), int(p[1])), len(pool_ids)) for pos, p in (pools or {}).items()}
+    closed, open_ = _paired_segments(act, addr, size, stack, streams, codes)
+    rows: list[tuple[int, ...]] = []  # addr, size, start, end, stream, stack, flags, pool
     live = _Live()
     # expandable segments map and unmap ranges that need not match: replayed range by range
     for ev in np.flatnonzero(((act == _MAP) | (act == _UNMAP)) & (size > 0)).tolist():
@@ -136,32 +144,33 @@ def segment_pieces(act: np.ndarray, addr: np.ndarray, size: np.ndarray, stack: n
         gone = live.take(a, a + s)
         if code == _MAP:
             for it in gone:  # mapped again without an unmap in the trace: the old range ended here
-                rows.append((it[0], it[1] - it[0], it[2], ev, it[3], it[4], it[5]))
-            live.add([a, a + s, ev, streams.get(ev, 0), int(stack[ev]), SEG_EXPANDABLE])
+                rows.append((it[0], it[1] - it[0], it[2], ev, it[3], it[4], it[5], it[6]))
+            live.add([a, a + s, ev, streams.get(ev, 0), int(stack[ev]), SEG_EXPANDABLE, codes.get(ev, -1)])
             continue
         covered = a
         for it in sorted(gone):
             lo, hi = max(it[0], a), min(it[1], a + s)
             if lo > covered:  # unmapped without being mapped in the trace: mapped before it
-                rows.append((covered, lo - covered, -1, ev, streams.get(ev, 0), -1, SEG_EXPANDABLE))
-            rows.append((lo, hi - lo, it[2], ev, it[3], it[4], it[5]))
+                rows.append((covered, lo - covered, -1, ev, streams.get(ev, 0), -1, SEG_EXPANDABLE, codes.get(ev, -1)))
+            rows.append((lo, hi - lo, it[2], ev, it[3], it[4], it[5], it[6]))
             if it[0] < lo:
                 live.add([it[0], lo, *it[2:]])
             if it[1] > hi:
                 live.add([hi, it[1], *it[2:]])
             covered = max(covered, hi)
         if covered < a + s:
-            rows.append((covered, a + s - covered, -1, ev, streams.get(ev, 0), -1, SEG_EXPANDABLE))
-    for c, k in (("addr", 0), ("size", 1), ("start", 2), ("end", 3), ("stream", 4), ("stack", 5), ("flags", 6)):
+            rows.append((covered, a + s - covered, -1, ev, streams.get(ev, 0), -1, SEG_EXPANDABLE, codes.get(ev, -1)))
+    for c, k in (("addr", 0), ("size", 1), ("start", 2), ("end", 3), ("stream", 4), ("stack", 5), ("flags", 6),
+                 ("pool", 7)):
         closed[c] = np.concatenate((closed[c], np.array([r[k] for r in rows], dtype=np.int64)))
     items = live.items
     still = {"addr": np.concatenate((open_["addr"], np.array([it[0] for it in items], dtype=np.int64))),
              "end": np.concatenate((open_["addr"] + open_["size"], np.array([it[1] for it in items], dtype=np.int64)))}
-    for c, k in (("start", 2), ("stream", 3), ("stack", 4), ("flags", 5)):
+    for c, k in (("start", 2), ("stream", 3), ("stack", 4), ("flags", 5), ("pool", 6)):
         still[c] = np.concatenate((open_[c], np.array([it[k] for it in items], dtype=np.int64)))
     order = np.argsort(still["addr"], kind="stable")
     still = {c: v[order] for c, v in still.items()}
-    return _with_final(closed, still, sorted(final, key=lambda f: f.addr))
+    return _with_final(closed, still, sorted(final, key=lambda f: f.addr), pool_ids)
 
 
 def _cut(still: dict[str, np.ndarray], which: np.ndarray, f_addr: np.ndarray, f_end: np.ndarray) -> dict:
@@ -182,7 +191,8 @@ def _cut(still: dict[str, np.ndarray], which: np.ndarray, f_addr: np.ndarray, f_
     return {c: v[order] for c, v in out.items()}
 
 
-def _with_final(closed: dict[str, np.ndarray], still: dict[str, np.ndarray], final: list[FinalSegment]) -> Pieces:
+def _with_final(closed: dict[str, np.ndarray], still: dict[str, np.ndarray], final: list[FinalSegment],
+                pool_ids: dict[tuple[int, int], int]) -> Pieces:
     """What is reserved at the end: the final segments, with the pieces the trace reserved inside them
     (their start); parts of a final segment no piece covers were reserved before the trace."""
     n_f = len(final)
@@ -195,8 +205,7 @@ def _with_final(closed: dict[str, np.ndarray], still: dict[str, np.ndarray], fin
     nxt = np.minimum(j + 1, max(n_f - 1, 0))
     touches = ((j >= 0) & (la < f_end[jj] if n_f else False)) | ((j + 1 < n_f) & (f_addr[nxt] < le if n_f else False))
     if bool(np.any(~inside & touches)):  # a range straddling a final segment's edge: cut it there
-        return _with_final(closed, _cut(still, np.flatnonzero(~inside & touches), f_addr, f_end), final)
-    pool_ids: dict[tuple[int, int], int] = {}
+        return _with_final(closed, _cut(still, np.flatnonzero(~inside & touches), f_addr, f_end), final, pool_ids)
     f_pool = np.array([-1 if f.pool is None else pool_ids.setdefault(f.pool, len(pool_ids)) for f in final], np.int64)
     f_stream = np.array([f.stream for f in final], dtype=np.int64)
     f_stack = np.array([f.stack for f in final], dtype=np.int64)
@@ -204,14 +213,15 @@ def _with_final(closed: dict[str, np.ndarray], still: dict[str, np.ndarray], fin
     ins = np.flatnonzero(inside)
     ji = j[ins]
     parts = [{"addr": closed["addr"], "size": closed["size"], "start": closed["start"], "end": closed["end"],
-              "stream": closed["stream"], "pool": np.full(closed["addr"].shape[0], -1, dtype=np.int64),
+              "stream": closed["stream"], "pool": closed["pool"],
               "stack": closed["stack"], "flags": closed["flags"]}]
     out_ = ~inside  # reserved in the trace, never released, yet not among the final segments
     parts.append({"addr": la[out_], "size": le[out_] - la[out_], "start": still["start"][out_],
                   "end": np.full(int(out_.sum()), -1), "stream": still["stream"][out_],
-                  "pool": np.full(int(out_.sum()), -1), "stack": still["stack"][out_], "flags": still["flags"][out_]})
+                  "pool": still["pool"][out_], "stack": still["stack"][out_], "flags": still["flags"][out_]})
     parts.append({"addr": la[ins], "size": le[ins] - la[ins], "start": still["start"][ins],
-                  "end": np.full(ins.shape[0], -1), "stream": f_stream[ji], "pool": f_pool[ji],
+                  "end": np.full(ins.shape[0], -1), "stream": f_stream[ji],
+                  "pool": np.where(f_pool[ji] >= 0, f_pool[ji], still["pool"][ins]) if ins.shape[0] else f_pool[ji],
                   "stack": np.where(still["stack"][ins] >= 0, still["stack"][ins], f_stack[ji]), "flags": f_flags[ji]})
     # the uncovered parts of each final segment: before each inside piece, and after the last
     first_in_group = np.ones(ins.shape[0], dtype=bool)

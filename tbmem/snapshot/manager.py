@@ -36,7 +36,7 @@ from tbmem._retry import Backoff
 from tbmem._safe_io import FaultLedger, describe
 from tbmem.snapshot import markers
 from tbmem.snapshot.config import SnapshotConfig
-from tbmem.snapshot.cuda_capture import CudaRecorder
+from tbmem.snapshot.cuda_capture import CudaRecorder, XpuRecorder
 from tbmem.snapshot.recorder import DispatchRecorder, release_detached
 from tbmem.snapshot.schema import Snapshot, encode_json_gz
 from tbmem.snapshot.store import SnapshotStore
@@ -77,6 +77,7 @@ class SnapshotManager:
         self.faults: FaultLedger = ledger if isinstance(ledger, FaultLedger) else FaultLedger(log_dir)
         self.last_error: str | None = None  # why the latest snapshot (or part of it) was not written
         self._disk_retry = Backoff(base_s=1.0, cap_s=300.0)
+        self._oom_census: dict[str, Any] | None = None  # the census taken at an out-of-memory error
         self._recorder: DispatchRecorder | CudaRecorder | None = None
         self._window_end: int | None = None
         self._window_start = 0
@@ -132,6 +133,15 @@ class SnapshotManager:
     def _begin(self, window_end: int | None = None, window_start: int = 0) -> None:
         cfg = self.config
         use_cuda = cfg.recorder == "cuda" or (cfg.recorder == "auto" and tp.cuda_ready() and tp.has_memory_history())
+        if not use_cuda and cfg.recorder == "auto" and not tp.cuda_ready() and tp.xpu_ready():
+            if tp.xpu_has_memory_history():  # an Intel XPU: its allocator's own history, as CUDA's
+                xpu = XpuRecorder(max_entries=cfg.max_entries, stacks=cfg.stacks)
+                if xpu.start():
+                    self._recorder, self._window_end, self._window_start = xpu, window_end, window_start
+                    return
+            report_once("snapshot:xpu", "tbmem: this torch records no XPU memory history "
+                        "(torch.xpu.memory._record_memory_history): XPU snapshots hold what the dispatch "
+                        "recorder sees (tensors made by operators), not the XPU allocator's segments")
         if use_cuda:
             rec: DispatchRecorder | CudaRecorder = CudaRecorder(max_entries=cfg.max_entries, stacks=cfg.stacks)
             if not rec.start():
@@ -187,6 +197,8 @@ class SnapshotManager:
             return []
         if exc is not None:
             snap.meta["exception"] = f"{type(exc).__name__}: {exc}"[:4000]
+        if kind == "oom" and self._oom_census is not None:
+            snap.meta["oom_census"] = self._oom_census
         cfg = self.config
         store = self.store
         files: list[tuple[str, Any]] = [("json.gz", lambda fh: fh.write(encode_json_gz(snap)))]
@@ -242,12 +254,16 @@ class SnapshotManager:
                     log_artifact(w, p, "snapshot")
 
     # --- failures -----------------------------------------------------------------------
-    def on_oom(self, step: int, exc: BaseException, *, stop_recording: bool = True) -> list[str]:
+    def on_oom(self, step: int, exc: BaseException, *, stop_recording: bool = True,
+               census: dict[str, Any] | None = None) -> list[str]:
         """Write the out-of-memory snapshot (and its HTML); never raises. Returns the paths.
 
         ``stop_recording=False`` keeps the recorder running: another rank ran out of memory
-        and this call may come from tbmem's watcher thread (see tbmem.ranks.oom).
+        and this call may come from tbmem's watcher thread (see tbmem.ranks.oom). ``census``: the
+        census taken at the error (:func:`tbmem.oom.census.take_at_oom`), kept in the file's
+        ``meta["oom_census"]`` for ``tbmem snapshot stats`` and the page's explanation.
         """
+        self._oom_census = census
         if self._off or not self.config.on_oom:
             return []
         if not stop_recording:

@@ -41,7 +41,7 @@ C_READER = _C is not None
 _CAP = 1 << 16  # events per call: the output arrays are reused, each run's rows copied out
 _H = 0x68
 _KIND = {"frames": 0, "addr": 1, "device_free": 1, "size": 2, "time_us": 3, "stream": 4, "action": 5,
-         "user_metadata": 7}
+         "user_metadata": 7, "pool_id": 8}
 
 
 class Layout:
@@ -90,6 +90,7 @@ class State:
     def __init__(self) -> None:
         self.strings: dict[Any, str] = {}
         self.stack_refs: list[StackRef] = []
+        self.pool_tuples: dict[tuple[int, int], tuple[int, int]] = {}
 
 
 _REFS = re.compile(rb"h.|j....", re.DOTALL)
@@ -116,7 +117,7 @@ class CRunner:
         self._runner = _C.new_runner()
         self._n_layouts = -1
         self._spec = b""
-        cols = (np.int8, np.int64, np.int64, np.int64, np.int32, np.int32, np.int64)
+        cols = (np.int8, np.int64, np.int64, np.int64, np.int32, np.int32, np.int64, np.int32)
         self._cols = tuple(np.empty(_CAP, dtype=t) for t in cols)
         self._entries = np.empty(0, dtype=np.int32)
 
@@ -152,6 +153,19 @@ class CRunner:
         text = self._text(raw)
         return self.rows.string_id(text) if text else -1
 
+    def _pool_slot(self, pair: tuple[int, int]) -> int:
+        """Memo slot of the tuple an inline ``pool_id`` stores (one object per value: tuples are immutable)."""
+        cache = self.state.pool_tuples
+        obj = cache.get(pair)
+        if obj is None:
+            obj = cache[pair] = pair
+        return self.memo.slot(obj)
+
+    def _pool_of(self, slot: int) -> int:
+        v = self.memo.objects[slot]
+        k = self.rows.pool_index(v) if type(v) is tuple else -1
+        return k if k >= 0 else -3
+
     def _refslot(self, sid: int) -> int:
         refs = self.state.stack_refs
         refs.extend(StackRef(k) for k in range(len(refs), sid + 1))
@@ -173,11 +187,11 @@ class CRunner:
             self._entries = np.empty(_CAP * (1 + max(len(x.keys) for x in layouts)), dtype=np.int32)
         memo = self.memo
         n, end, cuts, m = _C.run(self._runner, (self._action, self._frames, self._meta, self._stack, self._string,
-                                                self._meta_inline, self._refslot),
+                                                self._meta_inline, self._refslot, self._pool_slot, self._pool_of),
                                  buf, pos, len(buf), self._spec, memo._slots, len(memo), (*self._cols, self._entries))
         if n:
-            action, addr, size, time, stack, meta, stream = (c[:n].copy() for c in self._cols)
+            action, addr, size, time, stack, meta, stream, pool = (c[:n].copy() for c in self._cols)
             memo.extend_slots(self._entries[:m])
             self.rows.add_block(action=action, addr=addr, size=size, time=time, stack=stack, meta=meta,
-                                stream=stream)
+                                stream=stream, pool=pool)
         return n, end, cuts

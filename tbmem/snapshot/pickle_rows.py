@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Limits", "SnapshotRefused", "EventRows", "TraceRef", "StackRef", "ACTIONS", "ACTION_CODE",
-           "NO_TIME", "EVENT", "ROW", "Memo"]
+           "NO_TIME", "EVENT", "ROW", "Memo", "POOL_ACTIONS"]
 
 #: Allocator actions in the order of their codes in :class:`EventRows` (0 = anything else).
 ACTIONS = ("other", "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
@@ -34,8 +34,10 @@ NO_TIME = np.iinfo(np.int64).min
 _COLUMNS = {"action": np.int8, "addr": np.int64, "size": np.int64, "time": np.int64, "stack": np.int32,
             "meta": np.int32}
 _SEGMENT_ACTIONS = tuple(ACTION_CODE[a] for a in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"))
+#: The events whose ``pool_id`` is kept: a segment's memory pool, the pool an out-of-memory request was for.
+POOL_ACTIONS = (*_SEGMENT_ACTIONS, ACTION_CODE["oom"])
 _KNOWN_EVENT_KEYS = {"action", "addr", "size", "stream", "time_us", "frames", "device_free",
-                     "compile_context", "user_metadata"}
+                     "compile_context", "user_metadata", "pool_id"}
 
 
 class SnapshotRefused(ValueError):
@@ -190,7 +192,9 @@ class EventRows:
     ``size``, ``time`` (:data:`NO_TIME` when absent), ``stack`` (index into :attr:`stacks`, -1
     none), ``meta`` (index into :attr:`strings` of a non-empty ``user_metadata``, -1 none).
     The ``stream`` of segment events (the allocator's segments belong to one stream) is kept
-    in :attr:`streams` by row, not as a column: blocks take their segment's.
+    in :attr:`streams` by row, not as a column: blocks take their segment's. So is the ``pool_id``
+    (torch >= 2.11 writes it on every event: the memory pool, ``(0, 0)`` the default one) of segment
+    and ``oom`` events, in :attr:`pools` as an index into :attr:`pool_ids`.
     """
 
     def __init__(self, limits: Limits) -> None:
@@ -207,6 +211,9 @@ class EventRows:
         self._string_ids: dict[str, int] = {}
         self.extra_keys: set[str] = set()
         self.streams: dict[int, int] = {}
+        self.pools: dict[int, int] = {}
+        self.pool_ids: list[tuple[int, int]] = []
+        self._pool_index: dict[tuple[int, int], int] = {}
         self.trace_refs: dict[int, tuple[list, TraceRef]] = {}
 
     @property
@@ -273,16 +280,34 @@ class EventRows:
         self._list_stacks[id(frames)] = (frames, sid)  # holding the list keeps its id unique
         return sid
 
+    def pool_index(self, value: Any) -> int:
+        """Index into :attr:`pool_ids` of a ``pool_id`` value (a pair of integers, each 0 .. 2**63 - 1);
+        -1 for anything else."""
+        if type(value) not in (tuple, list) or len(value) != 2:
+            return -1
+        a, b = value
+        if type(a) is not int or type(b) is not int or not (0 <= a < 2**63 and 0 <= b < 2**63):
+            return -1
+        key = (a, b)
+        k = self._pool_index.get(key)
+        if k is None:
+            k = self._pool_index[key] = len(self.pool_ids)
+            self.pool_ids.append(key)
+        return k
+
     # --- rows -------------------------------------------------------------------------------------
     def _grow(self, n: int) -> None:
         if self._count + n > self.limits.max_events:
             raise SnapshotRefused(f"more than {self.limits.max_events:,} trace events (Limits.max_events)")
         self._count += n
 
-    def add(self, action: int, addr: int, size: int, time: int, stack: int, meta: int, stream: int = 0) -> None:
-        """Append one row."""
+    def add(self, action: int, addr: int, size: int, time: int, stack: int, meta: int, stream: int = 0,
+            pool: int = -1) -> None:
+        """Append one row (``pool``: an index into :attr:`pool_ids`, -1 none)."""
         if action in _SEGMENT_ACTIONS and stream:
             self.streams[self._count] = stream
+        if pool >= 0 and action in POOL_ACTIONS:
+            self.pools[self._count] = pool
         self._grow(1)
         p = self._pending
         p["action"].append(action)
@@ -292,13 +317,18 @@ class EventRows:
         p["stack"].append(stack)
         p["meta"].append(meta)
 
-    def add_block(self, *, stream: np.ndarray | None = None, **cols: np.ndarray) -> None:
-        """Append many rows at once (one array per column, equal lengths; ``stream`` optional)."""
+    def add_block(self, *, stream: np.ndarray | None = None, pool: np.ndarray | None = None,
+                  **cols: np.ndarray) -> None:
+        """Append many rows at once (one array per column, equal lengths; ``stream`` and ``pool`` optional)."""
         n = int(cols["action"].shape[0])
         if stream is not None:
             seg = np.flatnonzero(np.isin(cols["action"], _SEGMENT_ACTIONS) & (stream != 0))
             for i, value in zip(seg.tolist(), stream[seg].tolist()):
                 self.streams[self._count + i] = value
+        if pool is not None:
+            kept = np.flatnonzero(np.isin(cols["action"], POOL_ACTIONS) & (pool >= 0))
+            for i, value in zip(kept.tolist(), pool[kept].tolist()):
+                self.pools[self._count + i] = value
         self._grow(n)
         self._flush()
         for c, dtype in _COLUMNS.items():
@@ -315,7 +345,7 @@ class EventRows:
         self.add(code, _int64(e.get("device_free" if action == "oom" else "addr", 0), "addr"),
                  _int64(e.get("size", 0), "size"), NO_TIME if t is None else _int64(t, "time_us"),
                  self.stack_id(e.get("frames")), self.string_id(meta) if isinstance(meta, str) and meta else -1,
-                 _int64(e.get("stream", 0), "stream"))
+                 _int64(e.get("stream", 0), "stream"), self.pool_index(e.get("pool_id")))
         for k in e:
             if isinstance(k, str) and k not in _KNOWN_EVENT_KEYS and len(self.extra_keys) < 64:
                 self.extra_keys.add(k)

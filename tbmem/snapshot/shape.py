@@ -51,6 +51,7 @@ _META: dict[str, tuple[Callable[[Any], bool], str]] = {
     "torch": (lambda x: isinstance(x, str), "a string"),
     "unknown_event_keys": (_strings, "a list of strings"),
     "allocator_settings": (lambda x: isinstance(x, dict), "an object"),
+    "oom_census": (lambda x: isinstance(x, dict), "an object"),
 }
 
 # fields of an out-of-memory record: (check, what it must be, required)
@@ -59,6 +60,8 @@ _OOM: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "requested_bytes": (lambda x: _is_int(x) and x >= 0, "an integer >= 0", True),
     "free_bytes": (lambda x: x is None or (_is_int(x) and x >= 0), "an integer >= 0 or null", False),
     "time_us": (_int_or_none, "an integer or null", False),
+    "pool": (lambda x: isinstance(x, list) and len(x) == 2 and all(_is_int(v) and v >= 0 for v in x),
+             "a pair of integers >= 0 (the memory pool)", False),
 }
 
 

@@ -17,7 +17,9 @@ its frame is ``null``, and the text says which stack was recorded at the free.
                                        "frame": {"filename": str, "line": int, "name": str}|null,
                                        "generated": {"filename": str, "line": int, "name": str}|null,
                                        "alive_at_peak": bool}],
-                  "explain": {...} | null}]}
+                  "explain": {...} | null,
+                  "pools": [{"pool": [int, int]|null, "reserved_bytes": int, "most_reserved_bytes": int,
+                             "allocated_bytes": int, "segments": int}]}]}
 
 ``reserved_bytes`` is the sum of the segments (0 when the file has none); ``allocated_bytes`` what
 ``torch.cuda.memory_allocated()`` said when the snapshot was taken (the live blocks as the caching
@@ -131,19 +133,52 @@ def stats_doc(snap: Snapshot, *, top: int = 10, device: str | None = None) -> di
         for o, why in zip(ooms, _oom_explanations(snap, dev, user)):  # issue 38: each OOM explained
             o.update({k: v for k, v in why.to_json().items() if k not in o})
         explain = _explain(snap, dev)
+        pools = pools_doc(dev, explain)
         out.append({"device": dev.name, "reserved_bytes": int(dev.reserved_bytes or 0),
                     "allocated_bytes": explain.allocated if explain else dev.final_bytes(),
                     "requested_bytes": dev.final_bytes(), "peak_bytes": int(peak), "peak_event": int(peak_event),
                     "baseline_bytes": dev.baseline_bytes(), "trace_events": dev.n_events,
-                    "ooms": ooms, "top_allocations": rows, "explain": explain.to_json() if explain else None})
+                    "ooms": ooms, "top_allocations": rows, "explain": explain.to_json() if explain else None,
+                    "pools": pools})
     return {"devices": out}
 
 
+def pools_doc(dev: Device, state: Any) -> list[dict[str, Any]]:
+    """Per memory pool (``pool`` ``[0, 0]`` the default one, CUDA graphs' and ``MemPool`` objects' private ones,
+    null where neither the final segments nor the trace's ``pool_id`` say): its reserved bytes at the
+    end (in ``segments``), the most it reserved at once, and the bytes its live allocations requested at the
+    end, pending frees left out (``state``: the allocator's state at the last event). Empty without segments."""
+    segs = dev.segs
+    if segs is None or not segs["size"].shape[0]:
+        return []
+    codes = np.unique(segs["pool"])
+    allocated: dict[int, int] = {}
+    count: dict[int, int] = {}
+    if state is not None:  # contiguous mapped ranges of an expandable segment are one segment there
+        for k, a in zip(state.seg["pool"].tolist(), state.seg["allocated"].tolist()):
+            allocated[int(k)] = allocated.get(int(k), 0) + int(a)
+            count[int(k)] = count.get(int(k), 0) + 1
+    out = []
+    for code in codes.tolist():
+        m = segs["pool"] == code
+        start, end, size = segs["start"][m], segs["end"][m], segs["size"][m]
+        # reserved over the events: +size at its start (-1: before the first), -size at its end
+        at = np.concatenate((start, end[end >= 0]))
+        delta = np.concatenate((size, -size[end >= 0]))
+        order = np.lexsort((delta, at))  # at one event, releases before reservations
+        most = int(np.cumsum(delta[order]).max(initial=0))
+        out.append({"pool": dev.pools[code] if code >= 0 else None, "reserved_bytes": int(size[end < 0].sum()),
+                    "most_reserved_bytes": most, "allocated_bytes": allocated.get(int(code), 0),
+                    "segments": count.get(int(code), 0)})
+    return sorted(out, key=lambda p: (p["pool"] is not None, p["pool"] or []))
+
+
 def _oom_explanations(snap: Snapshot, dev: Device, user: np.ndarray) -> list[Any]:
+    from tbmem.oom.census import oom_census
     from tbmem.oom.explain import explain_device
     return [explain_device(dev, o, categories=snap.categories, strings=snap.strings, frames=snap.frames,
                            stacks=snap.stacks, settings=snap.meta.get("allocator_settings"), site_of_stack=user,
-                           rank=snap.rank, step=snap.step) for o in dev.ooms]
+                           rank=snap.rank, step=snap.step, census=oom_census(snap)) for o in dev.ooms]
 
 
 def when(dev: Device, event: int) -> str:
@@ -255,6 +290,14 @@ def _device_text(snap: Snapshot, dev: Device, kinds: np.ndarray, user: np.ndarra
     if dev.ooms:  # issue 38: why, in numbers
         from tbmem.oom.text import explanation_text
         lines += ["   " + line for why in _oom_explanations(snap, dev, user) for line in explanation_text(why).splitlines()]
+    pools = pools_doc(dev, explain)
+    if len(pools) > 1 or any(p["pool"] not in (None, [0, 0]) for p in pools):
+        for p in pools:
+            name = "pool not known" if p["pool"] is None else "default pool" if p["pool"] == [0, 0] else \
+                f"private pool {tuple(p['pool'])}"
+            lines.append(f"   {name}: reserved {format_bytes(p['reserved_bytes'])} at the end in {p['segments']} "
+                         f"segment(s), at most {format_bytes(p['most_reserved_bytes'])}, allocated "
+                         f"{format_bytes(p['allocated_bytes'])}")
     lines += [f"   note: {m['label']}" for m in dev.markers if m.get("kind") == "note"]
     order = _top(dev, top).tolist()
     lines += _table(f"Top {len(order)} allocations by size", ("size", "category", "at peak", "allocated at"), [

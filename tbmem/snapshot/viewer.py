@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tbmem.oom.census import oom_census
 from tbmem.oom.explain import explain_device
 from tbmem.oom.text import explanation_text
 from tbmem.palette import CATEGORY_COLORS
@@ -169,7 +170,8 @@ def _ooms_explained(snap: Snapshot, d: Device) -> list[dict[str, Any]]:
     sites = attribution(snap)
     return [{**o, "why": explanation_text(explain_device(
         d, o, categories=snap.categories, strings=snap.strings, frames=snap.frames, stacks=snap.stacks,
-        settings=snap.meta.get("allocator_settings"), site_of_stack=sites, rank=snap.rank, step=snap.step))}
+        settings=snap.meta.get("allocator_settings"), site_of_stack=sites, rank=snap.rank, step=snap.step,
+        census=oom_census(snap)))}
         for o in d.ooms]
 
 

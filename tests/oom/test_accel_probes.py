@@ -75,3 +75,55 @@ def test_a_cpu_run_on_a_mac_writes_no_vram_curves(monkeypatch):
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 0)
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 0)
     assert MpsProbe().read() == {}
+
+
+def _xpu_trace() -> dict:
+    """What ``torch.xpu.memory._snapshot()`` returns (CUDA's format): one 20 MiB segment, a 6 MiB block in it."""
+    base, t = 1 << 36, 1_800_000_000_000_000
+    frames = [{"filename": "/home/u/train.py", "line": 7, "name": "forward"}]
+    return {"segments": [{"device": 0, "address": base, "total_size": 20 * MiB, "allocated_size": 6 * MiB,
+                          "active_size": 6 * MiB, "requested_size": 6 * MiB, "stream": 0, "segment_type": "large",
+                          "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                          "blocks": [{"address": base, "size": 6 * MiB, "requested_size": 6 * MiB,
+                                      "state": "active_allocated", "frames": frames},
+                                     {"address": base + 6 * MiB, "size": 14 * MiB, "requested_size": 0,
+                                      "state": "inactive", "frames": []}]}],
+            "device_traces": [[{"action": "segment_alloc", "addr": base, "size": 20 * MiB, "stream": 0,
+                                "time_us": t, "frames": frames},
+                               {"action": "alloc", "addr": base, "size": 6 * MiB, "stream": 0, "time_us": t + 1,
+                                "frames": frames}]]}
+
+
+def test_xpu_memory_history_where_torch_records_it(tmp_path, fake_xpu, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.xpu, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.xpu.memory, "_record_memory_history", lambda *a, **k: calls.append(k.get("enabled")))
+    monkeypatch.setattr(torch.xpu.memory, "_snapshot", _xpu_trace)
+    from tbmem.snapshot.config import SnapshotConfig
+    from tbmem.snapshot.readers import load_snapshot
+
+    with MemoryWriter(tmp_path, every=1, census_every=0, snapshot=SnapshotConfig(every=2, html=False)) as w:
+        for step in range(3):
+            w.log_memory(step)
+    assert calls[0] == "all" and calls[-1] is None  # started, then stopped at close
+    gzs = sorted(tmp_path.rglob("*.json.gz"))  # steps 0 and 2
+    assert len(gzs) == 2
+    snap = load_snapshot(gzs[0])
+    [dev] = snap.devices
+    assert dev.name == "xpu:0" and dev.allocs["size"].tolist() == [6 * MiB] and dev.reserved_bytes == 20 * MiB
+    assert snap.meta["recorder"] == "xpu._record_memory_history"
+
+
+def test_an_xpu_without_memory_history_says_so(tmp_path, fake_xpu, monkeypatch, caplog):
+    import logging
+
+    monkeypatch.delattr(torch.xpu.memory, "_record_memory_history")
+    assert tp.xpu_has_memory_history() is False and tp.xpu_snapshot() is None
+    from tbmem.snapshot.config import SnapshotConfig
+
+    with caplog.at_level(logging.WARNING, logger="tbmem"), \
+            MemoryWriter(tmp_path, every=1, census_every=0, snapshot=SnapshotConfig(every=2, html=False)) as w:
+        for step in range(3):
+            w.log_memory(step)
+    notes = [r.getMessage() for r in caplog.records if "records no XPU memory history" in r.getMessage()]
+    assert len(notes) == 1 and "not the XPU allocator's segments" in notes[0]

@@ -41,14 +41,16 @@ def _block(addr, size):
     return {"address": addr, "size": size, "requested_size": size, "state": "active_allocated", "frames": [USER]}
 
 
-def two_pool_snapshot():
+def two_pool_snapshot(pool_ids: bool = False):
     """Default pool 20 MiB (before the trace), graph pool (0, 1) 40 MiB reserved during the trace, MemPool
-    (0, 2) 8 MiB before the trace, and a 16 MiB default-pool segment reserved then released."""
+    (0, 2) 8 MiB before the trace, and a 16 MiB default-pool segment reserved then released (``pool_ids``:
+    each event carries its ``pool_id``, as torch >= 2.11 writes them)."""
     A, B, C, D = 0x10000000, 0x20000000, 0x30000000, 0x40000000
-    trace = [_ev("alloc", A, 4 * MiB, 0),
-             _ev("segment_alloc", B, 40 * MiB, 10), _ev("alloc", B, 30 * MiB, 11),
-             _ev("segment_alloc", D, 16 * MiB, 20), _ev("segment_free", D, 16 * MiB, 30),
-             _ev("alloc", C, 2 * MiB, 40)]
+    p0, p1, p2 = ({"pool_id": p} for p in ((0, 0), (0, 1), (0, 2))) if pool_ids else ({}, {}, {})
+    trace = [_ev("alloc", A, 4 * MiB, 0, **p0),
+             _ev("segment_alloc", B, 40 * MiB, 10, **p1), _ev("alloc", B, 30 * MiB, 11, **p1),
+             _ev("segment_alloc", D, 16 * MiB, 20, **p0), _ev("segment_free", D, 16 * MiB, 30, **p0),
+             _ev("alloc", C, 2 * MiB, 40, **p2)]
     final = [_seg(A, 20 * MiB, (0, 0), [_block(A, 4 * MiB)]), _seg(B, 40 * MiB, (0, 1), [_block(B, 30 * MiB)]),
              _seg(C, 8 * MiB, (0, 2), [_block(C, 2 * MiB)])]
     return convert_torch_snapshot({"segments": final, "device_traces": [trace]}, kind="snapshot", step=0)
@@ -71,6 +73,15 @@ def test_one_reserved_lane_per_pool(browser, tmp_path):
         for (var i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
         return n; })""")
     assert len(filled) == 4 and all(n > 0 for n in filled)
+    assert requests == [] and errors == []
+
+
+def test_the_trace_pool_ids_put_a_released_segment_in_its_pool(browser, tmp_path):
+    page, requests, errors = open_page(browser, write_page(tmp_path, two_pool_snapshot(pool_ids=True)))
+    lanes = page.locator("#poollanes .pool-lane")
+    assert [lanes.nth(i).get_attribute("data-pool") for i in range(lanes.count())] == ["0,0", "0,1", "0,2"]
+    most = {",".join(map(str, p["pool"])): p["most"] for p in page.evaluate("window.tbmemViewer.pools()")}
+    assert most == {"0,0": 36 * MiB, "0,1": 40 * MiB, "0,2": 8 * MiB}  # 20 MiB before the trace + 16 MiB at once
     assert requests == [] and errors == []
 
 

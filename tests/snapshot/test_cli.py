@@ -42,7 +42,7 @@ def test_stats_json_schema_every_device(tmp_path, capsys):
     assert [d["device"] for d in doc["devices"]] == ["cuda:0", "cuda:1"]
     for d in doc["devices"]:
         assert set(d) == {"device", "reserved_bytes", "allocated_bytes", "requested_bytes", "peak_bytes", "peak_event",
-                          "baseline_bytes", "trace_events", "ooms", "top_allocations", "explain"}
+                          "baseline_bytes", "trace_events", "ooms", "top_allocations", "explain", "pools"}
         sizes = [t["bytes"] for t in d["top_allocations"]]
         assert sizes == sorted(sizes, reverse=True)
         for t in d["top_allocations"]:

@@ -38,7 +38,7 @@ def _traces(top) -> list:
 
 
 def _same_rows(a, b) -> None:
-    """The same events in every trace, in trace order: action, address, size, time, stream, and the stack
+    """The same events in every trace, in trace order: action, address, size, time, stream, pool, and the stack
     and metadata each names (the interpreter numbers rows, stacks and strings in another order than the
     C runs, which take the trace's first events as rows when their run starts)."""
     if isinstance(a[0], type) or isinstance(b[0], type):  # both refused, for the same reason
@@ -52,7 +52,8 @@ def _same_rows(a, b) -> None:
         stacks = [tuple(rows.frames[f] for f in st) for st in rows.stacks]
         cols = [rows.column(c)[order].tolist() for c in ("action", "addr", "size", "time", "stack", "meta")]
         return (cols[:4], [stacks[s] if s >= 0 else None for s in cols[4]],
-                [rows.strings[m] if m >= 0 else None for m in cols[5]], [rows.streams.get(r, 0) for r in order.tolist()])
+                [rows.strings[m] if m >= 0 else None for m in cols[5]], [rows.streams.get(r, 0) for r in order.tolist()],
+                [rows.pool_ids[rows.pools[r]] if r in rows.pools else None for r in order.tolist()])
     for ta, tb in zip(_traces(top_a), _traces(top_b)):
         assert events(rows_a, ta) == events(rows_b, tb)
     assert rows_a.count == rows_b.count and rows_a.extra_keys == rows_b.extra_keys
@@ -193,7 +194,7 @@ def test_hostile_layouts_and_bounds() -> None:
     runner = pickle_crun.CRunner(memo, rows, State())
     for cut in range(0, len(buf) + 1, 7):
         assert runner.run(buf[:cut], 0, odd)[0] == 0
-    outs, cbs = (*runner._cols, runner._entries), (int,) * 7
+    outs, cbs = (*runner._cols, runner._entries), (int,) * 9
     with pytest.raises(ValueError, match="memo base"):
         _creader.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 10**6, outs)
     with pytest.raises(ValueError):
@@ -202,7 +203,7 @@ def test_hostile_layouts_and_bounds() -> None:
         _creader.run(runner._runner, cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs[:3])
     with pytest.raises(ValueError):
         _creader.run(object(), cbs, buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
-    with pytest.raises(ValueError, match="7 callbacks"):
+    with pytest.raises(ValueError, match="9 callbacks"):
         _creader.run(runner._runner, cbs[:6], buf, 0, len(buf), runner._spec, memo._slots, 1, outs)
 
 
