@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-__all__ = ["seconds", "integer", "flags", "unknown_keys", "optional_config"]
+__all__ = ["seconds", "integer", "patterns", "flags", "unknown_keys", "optional_config"]
 
 
 def seconds(value: Any, label: str, *, low: float = 0.0, hint: str = "") -> float:
@@ -45,6 +45,23 @@ def integer(value: Any, label: str, *, low: int = 0, what: str = "", hint: str =
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{label} must be {what or f'an integer >= {low}'}{hint}, got {value!r}")
     return value
+
+
+def patterns(value: Any, label: str) -> tuple[str, ...]:
+    """``value`` (a list or tuple of non-empty strings: tag patterns) as a tuple; ValueError naming ``label``
+    for anything else: one string (``"train/loss"`` would be read as its letters), an empty pattern, a number.
+
+    Example:
+        >>> patterns(["train/ce_loss", "val/*"], "loss_tags")
+        ('train/ce_loss', 'val/*')
+    """
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{label} must be a list of tag patterns (strings), got {value!r}")
+    out = tuple(value)
+    bad = [p for p in out if not isinstance(p, str) or not p.strip()]
+    if bad:
+        raise ValueError(f"{label} must be a list of non-empty tag patterns (strings), got {bad[0]!r} in {value!r}")
+    return out
 
 
 def flags(config: Any, *attrs: str) -> None:

@@ -23,12 +23,12 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from tbmem import _tensorboard_private as tbp
 from tbmem._direct_events import make_event
 from tbmem._log import report_once
-from tbmem.tags import TAGS, is_loss_tag, named_unit, ranks_tag
+from tbmem.tags import TAGS, is_loss_tag, loss_tags, named_unit, ranks_tag
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -44,10 +44,10 @@ _STEP_TIME_TAG = TAGS["step_time"].tag
 _AGGREGATES = ranks_tag("max", "_").partition("/")[0] + "/"  # rank 0's cross-rank tags: derived, never in the table
 
 
-def table_scalars(values: Mapping[str, float]) -> dict[str, float]:
+def table_scalars(values: Mapping[str, float], loss_patterns: Sequence[str] = ()) -> dict[str, float]:
     """What of a rank's own scalars its node's rank table keeps (compact layout): its losses
-    (:func:`tbmem.tags.is_loss_tag`) and step times; the rank's run is deleted unless it matters, so
-    without them ranks 1-N's per-batch loss and step time would be stored nowhere.
+    (:func:`tbmem.tags.is_loss_tag`, the run's own ``loss_patterns`` too) and step times; the rank's run is
+    deleted unless it matters, so without them ranks 1-N's per-batch loss and step time would be stored nowhere.
 
     Example:
         >>> table_scalars({"Loss/batch": 0.5, "train/loss": 1, "Perf/step_time_ms": 3.0, "acc": 0.9,
@@ -55,8 +55,10 @@ def table_scalars(values: Mapping[str, float]) -> dict[str, float]:
         {'Loss/batch': 0.5, 'train/loss': 1.0, 'Perf/step_time_ms': 3.0}
     """
     out: dict[str, float] = {}
+    patterns = loss_tags(loss_patterns)
     for tag, value in values.items():
-        if isinstance(tag, str) and not tag.startswith(_AGGREGATES) and (tag == _STEP_TIME_TAG or is_loss_tag(tag)):
+        if isinstance(tag, str) and not tag.startswith(_AGGREGATES) and (
+                tag == _STEP_TIME_TAG or is_loss_tag(tag, patterns)):
             try:
                 out[tag] = float(value)
             except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many elements
@@ -75,7 +77,7 @@ class RecordPipeline(WriterBase):
         an event to TensorBoard's writer thread costs the training thread about twice as much
         (the thread's wake-up and the hand-over of the GIL, measured in a training loop).
         """
-        if self._table is not None and not self.closed and (kept := table_scalars(values)):
+        if self._table is not None and not self.closed and (kept := table_scalars(values, self.config.loss_tags)):
             self._table(step, kept)
         self._scalars(values, step, walltime)
 
@@ -164,7 +166,7 @@ class RecordPipeline(WriterBase):
 
             census = take_census(
                 models=self.watched_models, optimizers=self.watched_optimizers, roots=tuple(roots),
-                top_k=cfg.top_k, device=cfg.device,
+                top_k=cfg.top_k, device=cfg.device, module_depth=cfg.module_depth,
             )
             census = dataclasses.replace(self._large.apply(census), where=where)
             scalars = census.scalars()

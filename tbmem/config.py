@@ -12,10 +12,10 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from tbmem._fields import integer, seconds, unknown_keys
+from tbmem._fields import integer, patterns, seconds, unknown_keys
 
 __all__ = ["MemoryWriterConfig", "PEAK_MODES", "seconds", "unknown_keys"]
 
@@ -67,6 +67,14 @@ class MemoryWriterConfig:
         profile: torch.profiler windows with tbmem's tracks merged into their traces
             (:class:`tbmem.profile.ProfileConfig`, a mapping of its fields, or True for its defaults);
             None disables them. See docs/profile.md.
+        loss_tags: Patterns (``fnmatch``) of the run's own loss tags besides ``Loss/*``, ``train/loss``,
+            ``train_loss`` and ``loss`` (``["train/ce_loss", "val/*_loss"]``): recorded in the run
+            (``plugins/tbmem/settings.jsonl``), so the Memory tab's loss panel and ``tbmem report`` find them
+            in TensorBoard's and the report's own process, and watched by the spike detector (``spikes=``).
+            ``TBMEM_LOSS_TAGS`` adds patterns in whichever process reads it (docs/integrations.md).
+        module_depth: How many levels of a watched model the by-module breakdown names: 1,
+            ``model.encoder``; 2, ``model.encoder.layers`` (``Memory/Tensor_Module/<module>_MB``: the tags
+            follow the depth). ``TBMEM_MODULE_DEPTH`` overrides it in the training process.
     """
 
     enabled: bool = True
@@ -88,12 +96,16 @@ class MemoryWriterConfig:
     ranks: Any = field(default=None)
     sinks: Any = field(default=())
     profile: Any = field(default=None)
+    loss_tags: tuple[str, ...] = ()
+    module_depth: int = 1
 
     def __post_init__(self) -> None:
         name = type(self).__name__
         for attr in ("every", "top_k"):
             integer(getattr(self, attr), f"{name}.{attr}", low=1, what="a positive integer")
         integer(self.census_every, f"{name}.census_every", hint=" (0 disables)")
+        integer(self.module_depth, f"{name}.module_depth", low=1, what="a number of levels >= 1")
+        object.__setattr__(self, "loss_tags", patterns(self.loss_tags, f"{name}.loss_tags"))
         seconds(self.system_every_s, f"{name}.system_every_s", hint=" (0: every record)")
         if self.peak_mode not in PEAK_MODES:
             raise ValueError(f"{name}.peak_mode must be one of {PEAK_MODES}, got {self.peak_mode!r}")
@@ -113,7 +125,10 @@ class MemoryWriterConfig:
         if self.spikes is not None:
             from tbmem.spikes import SpikeConfig
 
-            object.__setattr__(self, "spikes", SpikeConfig.coerce(self.spikes))
+            spikes = SpikeConfig.coerce(self.spikes)
+            if spikes is not None and self.loss_tags:  # the run's losses are watched like the built-in ones
+                spikes = replace(spikes, tags=tuple(dict.fromkeys((*spikes.tags, *self.loss_tags))))
+            object.__setattr__(self, "spikes", spikes)
         from tbmem.sinks.fanout import check_sinks
 
         object.__setattr__(self, "sinks", check_sinks(self.sinks, f"{name}.sinks"))

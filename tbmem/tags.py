@@ -35,11 +35,11 @@ import fnmatch
 import os
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 __all__ = ["Tag", "TAGS", "GiB", "MiB", "tag_for", "ranks_tag", "RANK_STATS", "to_unit", "markdown_table",
-           "x_axis", "RENAMED", "current_tag", "FRAMEWORK_LOSS_TAGS", "loss_tags", "is_loss_tag",
-           "pool_name", "named_reading", "named_unit"]
+           "x_axis", "RENAMED", "current_tag", "FRAMEWORK_LOSS_TAGS", "LOSS_TAGS_ENV", "env_loss_tags", "loss_tags",
+           "is_loss_tag", "pool_name", "named_reading", "named_unit"]
 
 GiB = float(2**30)
 MiB = float(2**20)
@@ -429,25 +429,41 @@ def x_axis(tag: str) -> str:
 FRAMEWORK_LOSS_TAGS = ("train/loss", "train_loss", "loss")
 
 
-def loss_tags() -> tuple[str, ...]:
-    """The patterns (``fnmatch``) of the tags that are losses: ``Loss/*``, :data:`FRAMEWORK_LOSS_TAGS`, and
-    those a comma-separated ``TBMEM_LOSS_TAGS`` adds (``"train/ce_loss,val/*_loss"``); read at each call, in the
-    training process (loss spikes), the Memory tab's and ``tbmem report``'s.
+#: Comma-separated loss patterns added in whichever process reads it (the training process, TensorBoard's, ``tbmem
+#: report``'s), on top of the run's own ``loss_tags`` (``MemoryWriterConfig.loss_tags``).
+LOSS_TAGS_ENV = "TBMEM_LOSS_TAGS"
+
+
+def env_loss_tags() -> tuple[str, ...]:
+    """The patterns :data:`LOSS_TAGS_ENV` adds in this process (``"train/ce_loss,val/*_loss"``), read at each call.
 
     Example:
-        >>> loss_tags()[:2]
-        ('Loss/*', 'train/loss')
+        >>> isinstance(env_loss_tags(), tuple)
+        True
     """
-    extra = tuple(p.strip() for p in os.environ.get("TBMEM_LOSS_TAGS", "").split(",") if p.strip())
-    return ("Loss/*", *FRAMEWORK_LOSS_TAGS, *extra)
+    return tuple(p.strip() for p in os.environ.get(LOSS_TAGS_ENV, "").split(",") if p.strip())
 
 
-def is_loss_tag(tag: str, patterns: tuple[str, ...] | None = None) -> bool:
-    """Whether ``tag`` is a loss (one of :func:`loss_tags`, or of ``patterns``).
+def loss_tags(extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """The patterns (``fnmatch``) of the tags that are losses: ``Loss/*``, :data:`FRAMEWORK_LOSS_TAGS`, ``extra``
+    (a run's own ``loss_tags``, as its writer recorded them: :mod:`tbmem.logdir.settings`) and those
+    ``TBMEM_LOSS_TAGS`` adds in this process (:func:`env_loss_tags`).
+
+    Example:
+        >>> loss_tags(["train/ce_loss"])[:2], loss_tags(["train/ce_loss"])[4]
+        (('Loss/*', 'train/loss'), 'train/ce_loss')
+    """
+    return tuple(dict.fromkeys(("Loss/*", *FRAMEWORK_LOSS_TAGS, *extra, *env_loss_tags())))
+
+
+def is_loss_tag(tag: str, patterns: Sequence[str] | None = None) -> bool:
+    """Whether ``tag`` is a loss: one of ``patterns`` (a run's :func:`loss_tags`), or of :func:`loss_tags`'s defaults.
 
     Example:
         >>> is_loss_tag("train/loss"), is_loss_tag("Loss/batch"), is_loss_tag("train/grad_norm")
         (True, True, False)
+        >>> is_loss_tag("train/ce_loss", loss_tags(["train/ce_*"]))
+        True
     """
     return any(fnmatch.fnmatchcase(tag, p) for p in (loss_tags() if patterns is None else patterns))
 

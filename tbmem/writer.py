@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -65,6 +66,7 @@ from tbmem.logdir.layout import default_run_dir, job_dir
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
+from tbmem.tags import env_loss_tags
 
 if TYPE_CHECKING:  # pragma: no cover
     from tbmem.profile.window import ProfileWindows
@@ -237,10 +239,14 @@ class MemoryWriter(StepHooks):
             # the run's name in the trackers: the run folder's, the job folder's for rank folders
             folder = os.path.dirname(self.log_dir) if ranks is not None else self.log_dir
             self._sinks = SinkSet.open(cfg.sinks, run_name=os.path.basename(folder))
+        self._record_settings()
         if cfg.spikes is not None:  # sees what write_scalars and add_scalar write (tbmem.spikes)
             from tbmem.spikes import SpikeMonitor
 
-            self._spikes = SpikeMonitor(cfg.spikes, emit=emit,
+            spikes = cfg.spikes  # with the run's loss tags (config.py); TBMEM_LOSS_TAGS's added here
+            if env_loss_tags():
+                spikes = dataclasses.replace(spikes, tags=tuple(dict.fromkeys((*spikes.tags, *env_loss_tags()))))
+            self._spikes = SpikeMonitor(spikes, emit=emit,
                                         snapshot=self._snapshot_now(cfg.spikes.snapshot, "spike"))
         if cfg.profile is not None and cfg.profile.enabled:  # torch.profiler windows (tbmem.profile)
             from tbmem.profile.window import ProfileWindows
@@ -250,6 +256,20 @@ class MemoryWriter(StepHooks):
                                            alerts=lambda: self._alerts.fired if self._alerts is not None else [],
                                            on_written=lambda path: self.log_artifact(path, "trace"))
             self._profile_at = self._profile.at
+
+    def _record_settings(self) -> None:
+        """The run's loss tags and module depth, for the readers that see only the logdir (the Memory tab,
+        ``tbmem report``: tbmem.logdir.settings); nothing for the defaults (read as the defaults)."""
+        from tbmem.census.names import module_depth
+        from tbmem.logdir.settings import append_settings
+
+        losses = tuple(dict.fromkeys((*self.config.loss_tags, *env_loss_tags())))
+        depth = module_depth(self.config.module_depth)  # TBMEM_MODULE_DEPTH's, where it is set
+        if losses or depth != 1:
+            try:
+                append_settings(self.log_dir, loss_tags=losses, module_depth=depth)
+            except OSError as exc:  # a full or read-only disk: counted like the other writes
+                self._faults.failed(self.log_dir, exc)
 
     def _adopt(self, writer: SummaryWriter) -> None:
         """Take over ``writer``'s log directory and event files (``writer=``): the same file objects,
@@ -292,7 +312,8 @@ class MemoryWriter(StepHooks):
             SummaryWriter.add_scalar(self, tag, scalar_value, global_step, walltime, new_style, double_precision)
         except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
             self._faults.failed(self._log_dir, exc, events=1)
-        if self._table is not None and isinstance(global_step, int) and (kept := table_scalars({tag: scalar_value})):
+        if self._table is not None and isinstance(global_step, int) and (
+                kept := table_scalars({tag: scalar_value}, self.config.loss_tags)):
             self._table(global_step, kept)  # compact layout: a rank's loss and step time are in its table
         if self._spikes is not None:
             self._spikes.on_scalar(tag, scalar_value, global_step)

@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "load_texts": "tbmem.analysis.load",
     "load_scalars_and_texts": "tbmem.analysis.load",
     "find_runs": "tbmem.analysis.load",
+    "run_loss_tags": "tbmem.analysis.load",
     "AnalysisError": "tbmem.analysis.load",
     "LogdirNotFoundError": "tbmem.analysis.load",
     "NoEventFilesError": "tbmem.analysis.load",
@@ -64,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tbmem.analysis.leaks import LeakFinding, detect_leaks
     from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
                                      NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
-                                     load_scalars_and_texts, load_texts)
+                                     load_scalars_and_texts, load_texts, run_loss_tags)
     from tbmem.analysis.loss import memory_spikes, plot_loss_and_memory
     from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
     from tbmem.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs

@@ -118,7 +118,7 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
     import dataclasses
 
     from tbmem.analysis.hints import find_hints, format_hints
-    from tbmem.analysis.load import load_scalars_and_texts
+    from tbmem.analysis.load import load_scalars_and_texts, run_loss_tags
     from tbmem.analysis.ranks import format_rank_jobs, rank_jobs
     from tbmem.analysis.spikes import find_spikes, format_spikes
     from tbmem.analysis.summary import summarize
@@ -126,10 +126,12 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
     from tbmem.logdir.fs import is_url
 
     df, texts = load_scalars_and_texts(logdir, runs=runs, on_error=on_error)
+    losses = run_loss_tags(logdir, sorted(df["run"].unique()))  # each run's own loss tags (its settings)
     if not args.json:  # a run's name is printed (and drawn) with its control characters escaped
         df, texts = _printable_runs(df), _printable_runs(texts)
         runs = [printable(r) for r in runs] if runs else runs
-    summaries = summarize(df, runs=runs, threshold_mb_per_1k=args.threshold_mb_per_1k,
+        losses = {printable(r): p for r, p in losses.items()}
+    summaries = summarize(df, runs=runs, loss_tags=losses, threshold_mb_per_1k=args.threshold_mb_per_1k,
                           noisy_threshold_mb_per_1k=args.noisy_threshold_mb_per_1k,
                           skip_fraction=args.skip_fraction)
     hints = find_hints(df, texts=texts, summaries=summaries,

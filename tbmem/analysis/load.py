@@ -46,11 +46,30 @@ __all__ = [
     "load_scalars",
     "load_texts",
     "load_scalars_and_texts",
+    "run_loss_tags",
     "PROGRESS_MIN_FILES",
 ]
 
 #: Show a progress bar (tqdm, on stderr) from this many event files on, when ``progress=None``.
 PROGRESS_MIN_FILES = 20
+
+
+def run_loss_tags(logdir: str | os.PathLike[str], runs: Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
+    """Run -> the patterns of its loss tags: the built-in ones, those its writers recorded (its settings side
+    file: ``MemoryWriterConfig.loss_tags``), this process's ``TBMEM_LOSS_TAGS`` (:func:`tbmem.tags.loss_tags`).
+
+    Example:
+        >>> import tempfile
+        >>> from tbmem import MemoryWriter
+        >>> logdir = tempfile.mkdtemp()
+        >>> MemoryWriter(f"{logdir}/a", loss_tags=["train/ce_loss"], census_every=0).close()
+        >>> run_loss_tags(logdir)["a"][-1]
+        'train/ce_loss'
+    """
+    from tbmem.logdir.reader import LogdirReader
+
+    reader = LogdirReader(logdir)
+    return {run: reader.loss_tags(run) for run in (reader.runs() if runs is None else runs)}
 
 
 def _iter_files(files: list[EventFile], progress: bool | None) -> Iterable[EventFile]:

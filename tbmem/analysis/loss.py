@@ -53,15 +53,19 @@ def memory_spikes(series: "pd.Series") -> list[int]:
 
 
 def plot_loss_and_memory(df: "pd.DataFrame", run: str, *, max_marks: int = 20,
-                         memory: Sequence[tuple[str, str]] = MEMORY_LINES) -> tuple["Figure", list[int]]:
+                         memory: Sequence[tuple[str, str]] = MEMORY_LINES,
+                         loss_tags: Sequence[str] | None = None) -> tuple["Figure", list[int]]:
     """The loss and memory of one run, with memory spikes marked as dotted lines on the step panels.
+
+    ``loss_tags``: the patterns of the run's loss tags (:func:`tbmem.analysis.run_loss_tags`); None: the
+    built-in ones (:func:`tbmem.tags.loss_tags`).
 
     Returns:
         The figure (panels: per-step losses if any, memory per step, per-epoch losses if any) and
         the steps marked as spikes (at most ``max_marks``).
     """
     sel = df[df["run"] == run]
-    losses = sorted(t for t in sel["tag"].unique() if is_loss_tag(t))
+    losses = sorted(t for t in sel["tag"].unique() if is_loss_tag(t, loss_tags))
     per_step = [(t.removeprefix("Loss/"), t) for t in losses if x_axis(t) == "step"]
     per_epoch = [(t.removeprefix("Loss/"), t) for t in losses if x_axis(t) == "epoch"]
     mem = [(label, tag) for label, tag in memory if (sel["tag"] == tag).any()]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from tbmem.logdir.spikes import read_spikes
 from tbmem.spikes import SpikeConfig, SpikeDetector
@@ -112,9 +112,10 @@ def _memory_around(run_df: "pd.DataFrame", step: int) -> list[dict[str, Any]]:
     return out
 
 
-def _offline(run_df: "pd.DataFrame") -> list[dict[str, Any]]:
-    """The default rule over the run's event files (what the online detector would have found)."""
-    detector = SpikeDetector(_config())
+def _offline(run_df: "pd.DataFrame", losses: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The default rule over the run's event files (what the online detector would have found), watching the
+    run's loss tags (``losses``: its settings side file's) too."""
+    detector = SpikeDetector(_config(losses))
     found = []
     for tag in sorted(t for t in run_df["tag"].unique() if detector.watches(t)):
         g = run_df[run_df["tag"] == tag]
@@ -134,6 +135,7 @@ def find_spikes(df: "pd.DataFrame", logdir: str | os.PathLike[str], *, runs: Ite
     """The spikes of every run of ``df`` (a frame of :func:`tbmem.analysis.load_scalars` of ``logdir``),
     ordered by run and step."""
     from tbmem.analysis.load import find_runs
+    from tbmem.logdir.settings import read_settings
 
     dirs = {run: str(files[0].parent) for run, files in find_runs(logdir).items()}
     wanted = list(runs) if runs is not None else sorted(df["run"].unique())
@@ -142,7 +144,8 @@ def find_spikes(df: "pd.DataFrame", logdir: str | os.PathLike[str], *, runs: Ite
         run_df = df[df["run"] == run].sort_values("step", kind="stable")
         recorded = read_spikes(dirs[run]) if run in dirs else []
         source = "online" if recorded or (run in dirs and _has_side_file(dirs[run])) else "report"
-        spikes = recorded if source == "online" else _offline(run_df)
+        spikes = recorded if source == "online" else _offline(
+            run_df, read_settings(dirs[run]).loss_tags if run in dirs else ())
         for s in spikes:
             out.append(SpikeFinding(
                 run=run, tag=s["tag"], step=int(s["step"]), value=_number(s.get("value")),
@@ -167,7 +170,8 @@ def format_spikes(findings: list[SpikeFinding]) -> str:
     return "LOSS SPIKES:\n" + "\n".join(f"  {f.describe()}" for f in findings)
 
 
-def _config() -> SpikeConfig:
-    """The detector's defaults, with the loss tags of :func:`tbmem.tags.loss_tags` (``TBMEM_LOSS_TAGS`` too)."""
+def _config(losses: Sequence[str] = ()) -> SpikeConfig:
+    """The detector's defaults, with the loss tags of :func:`tbmem.tags.loss_tags`: a run's own ``losses``, and
+    ``TBMEM_LOSS_TAGS``'s."""
     base = SpikeConfig()
-    return SpikeConfig(tags=tuple(dict.fromkeys((*loss_tags(), *base.tags))))
+    return SpikeConfig(tags=tuple(dict.fromkeys((*loss_tags(losses), *base.tags))))

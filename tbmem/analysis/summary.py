@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from tbmem.analysis.leaks import LeakFinding, detect_leaks
-from tbmem.analysis.load import NoTbmemTagsError, load_scalars
+from tbmem.analysis.load import NoTbmemTagsError, load_scalars, run_loss_tags
 from tbmem.tags import TAGS, is_loss_tag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -173,7 +173,8 @@ def _census_cost(durations: "pd.DataFrame | None", step_times: "pd.DataFrame | N
     return out
 
 
-def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> RunSummary:
+def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding],
+                   losses_of: Sequence[str] | None = None) -> RunSummary:
     series = {str(tag): g for tag, g in df.groupby("tag", sort=False)}
     memory_steps = df[df["tag"].str.startswith(MEMORY_PREFIX)]["step"]
     alloc, alloc_step = _peak(series, ("Memory/GPU/vram_peak_allocated_GB", "Memory/GPU/vram_allocated_GB"))
@@ -189,7 +190,7 @@ def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> Ru
         v = st["value"]
         step_time = {"mean": float(v.mean()), "median": float(v.median()),
                      "p95": float(v.quantile(0.95)), "max": float(v.max())}
-    losses = {t: float(g["value"].iloc[-1]) for t, g in sorted(series.items()) if is_loss_tag(t)}
+    losses = {t: float(g["value"].iloc[-1]) for t, g in sorted(series.items()) if is_loss_tag(t, losses_of)}
     census_cost = _census_cost(series.get(TAGS["census_duration"].tag), st)
     return RunSummary(
         run=run, first_step=int(memory_steps.min()), last_step=int(memory_steps.max()),
@@ -202,13 +203,16 @@ def _summarize_run(run: str, df: "pd.DataFrame", leaks: list[LeakFinding]) -> Ru
 
 
 def summarize(data: "pd.DataFrame | str | os.PathLike[str]", *, runs: Iterable[str] | None = None,
-              on_error: str = "raise", **leak_options: Any) -> list[RunSummary]:
+              on_error: str = "raise", loss_tags: Mapping[str, Sequence[str]] | None = None,
+              **leak_options: Any) -> list[RunSummary]:
     """Summarize every run with tbmem memory tags.
 
     Args:
         data: A logdir, or a DataFrame from :func:`tbmem.analysis.load_scalars`.
         runs: Only these runs, in this order.
         on_error: Passed to :func:`load_scalars` when ``data`` is a logdir.
+        loss_tags: Run -> the patterns of its loss tags (:func:`tbmem.analysis.run_loss_tags`); None: read
+            from the runs' settings when ``data`` is a logdir, else the built-in ones (:func:`tbmem.tags.loss_tags`).
         **leak_options: Passed to :func:`tbmem.analysis.detect_leaks`
             (``threshold_mb_per_1k=...``, ``skip_fraction=...``).
 
@@ -221,7 +225,9 @@ def summarize(data: "pd.DataFrame | str | os.PathLike[str]", *, runs: Iterable[s
     """
     if isinstance(data, (str, os.PathLike)):
         where = f" under {os.fspath(data)!r}"
-        data = load_scalars(data, runs=runs, on_error=on_error)
+        logdir, data = data, load_scalars(data, runs=runs, on_error=on_error)
+        if loss_tags is None:
+            loss_tags = run_loss_tags(logdir, sorted(data["run"].unique()))
     else:
         where = ""
     memory_runs = sorted(data.loc[data["tag"].str.startswith(MEMORY_PREFIX), "run"].unique())
@@ -238,4 +244,4 @@ def summarize(data: "pd.DataFrame | str | os.PathLike[str]", *, runs: Iterable[s
     data = data[data["run"].isin(memory_runs)]
     leaks = detect_leaks(data, **leak_options)
     groups = {str(r): g for r, g in data.groupby("run", sort=False)}
-    return [_summarize_run(run, groups[run], leaks) for run in memory_runs]
+    return [_summarize_run(run, groups[run], leaks, (loss_tags or {}).get(run)) for run in memory_runs]

@@ -14,7 +14,7 @@ Example:
     >>> model = torch.nn.ModuleDict({"emb": emb, "head": head})
     >>> census = take_census(models=[model])
     >>> [(r.name, r.bytes) for r in census.records if r.module is not None]  # the watched model's
-    [('emb.weight', 6400)]
+    [('model.emb.weight', 6400)]
 """
 
 from __future__ import annotations

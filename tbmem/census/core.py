@@ -76,6 +76,7 @@ def take_census(
     *,
     numpy_scan: NumpyScan = "reachable",
     full_scan: bool = False,
+    module_depth: int = 1,
 ) -> Census:
     """Count what holds memory right now; never raises for a failure inside the census.
 
@@ -95,6 +96,8 @@ def take_census(
         full_scan: Traverse the whole heap even when scanning only the objects
             created since the last census is known to find the same tensors
             (see :mod:`tbmem.census.heap`).
+        module_depth: Levels of a watched model the by-module breakdown names (``model.encoder`` at 1);
+            ``TBMEM_MODULE_DEPTH`` overrides it (:func:`tbmem.census.names.module_depth`).
 
     Returns:
         The :class:`Census`.
@@ -108,7 +111,8 @@ def take_census(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation chatter of odd tensors must not become errors
             with tp.disable_torch_function_subclass():
-                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan, top_k)
+                ledger, method = _run(list(models), list(optimizers), list(roots), numpy_scan, full_scan, top_k,
+                                      names.module_depth(module_depth))
                 records = ledger.table()
                 ledger.release()
     finally:
@@ -150,9 +154,9 @@ def _is_flagged_parameter(t: Any) -> bool:
 
 
 def _run(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
-         numpy_scan: NumpyScan, full_scan: bool, top_k: int = 10) -> tuple[Ledger, str]:
+         numpy_scan: NumpyScan, full_scan: bool, top_k: int = 10, depth: int = 1) -> tuple[Ledger, str]:
     found = heap.find_instances(holders=numpy_scan == "reachable", incremental=not full_scan)
-    census = _Pass(models, optimizers, roots, numpy_scan, top_k, found)
+    census = _Pass(models, optimizers, roots, numpy_scan, top_k, found, depth)
     del found
     for what, fn in census.phases():
         _guarded(census.ledger, what, fn)
@@ -165,9 +169,10 @@ class _Pass:
     (the named parameters, the gradients, the tensors handed over as roots)."""
 
     def __init__(self, models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], roots: list[Any],
-                 numpy_scan: NumpyScan, top_k: int, found: heap.Found) -> None:
+                 numpy_scan: NumpyScan, top_k: int, found: heap.Found, depth: int = 1) -> None:
         self.models, self.optimizers, self.roots, self.numpy_scan, self.top_k = (
             models, optimizers, roots, numpy_scan, top_k)
+        self.depth = depth  # levels of the by-module breakdown
         self.method = "full" if found.method != "young" else "incremental"
         ttypes, htypes = found.tensor_types, found.holder_types
         objs, kinds = found.objects, list(map(type, found.objects))
@@ -220,13 +225,13 @@ class _Pass:
         return out
 
     def parameters(self) -> None:
-        ledger, named, param_types, depth = self.ledger, self.named, self.param_types, names.module_depth()
+        ledger, named, param_types, depth = self.ledger, self.named, self.param_types, self.depth
         for i, model in enumerate(self.models):
             label, prefix = _label("model", i), names.wrapper_prefix(model)
             for name, p in model.named_parameters():
                 name = names.unwrapped(name, prefix)  # the user's names, not torch.compile's, DDP's or peft's
-                qual = name if i == 0 else f"{label}.{name}"
-                named.setdefault(id(p), (p, qual, names.module_of(name, label, depth)))
+                # named from the model's label on, as its module is (``model.fc.weight`` under ``model.fc``)
+                named.setdefault(id(p), (p, f"{label}.{name}", names.module_of(name, label, depth)))
         for k, opt in enumerate(self.optimizers):
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group.get("params", ())):
@@ -246,7 +251,7 @@ class _Pass:
         held_by: dict[int, tuple[str, str]] = {}
         if unnamed:
             try:
-                held_by = names.parameter_holders([t for t in unnamed if not ledger.seen(t)])
+                held_by = names.parameter_holders([t for t in unnamed if not ledger.seen(t)], self.depth)
             except Exception as exc:  # noqa: BLE001 - then they are named after their type
                 ledger._note("holders", "the modules holding unwatched parameters could not be read", exc)
         for t in unnamed:
@@ -300,15 +305,14 @@ class _Pass:
         return state_of
 
     def buffers(self) -> None:
-        depth = names.module_depth()
+        depth = self.depth
         for i, model in enumerate(self.models):
             label, prefix = _label("model", i), names.wrapper_prefix(model)
             for name, b in model.named_buffers():
                 if b is None:
                     continue
                 name = names.unwrapped(name, prefix)
-                qual = name if i == 0 else f"{label}.{name}"
-                self.ledger.claim(b, "buffers", qual, names.module_of(name, label, depth))
+                self.ledger.claim(b, "buffers", f"{label}.{name}", names.module_of(name, label, depth))
         held.held_buffers(self.ledger, self.modules)
 
     def activations(self) -> None:

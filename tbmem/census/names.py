@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from tbmem.census import walk
 
 __all__ = ["holder_names", "BUDGET", "DEPTH", "wrapper_prefix", "unwrapped", "module_of", "module_depth",
-           "parameter_holders", "WRAPPER_PARTS"]
+           "MODULE_DEPTH_ENV", "parameter_holders", "WRAPPER_PARTS"]
 
 #: Objects looked into per search (about 2 us each) and hops below a local variable.
 BUDGET, DEPTH = 2_000, 4
@@ -88,13 +88,29 @@ def unwrapped(name: str, prefix: str = "") -> str:
     return name
 
 
-def module_depth() -> int:
-    """How many levels of a model the by-module breakdown names (``TBMEM_MODULE_DEPTH``, default 1:
-    ``model.encoder``; 2: ``model.encoder.layers``)."""
-    try:
-        return max(1, int(os.environ.get("TBMEM_MODULE_DEPTH", "1")))
-    except ValueError:
-        return 1
+#: Overrides the configured depth of the by-module breakdown in the training process (``MemoryWriterConfig.module_depth``).
+MODULE_DEPTH_ENV = "TBMEM_MODULE_DEPTH"
+
+
+def module_depth(configured: int = 1) -> int:
+    """How many levels of a model the by-module breakdown names: ``TBMEM_MODULE_DEPTH`` where it is set (a
+    positive integer; anything else is reported once and ignored), else ``configured`` (1: ``model.encoder``;
+    2: ``model.encoder.layers``).
+
+    Example:
+        >>> import os
+        >>> module_depth(2) if "TBMEM_MODULE_DEPTH" not in os.environ else 2
+        2
+    """
+    raw = os.environ.get(MODULE_DEPTH_ENV, "").strip()
+    if raw:
+        if raw.isdigit() and int(raw) >= 1:
+            return int(raw)
+        from tbmem._log import report_once
+
+        report_once("census:module_depth", f"tbmem: {MODULE_DEPTH_ENV}={raw!r} is not a number of levels >= 1; "
+                    f"the by-module breakdown uses the configured depth ({configured})")
+    return max(1, int(configured))
 
 
 def module_of(name: str, label: str, depth: int) -> str:
@@ -109,10 +125,11 @@ def module_of(name: str, label: str, depth: int) -> str:
     return ".".join([label, *parts])
 
 
-def parameter_holders(targets: list[Any]) -> dict[int, tuple[str, str]]:
+def parameter_holders(targets: list[Any], depth: int = 1) -> dict[int, tuple[str, str]]:
     """``id(parameter) -> (name, module)`` for the ``targets`` (parameters no watched model names) that a module
     held by a running frame's local variable, or by an attribute or item of one, holds: ``teacher.encoder.weight``
-    under ``teacher.encoder``. The outermost frame's modules first, as for :func:`holder_names`."""
+    under ``teacher.encoder`` (``depth`` levels of it: :func:`module_of`). The outermost frame's modules first, as for
+    :func:`holder_names`."""
     wanted = {id(t) for t in targets}
     out: dict[int, tuple[str, str]] = {}
     module = _module_type()
@@ -126,7 +143,7 @@ def parameter_holders(targets: list[Any]) -> dict[int, tuple[str, str]]:
             for name, p in m.named_parameters():
                 if id(p) in wanted and id(p) not in out:
                     name = unwrapped(name, prefix)
-                    out[id(p)] = (f"{where}.{name}", module_of(name, where, 1))
+                    out[id(p)] = (f"{where}.{name}", module_of(name, where, depth))
             if len(out) == len(wanted):
                 return out
     return out

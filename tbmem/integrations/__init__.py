@@ -18,7 +18,27 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["FRAMEWORKS"]
+from typing import Any
+
+from tbmem import MemoryWriterConfig
+
+__all__ = ["FRAMEWORKS", "MODULE_DEPTH", "writer_config"]
 
 #: submodule -> the extra that installs its framework
 FRAMEWORKS = {"transformers": "transformers", "lightning": "lightning", "accelerate": "accelerate"}
+
+#: The adapters' ``module_depth`` (the writer's is 1): what a framework is handed is a wrapper around the network
+#: (a ``LightningModule``'s ``self.net``, a ``GPT2LMHeadModel``'s ``transformer`` beside its tied ``lm_head``), so
+#: one level names one bar; two name its parts (``model.transformer.h``, ``model.transformer.wte``).
+MODULE_DEPTH = 2
+
+
+def writer_config(options: dict[str, Any]) -> MemoryWriterConfig:
+    """The :class:`tbmem.MemoryWriterConfig` of an adapter's ``**options`` (checked: a wrong one fails when the
+    callback is made, not at ``fit()``), with the adapters' :data:`MODULE_DEPTH` unless ``module_depth`` is given.
+
+    Example:
+        >>> writer_config({"census_every": 10}).module_depth, writer_config({"module_depth": 1}).module_depth
+        (2, 1)
+    """
+    return MemoryWriterConfig(**{"module_depth": MODULE_DEPTH, **options})

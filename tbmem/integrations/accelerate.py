@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tbmem import MemoryWriter, MemoryWriterConfig
+from tbmem import MemoryWriter
 from tbmem import require_extra as require
+from tbmem.integrations import writer_config
 
 tracking = require("accelerate.tracking", extra="accelerate")
 
@@ -36,7 +37,7 @@ class MemoryTracker(tracking.GeneralTracker):  # type: ignore[name-defined]
     Args:
         log_dir: The run's folder (under many ranks the job's: each rank writes ``rank<r>`` below it).
         **options: :class:`tbmem.MemoryWriterConfig` fields (``every``, ``census_every``, ``snapshot``,
-            ``alerts``, ``sinks``, ...), checked here.
+            ``alerts``, ``sinks``, ``loss_tags``, ``module_depth`` (2 here), ...), checked here.
 
     Example:
         >>> from accelerate import Accelerator  # doctest: +SKIP
@@ -58,7 +59,7 @@ class MemoryTracker(tracking.GeneralTracker):  # type: ignore[name-defined]
 
     def __init__(self, log_dir: str | os.PathLike[str], **options: Any) -> None:
         super().__init__()
-        self.config = MemoryWriterConfig(**options)
+        self.config = writer_config(options)
         self.log_dir = os.fspath(log_dir)
         self.writer: MemoryWriter | None = None
         self._watched = False

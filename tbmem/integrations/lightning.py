@@ -20,12 +20,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from typing import Any
 
-from tbmem import MemoryWriter, MemoryWriterConfig
+from tbmem import MemoryWriter
 from tbmem import require_extra as require
+from tbmem.integrations import writer_config
 
 # every installed flavour's Callback: Lightning checks the callbacks it is given against its own
 _BASES = tuple(require(name, extra="lightning").Callback for name in ("lightning.pytorch", "pytorch_lightning")
@@ -46,8 +48,10 @@ class MemoryCallback(*_BASES):  # type: ignore[misc]
             ``<default_root_dir>/tbmem``.
         activations: Take the census between forward and backward (``on_before_backward``), with
             the loss's graph as root, so activations are counted (gradients of the step are not yet).
+        follow_logging: Write the memory records at Lightning's logging steps (``log_every_n_steps``:
+            where its loggers write ``train_loss``) and at the census steps, instead of every ``every``.
         **options: :class:`tbmem.MemoryWriterConfig` fields (``every``, ``census_every``, ``snapshot``,
-            ``alerts``, ``sinks``, ...), checked here.
+            ``alerts``, ``sinks``, ``loss_tags``, ``module_depth`` (2 here), ...), checked here.
 
     Example:
         >>> import lightning  # doctest: +SKIP
@@ -55,11 +59,11 @@ class MemoryCallback(*_BASES):  # type: ignore[misc]
     """
 
     def __init__(self, log_dir: str | os.PathLike[str] | None = None, *, activations: bool = False,
-                 **options: Any) -> None:
+                 follow_logging: bool = False, **options: Any) -> None:
         super().__init__()
-        self.config = MemoryWriterConfig(**options)  # a wrong option fails here, not at fit()
+        self.config = writer_config(options)
         self.log_dir = log_dir
-        self.activations = bool(activations)
+        self.activations, self.follow_logging = bool(activations), bool(follow_logging)
         self.writer: MemoryWriter | None = None
         self.own_logs = False
         self._before = 0  # trainer.global_step when the batch began
@@ -68,7 +72,8 @@ class MemoryCallback(*_BASES):  # type: ignore[misc]
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._close()
         log_dir, shared = self._where(trainer)
-        self.writer = MemoryWriter(log_dir, config=self.config)
+        config = dataclasses.replace(self.config, every=1) if self.follow_logging else self.config
+        self.writer = MemoryWriter(log_dir, config=config)  # follow_logging: _logged picks the steps
         self.own_logs = not shared
         self.writer.watch(pl_module, *trainer.optimizers)
 
@@ -76,14 +81,15 @@ class MemoryCallback(*_BASES):  # type: ignore[misc]
         self._before, self._batch = trainer.global_step, batch_idx
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
-        if self.activations and self.writer is not None and self._steps(trainer):
+        if self.activations and self.writer is not None and self._steps(trainer) and (
+                not self.follow_logging or self._logged(trainer)):
             self.writer.log_memory(_step(trainer), roots=(loss,), where=WHERE_ACTIVATIONS)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.writer is None or trainer.global_step == self._before:
             return  # accumulating: the optimizer did not step
         step = _step(trainer)
-        if not self.activations:
+        if not self.activations and (not self.follow_logging or self._logged(trainer)):  # one test at the defaults
             self.writer.log_memory(step, where=WHERE)
         n = trainer.log_every_n_steps
         if self.own_logs and n and (step + 1) % n == 0:  # Lightning's own logging condition
@@ -100,6 +106,11 @@ class MemoryCallback(*_BASES):  # type: ignore[misc]
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._close()
+
+    def _logged(self, trainer: Any) -> bool:
+        """follow_logging: whether this optimizer step is one Lightning logs at, or a census step."""
+        step, n, c = _step(trainer), trainer.log_every_n_steps, self.config.census_every
+        return bool(n and (step + 1) % n == 0) or bool(c and step % c == 0)
 
     def _steps(self, trainer: Any) -> bool:
         """Whether the optimizer steps at the end of this batch (its last micro-batch of accumulation)."""

@@ -1,18 +1,13 @@
 """tbmem in a Hugging Face ``Trainer``: ``Trainer(..., callbacks=[MemoryCallback(census_every=10)])``.
 
-The census is taken in ``on_optimizer_step``: after ``optimizer.step()`` and before ``model.zero_grad()``,
-so gradients and optimizer state are counted, and only on the steps where the optimizer stepped (never
-inside gradient accumulation). ``on_step_end``, the hook users reach for, runs after ``zero_grad``: a census
-there counts 0 B of gradients. The step is ``state.global_step + 1``, the number the Trainer logs that
-optimizer step under (it counts the step after the hook). With ``report_to="tensorboard"`` memory goes
-into the Trainer's own TensorBoard run (beside its event file; its writer is the Trainer's to close);
-without it, or under many ranks (each rank its ``rank<r>`` folder), into ``<output_dir>/tbmem``, where the
-callback writes the Trainer's logs (``train/loss``, ...) itself. An out-of-memory error in the model's
-forward gets its snapshot and record before it reaches the user, through a forward hook on the model
-removed at the end of training; :class:`MemoryTrainerMixin` covers backward too (docs/integrations.md).
+The census is taken in ``on_optimizer_step`` (after ``optimizer.step()``, before ``model.zero_grad()``: not
+``on_step_end``, where gradients are 0 B), only where the optimizer stepped, at ``state.global_step + 1``: the
+step the Trainer logs that optimizer step under. Memory goes into the Trainer's TensorBoard run (its writer is
+the Trainer's to close); without one, or under many ranks, into ``<output_dir>/tbmem`` with the Trainer's logs.
+An out-of-memory error in forward gets its snapshot and record (a forward hook, removed at the end);
+:class:`MemoryTrainerMixin` covers backward and the optimizer step too. See docs/integrations.md.
 
 Example:
-    >>> import tempfile
     >>> from tbmem.integrations.transformers import MemoryCallback
     >>> MemoryCallback(census_every=10, every=5).options["census_every"]
     10
@@ -24,10 +19,12 @@ import dataclasses
 import math
 import os
 import sys
+import weakref
 from typing import Any
 
-from tbmem import MemoryWriter, MemoryWriterConfig
+from tbmem import MemoryWriter
 from tbmem import require_extra as require
+from tbmem.integrations import writer_config
 
 transformers = require("transformers", extra="transformers")
 
@@ -45,7 +42,7 @@ class MemoryCallback(transformers.TrainerCallback):  # type: ignore[name-defined
         follow_logging: Write the memory records at the Trainer's logging steps (``every`` becomes
             ``logging_steps``).
         **options: :class:`tbmem.MemoryWriterConfig` fields (``every``, ``census_every``, ``snapshot``,
-            ``alerts``, ``sinks``, ...), checked here.
+            ``alerts``, ``sinks``, ``loss_tags``, ``module_depth`` (2 here), ...), checked here.
 
     Example:
         >>> from transformers import Trainer  # doctest: +SKIP
@@ -54,14 +51,15 @@ class MemoryCallback(transformers.TrainerCallback):  # type: ignore[name-defined
 
     def __init__(self, log_dir: str | os.PathLike[str] | None = None, *, follow_logging: bool = False,
                  **options: Any) -> None:
-        self.config = MemoryWriterConfig(**options)  # a wrong option fails here, not at train()
+        self.config = writer_config(options)
         self.options = options
         self.log_dir = log_dir
         self.follow_logging = bool(follow_logging)
         self.writer: MemoryWriter | None = None
-        self.own_logs = False  # the Trainer's logs go into our run: its TensorBoard run is not ours
+        self.own_logs = False  # we write the Trainer's logs: its TensorBoard run is not ours
         self._hook: Any = None
         self._state: Any = None
+        self._failed: Any = None  # a weak reference to what was handed over (forward hook, then the mixin)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        **kwargs: Any) -> None:
@@ -98,8 +96,12 @@ class MemoryCallback(transformers.TrainerCallback):  # type: ignore[name-defined
         self._close()
 
     def step_failed(self, step: int, exc: BaseException) -> None:
-        """``exc`` leaves the Trainer's step ``step``: an out-of-memory error gets its snapshot and record."""
-        if self.writer is not None:
+        """``exc`` leaves the Trainer's step ``step``: an out-of-memory error gets its snapshot and record, once."""
+        if self.writer is not None and (self._failed is None or self._failed() is not exc):
+            try:  # weakly: a traceback kept here would keep the failed step's tensors alive
+                self._failed = weakref.ref(exc)
+            except TypeError:  # a built-in exception (not an OOM): flushed twice at worst
+                self._failed = None
             self.writer.step_failed(step, exc)
 
     def _after_forward(self, module: Any, args: Any, result: Any) -> None:
@@ -107,7 +109,7 @@ class MemoryCallback(transformers.TrainerCallback):  # type: ignore[name-defined
         if result is None and self.writer is not None:
             exc = sys.exc_info()[1]
             if exc is not None and self._state is not None:
-                self.writer.step_failed(self._state.global_step + 1, exc)
+                self.step_failed(self._state.global_step + 1, exc)
 
     def _where(self, args: Any) -> tuple[str, bool]:
         """The log_dir, and whether it is the Trainer's TensorBoard run (its losses are there already)."""
@@ -130,9 +132,9 @@ class MemoryCallback(transformers.TrainerCallback):  # type: ignore[name-defined
 
 
 class MemoryTrainerMixin:
-    """``class MyTrainer(MemoryTrainerMixin, Trainer)``: an error anywhere in a training step (forward,
-    backward) reaches the :class:`MemoryCallback`, so an out-of-memory error in backward gets its snapshot
-    and record before it goes on unchanged (the callback alone sees errors in forward only).
+    """``class MyTrainer(MemoryTrainerMixin, Trainer)``: an error in forward or backward (``training_step``) or in
+    the optimizer step (called inline by the Trainer: handed over as it leaves ``train``) reaches the
+    :class:`MemoryCallback` once, so an out-of-memory error gets its snapshot and record, then goes on unchanged.
 
     Example:
         >>> class MyTrainer(MemoryTrainerMixin, transformers.Trainer):  # doctest: +SKIP
@@ -143,10 +145,22 @@ class MemoryTrainerMixin:
         try:
             return super().training_step(*args, **kwargs)  # type: ignore[misc]
         except BaseException as exc:
-            for cb in self.callback_handler.callbacks:  # type: ignore[attr-defined]
-                if isinstance(cb, MemoryCallback):
-                    cb.step_failed(self.state.global_step + 1, exc)  # type: ignore[attr-defined]
+            self._memory_failed(exc, end=False)
             raise
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().train(*args, **kwargs)  # type: ignore[misc]
+        except BaseException as exc:
+            self._memory_failed(exc, end=True)  # on_train_end will not come: the hook off, the writer closed
+            raise
+
+    def _memory_failed(self, exc: BaseException, *, end: bool) -> None:
+        for cb in self.callback_handler.callbacks:  # type: ignore[attr-defined]
+            if isinstance(cb, MemoryCallback):
+                cb.step_failed(self.state.global_step + 1, exc)  # type: ignore[attr-defined]
+                if end:
+                    cb.on_train_end(self.args, self.state, self.control)  # type: ignore[attr-defined]
 
 
 def _tensorboard_dir(me: Any) -> str | None:

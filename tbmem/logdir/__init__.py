@@ -6,18 +6,20 @@ Below the writer and the readers alike, and torch-free (tests/test_architecture.
   :data:`~tbmem.logdir.layout.FORMATS`, each file format with its version, the module that writes
   it, the one that reads it and how older runs are read (event tags: :mod:`tbmem.tags`);
 * the writer half, used in the training process by :class:`tbmem.MemoryWriter`, the snapshot
-  store and the ranks: :func:`~tbmem.logdir.census_log.append_census`, the names of
+  store and the ranks: :func:`~tbmem.logdir.census_log.append_census`,
+  :func:`~tbmem.logdir.settings.append_settings`, the names of
   :mod:`~tbmem.logdir.layout`;
 * the reader half, used by the Memory tab (:mod:`tbmem.plugin`), ``tbmem report`` and the
   analysis API (:mod:`tbmem.analysis`) and the notebook: :class:`~tbmem.logdir.reader.LogdirReader`
-  (censuses, snapshots), :mod:`~tbmem.logdir.runs` (finding and grouping runs),
+  (censuses, snapshots, a run's settings), :mod:`~tbmem.logdir.runs` (finding and grouping runs),
   :mod:`~tbmem.logdir.events` (event files, old tag names), :mod:`~tbmem.logdir.census_log`;
 * :mod:`~tbmem.logdir.safe_open`: every file of a logdir opened without following a symlink below it.
 
 Example:
     >>> from tbmem.logdir import FORMATS
     >>> [f.name for f in FORMATS]
-    ['event tags', 'census side file', 'spikes side file', 'profile trace', 'snapshot', 'rank table']
+    ['event tags', 'census side file', 'spikes side file', 'settings side file', 'profile trace', 'snapshot',
+     'rank table']
 """
 
 from __future__ import annotations

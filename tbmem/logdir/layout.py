@@ -9,6 +9,8 @@ analysis API, the notebook) finds files by them::
         events.out.tfevents.*                 TensorBoard's event files: scalars and texts (tbmem.tags)
         plugins/tbmem/                        tbmem's side files (TensorBoard's folder per plugin)
           census.jsonl                        every census, one JSON line each (tbmem.logdir.census_log)
+          settings.jsonl                      what its readers need of the run's configuration: its loss tags,
+                                              its module depth (tbmem.logdir.settings)
           <kind>_rank<r>_step<000000123>.json.gz   a snapshot (tbmem.snapshot.store writes it), with its
           <kind>_rank<r>_step<000000123>.html      offline page and, from CUDA, PyTorch's own .pickle;
           <kind>_rank<r>_step<000000123>-2.json.gz a second writer's snapshot of the same name
@@ -40,7 +42,7 @@ import re
 import time
 from dataclasses import dataclass
 
-__all__ = ["PLUGIN_DIR", "CENSUS_LOG", "SPIKES_LOG", "EVENT_FILE_MARK", "RANK_DIR_PREFIX", "RANK_DIR", "SNAPSHOT_EXTS",
+__all__ = ["PLUGIN_DIR", "CENSUS_LOG", "SPIKES_LOG", "SETTINGS_LOG", "EVENT_FILE_MARK", "RANK_DIR_PREFIX", "RANK_DIR", "SNAPSHOT_EXTS",
            "SNAPSHOT_FILE", "TEMP_FILE", "TEXT_SUFFIX", "Format", "FORMATS", "plugin_dir", "census_log_path",
            "rank_dir", "split_rank", "snapshot_name", "temp_prefix", "default_run_dir", "job_dir"]
 
@@ -50,6 +52,8 @@ PLUGIN_DIR = os.path.join("plugins", "tbmem")
 CENSUS_LOG = os.path.join(PLUGIN_DIR, "census.jsonl")
 #: The loss-spike side file, relative to the run (tbmem.spikes).
 SPIKES_LOG = os.path.join(PLUGIN_DIR, "spikes.jsonl")
+#: The run's settings its readers need (loss tags, module depth), relative to the run (tbmem.logdir.settings).
+SETTINGS_LOG = os.path.join(PLUGIN_DIR, "settings.jsonl")
 #: In the name of every TensorBoard event file (``events.out.tfevents.<time>.<host>...``).
 EVENT_FILE_MARK = "tfevents"
 #: torch's ``add_text`` appends it to the tag it is given; readers take it off.
@@ -103,6 +107,11 @@ FORMATS: tuple[Format, ...] = (
            writer="tbmem.logdir.spikes (append_spike, called by tbmem.spikes.SpikeMonitor)",
            reader="tbmem.logdir.spikes (read_spikes)",
            older="version 0 (none): runs from before spikes were detected have no spikes to read"),
+    Format(name="settings side file", path=SETTINGS_LOG, version=1,
+           writer="tbmem.logdir.settings (append_settings, called by tbmem.writer)",
+           reader="tbmem.logdir.settings (read_settings)",
+           older="version 0 (none): runs from before read with the built-in loss tags (and TBMEM_LOSS_TAGS of "
+                 "the reading process); their by-module keys are in their census lines as written"),
     Format(name="profile trace", path=os.path.join(PLUGIN_DIR, "traces", "step<n>", "rank<r>.pt.trace.json.gz"),
            version=2, writer="tbmem.logdir.traces (write_trace, called by tbmem.profile.window)",
            reader="tbmem.logdir.traces (list_traces, read_trace)",

@@ -31,7 +31,9 @@ from tbmem.logdir.census_log import CensusLog
 from tbmem.logdir.layout import census_log_path
 from tbmem.logdir.runs import find_runs
 from tbmem.logdir.safe_open import resolve_inside
+from tbmem.logdir.settings import RunSettings, read_settings
 from tbmem.logdir.snapshots import SnapshotEntry, find_snapshots
+from tbmem.tags import loss_tags
 
 __all__ = ["LogdirReader", "RunDirFinder"]
 
@@ -40,7 +42,7 @@ RunDirFinder = Callable[[str], "tuple[str, str] | None"]
 
 
 class LogdirReader:
-    """The side files of a logdir's runs: censuses and snapshots. Thread-safe; one instance serves every run.
+    """The side files of a logdir's runs: censuses, snapshots, the run's settings. Thread-safe; one instance serves every run.
 
     Args:
         logdir: The logdir: its runs are the folders :func:`tbmem.logdir.runs.find_runs` names.
@@ -73,6 +75,17 @@ class LogdirReader:
         """
         found = self.run_dir(run)
         return self._census.read(census_log_path(found[0]), root=found[1]) if found else {}
+
+    def settings(self, run: str) -> RunSettings:
+        """What the run's writers recorded for its readers (its loss tags, its module depth:
+        :mod:`tbmem.logdir.settings`); the defaults for a run without them."""
+        found = self.run_dir(run)
+        return read_settings(found[0], root=found[1]) if found else RunSettings()
+
+    def loss_tags(self, run: str) -> tuple[str, ...]:
+        """The patterns of the run's loss tags: the built-in ones, the run's own, this process's
+        ``TBMEM_LOSS_TAGS`` (:func:`tbmem.tags.loss_tags`)."""
+        return loss_tags(self.settings(run).loss_tags)
 
     def snapshots(self, run: str) -> list[SnapshotEntry]:
         """The run's snapshots, sorted by step then name."""

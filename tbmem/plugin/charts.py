@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -70,11 +70,12 @@ def breakdown_tags(tags: Iterable[str], breakdown: str) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
 
 
-def is_step_loss(tag: str) -> bool:
+def is_step_loss(tag: str, patterns: Sequence[str] | None = None) -> bool:
     """A loss logged per training step or loss evaluation (``Loss/batch``, ``Loss/evaluation``, a framework's
-    ``train/loss`` or ``train_loss``: :func:`tbmem.tags.is_loss_tag`): drawn on the memory chart's step axis.
-    Per-epoch and per-iteration losses count something else (:func:`tbmem.tags.x_axis`)."""
-    return is_loss_tag(tag) and x_axis(tag) == "step"
+    ``train/loss`` or ``train_loss``, one of the run's loss ``patterns``: :func:`tbmem.tags.is_loss_tag`): drawn
+    on the memory chart's step axis. Per-epoch and per-iteration losses count something else
+    (:func:`tbmem.tags.x_axis`)."""
+    return is_loss_tag(tag, patterns) and x_axis(tag) == "step"
 
 
 def census_tags(tags: Iterable[str]) -> list[str]:
@@ -103,8 +104,9 @@ def _census_matrix(series: Mapping[str, Series], names: Mapping[str, str]) -> tu
 
 
 def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
-             all_tags: Iterable[str]) -> dict[str, Any]:
-    """The chart: the breakdown's census stacked, the reading lines, thinned to ``points`` buckets."""
+             all_tags: Iterable[str], loss_patterns: Sequence[str] | None = None) -> dict[str, Any]:
+    """The chart: the breakdown's census stacked, the reading lines, thinned to ``points`` buckets; the losses
+    are the tags of the run's ``loss_patterns`` (:func:`tbmem.tags.loss_tags`; None: the built-in ones)."""
     all_tags = list(all_tags)
     names = breakdown_tags([t for t in series], breakdown)
     census_steps, cols = _census_matrix(series, names)
@@ -129,7 +131,7 @@ def overview(series: Mapping[str, Series], *, breakdown: str, points: int,
             lines.setdefault(group, []).append({"tag": tag, "label": label})
             drawn[tag] = len(s.steps)
     losses = []
-    for tag in sorted(t for t in series if is_step_loss(t)):
+    for tag in sorted(t for t in series if is_step_loss(t, loss_patterns)):
         s = series[tag]
         if len(s.steps):
             keep = minmax_indices(s.steps, s.values, points)

@@ -237,15 +237,16 @@ class MemoryPlugin(base_plugin.TBPlugin):
         lines = {TAGS[k].tag for group in charts.LINE_GROUPS.values() for k, _ in group}
         ooms = TAGS["vram_ooms"].tag
         listing = self._cache.listing(ctx, eid, [run]).get(run, {})
+        losses = self._logdir.loss_tags(run)  # the run's own (its settings side file), TensorBoard's process's
         tags = [t for t in listing if t in lines or t == ooms or charts.breakdown_tags([t], breakdown)
-                or charts.is_step_loss(t)]
+                or charts.is_step_loss(t, losses)]
         # quick=1: a series longer than a few points per pixel is first drawn from a sample the data
         # provider draws (milliseconds on the Rust server); the page then asks for the exact view. The
         # Python loader converts every record before sampling, so there a sample would cost a second read.
         quick = request.args.get("quick") == "1" and self._multiplexer is None
         series, sampled = self._cache.get_sampled(ctx, eid, run, tags, listing=listing,
                                                   sample=8 * points if quick else None)
-        doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing))
+        doc = charts.overview(series, breakdown=breakdown, points=points, all_tags=list(listing), loss_patterns=losses)
         doc["sampled"] = sorted(sampled)
         snapshots, found = self._snapshots(run), self._dirs.run_dir(run)
         spikes = spike_marks(found[0], found[1], snapshots) if found else []

@@ -76,9 +76,9 @@ def test_every_category_is_exact_between_forward_and_backward() -> None:
     assert census.by_category["other"] >= 64000
     assert census.unattributed_bytes is None  # CPU only
     names = {r.name for r in census.records}
-    assert {"emb.weight", "emb.weight.grad", "optimizer.state[emb.weight].exp_avg",
-            "body.1.running_mean"} <= names
-    assert "out.weight" not in names  # the tied output weight is the embedding's storage
+    assert {"model.emb.weight", "model.emb.weight.grad", "optimizer.state[model.emb.weight].exp_avg",
+            "model.body.1.running_mean"} <= names
+    assert "model.out.weight" not in names  # the tied output weight is the embedding's storage
     body_params = list(model.body.parameters())  # value, grad, exp_avg, exp_avg_sq, and a step scalar each
     assert census.by_module["model.body"] == sum(4 * t.numel() * t.element_size() + F32 for t in body_params) + sum(
         t.numel() * t.element_size() for t in model.body.buffers())

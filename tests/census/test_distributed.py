@@ -78,7 +78,7 @@ def _check(result: dict[str, Any], world_size: int) -> None:
     assert result["expected"]["parameters"] >= result["local_numel"] * 4 > 0
     assert result["local_numel"] * world_size == result["global_numel"]
     assert result["unwatched_dtensor_parameters"] == result["expected"]["parameters"]
-    assert result["names"] == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert result["names"] == ["model.0.bias", "model.0.weight", "model.2.bias", "model.2.weight"]
     assert result["notes"] == []
 
 

@@ -39,7 +39,7 @@ def test_lbfgs_history_lists_are_optimizer_state() -> None:
     census = take_census(models=[model], optimizers=[opt])
     assert census.by_category["optimizer_state"] == expected
     names = {r.name for r in census.records if r.category == "optimizer_state"}
-    assert "optimizer.state[weight].old_dirs[0]" in names and "optimizer.state[weight].prev_flat_grad" in names
+    assert "optimizer.state[model.weight].old_dirs[0]" in names and "optimizer.state[model.weight].prev_flat_grad" in names
 
 
 @dataclass
@@ -95,7 +95,7 @@ def test_state_held_in_a_dataclass_is_optimizer_state() -> None:
     census = take_census(models=[model], optimizers=[opt])
     assert census.by_category["optimizer_state"] == expected
     names = {r.name for r in census.records if r.category == "optimizer_state"}
-    assert "optimizer.state[0.weight].precond.L" in names
+    assert "optimizer.state[model.0.weight].precond.L" in names
 
 
 
@@ -116,4 +116,4 @@ def test_zero_redundancy_optimizer_state_is_optimizer_state(gloo_world_of_one) -
     assert expected >= 2 * sum(p.numel() * 4 for p in params)  # exp_avg and exp_avg_sq
     census = take_census(models=[model], optimizers=[opt])
     assert census.by_category["optimizer_state"] == expected
-    assert "optimizer.optim.state[0.weight].exp_avg" in {r.name for r in census.records}
+    assert "optimizer.optim.state[model.0.weight].exp_avg" in {r.name for r in census.records}

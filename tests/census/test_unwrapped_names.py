@@ -29,8 +29,8 @@ def _named(census, category: str) -> set[str]:
 def _check(wrapped: torch.nn.Module, inner: torch.nn.Module) -> None:
     gc.collect()
     census = take_census(models=[wrapped])
-    assert _named(census, "parameters") == {n for n, _ in inner.named_parameters()}
-    assert _named(census, "buffers") == {n for n, _ in inner.named_buffers()}
+    assert _named(census, "parameters") == {f"model.{n}" for n, _ in inner.named_parameters()}
+    assert _named(census, "buffers") == {f"model.{n}" for n, _ in inner.named_buffers()}
     assert set(census.by_module) == {"model.encoder", "model.head"}
 
 
@@ -59,16 +59,48 @@ def test_a_submodule_named_module_is_kept():
     net = torch.nn.Module()
     net.module = torch.nn.Linear(2, 2)  # not a wrapper: the user's own name
     gc.collect()
-    assert _named(take_census(models=[net]), "parameters") == {"module.weight", "module.bias"}
+    assert _named(take_census(models=[net]), "parameters") == {"model.module.weight", "model.module.bias"}
     assert unwrapped("a._orig_mod.b.weight") == "a.b.weight"
 
 
-def test_module_depth(monkeypatch):
+def test_module_depth():
     net = _Net()
-    monkeypatch.setenv("TBMEM_MODULE_DEPTH", "2")
     gc.collect()
-    census = take_census(models=[torch.compile(net, backend="eager")])
+    census = take_census(models=[torch.compile(net, backend="eager")], module_depth=2)
     assert set(census.by_module) == {"model.encoder.0", "model.encoder.1", "model.head"}
+
+
+def test_the_environment_overrides_the_module_depth(monkeypatch, caplog):
+    net = _Net()
+    gc.collect()
+    monkeypatch.setenv("TBMEM_MODULE_DEPTH", "2")
+    assert set(take_census(models=[net]).by_module) == {"model.encoder.0", "model.encoder.1", "model.head"}
+    monkeypatch.setenv("TBMEM_MODULE_DEPTH", "1")
+    assert set(take_census(models=[net], module_depth=2).by_module) == {"model.encoder", "model.head"}
+    monkeypatch.setenv("TBMEM_MODULE_DEPTH", "two")  # not a number: said once, the configured depth kept
+    assert set(take_census(models=[net], module_depth=2).by_module) == {"model.encoder.0", "model.encoder.1",
+                                                                         "model.head"}
+    assert "TBMEM_MODULE_DEPTH='two'" in caplog.text
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_tensors_name_starts_with_its_module(depth):
+    """Issue 42: the by-module breakdown said ``model.7`` where the tensor said ``7.weight``."""
+    net = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(7)],
+                              torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
+    second = torch.nn.Linear(4, 1)
+    second(net(torch.randn(3, 4))).sum().backward()
+    gc.collect()
+    census = take_census(models=[net, second], module_depth=depth)
+    held = [r for r in census.records if r.category in ("parameters", "gradients", "buffers")]
+    assert len(held) == 2 * (7 * 2 + 4 + 2) + 3  # each parameter and its gradient; BatchNorm's three buffers
+    for r in held:
+        assert r.module is not None and r.name.startswith(r.module + "."), (r.name, r.module)
+    inner = "model.7" if depth == 1 else "model.7.1"
+    assert {r.name for r in held if r.module == inner} >= {"model.7.1.weight", "model.7.1.weight.grad",
+                                                          "model.7.1.running_mean"}
+    assert {r.name for r in held if r.module == "model1"} == {"model1.weight", "model1.bias", "model1.weight.grad",
+                                                              "model1.bias.grad"}
 
 
 def test_parameters_of_a_model_nobody_watched_are_named_after_the_module_holding_them():
@@ -94,7 +126,7 @@ def test_peft_lora_names():
     gc.collect()
     census = take_census(models=[model])
     names = _named(census, "parameters")
-    assert "transformer.h.0.attn.c_attn.base_layer.weight" in names
-    assert "transformer.h.0.attn.c_attn.lora_A.default.weight" in names
-    assert not any(n.startswith("base_model") for n in names)
+    assert "model.transformer.h.0.attn.c_attn.base_layer.weight" in names
+    assert "model.transformer.h.0.attn.c_attn.lora_A.default.weight" in names
+    assert not any("base_model" in n for n in names)
     assert set(census.by_module) == {"model.transformer"}  # lm_head is tied to wte: counted there

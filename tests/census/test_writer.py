@@ -48,5 +48,5 @@ def test_census_tags_and_top_k_text_in_event_files(tmp_path) -> None:
     text = texts(tmp_path, "Memory/Large_Tensors/top_k/text_summary")  # add_text appends /text_summary
     assert [s for s, _ in text] == [0, 2, 4]
     table = text[-1][1]
-    assert "| 1 | `emb.weight` | parameters | 50x16 | float32 | cpu |" in table
+    assert "| 1 | `model.emb.weight` | parameters | 50x16 | float32 | cpu |" in table
     assert table.count("\n| ") == 1 + 3  # header row + top_k rows

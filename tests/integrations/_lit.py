@@ -1,4 +1,5 @@
-"""A tiny LightningModule (Linear + BatchNorm, Adam) on random data, for either Lightning package."""
+"""A tiny LightningModule (Linear + BatchNorm, Adam or the optimizer a test makes) on random data, for either
+Lightning package."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ def module_class(pl: Any) -> type:
     """The LightningModule class of package ``pl`` (``lightning.pytorch`` or ``pytorch_lightning``)."""
 
     class Tiny(pl.LightningModule):
-        def __init__(self, fail_at: int | None = None) -> None:
+        def __init__(self, fail_at: int | None = None, optimizer: Any = None) -> None:
             super().__init__()
             self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
                                            torch.nn.Linear(32, 1))
             self.fail_at = fail_at
+            self.make_optimizer = optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, y = batch
@@ -26,7 +28,7 @@ def module_class(pl: Any) -> type:
             return loss
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.Adam(self.parameters(), lr=1e-3)
+            return self.make_optimizer(self.parameters())
 
         def train_dataloader(self) -> torch.utils.data.DataLoader:
             g = torch.Generator().manual_seed(0)

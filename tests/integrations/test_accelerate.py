@@ -21,7 +21,7 @@ from tests.integrations._counts import (
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 
-def _loop(tmp_path, tracker, *, batches=12, accumulation=2, fail_at=None):
+def _loop(tmp_path, tracker, *, batches=12, accumulation=2, fail_at=None, optimizer=None):
     gc.collect()  # the census counts every parameter alive: the previous test's model must be gone
     # a Trainer earlier in this process set accelerate's process-wide state up without bf16
     accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
@@ -31,7 +31,7 @@ def _loop(tmp_path, tracker, *, batches=12, accumulation=2, fail_at=None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = (optimizer or (lambda params: torch.optim.AdamW(params, lr=1e-3)))(model.parameters())
     data = torch.utils.data.TensorDataset(torch.randn(8 * batches, 8), torch.randn(8 * batches, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=8)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -68,6 +68,7 @@ def test_every_census_is_the_tests_own_count_on_the_loops_loss_steps(tmp_path):
         assert {c: census["by_category"][c] for c in CATEGORIES} == counts[step], step
         assert census["by_category"]["gradients"] > 0 and census["by_category"]["optimizer_state"] > 0
         assert census["where"] == WHERE
+        assert set(census["by_module"]) == {"model.0", "model.1", "model.3"}
     assert scalar_steps(run, "loss") == [0, 1, 2, 3, 4, 5]
     assert scalar_steps(run, "Memory/RAM/process_rss_GB") == [0, 1, 2, 3, 4, 5]
 

@@ -43,15 +43,15 @@ def _counter(pl):
     return Counter()
 
 
-def _fit(pl, tmp_path, callbacks, *, logger=True, steps=6, fail_at=None, **kw):
+def _fit(pl, tmp_path, callbacks, *, logger=True, steps=6, fail_at=None, optimizer=None, log_every_n_steps=1, **kw):
     gc.collect()  # the census counts every parameter alive: the previous test's model must be gone
     if logger:
         logger = pl.loggers.TensorBoardLogger(str(tmp_path), name="lit")
-    trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=2, log_every_n_steps=1, logger=logger,
+    trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=2, log_every_n_steps=log_every_n_steps, logger=logger,
                          callbacks=callbacks, accelerator="cpu", devices=1, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path),
                          **kw)
-    trainer.fit(module_class(pl)(fail_at=fail_at))
+    trainer.fit(module_class(pl)(fail_at=fail_at, optimizer=optimizer))
     return trainer
 
 
@@ -70,6 +70,7 @@ def test_every_census_is_the_tests_own_count_on_lightnings_loss_steps(tmp_path, 
         assert {c: census["by_category"][c] for c in CATEGORIES} == counter.at[step], step
         assert census["by_category"]["gradients"] > 0 and census["by_category"]["buffers"] > 0
         assert census["where"] == WHERE
+        assert set(census["by_module"]) == {"model.net.0", "model.net.1", "model.net.3"}  # inside self.net
     loss_steps = scalar_steps(run, "train_loss")
     assert loss_steps == [0, 1, 2, 3, 4, 5]
     assert set(scalar_steps(run, "Memory/RAM/process_rss_GB")) == set(loss_steps)
@@ -105,3 +106,13 @@ def test_an_out_of_memory_error_reaches_the_user_after_the_record(tmp_path, capl
     (run,) = run_dirs(tmp_path)
     assert scalar_steps(run, "Memory/RAM/process_rss_GB") == [0, 1, 2]  # 2: the record at the error
     assert "out of memory" in caplog.text.lower()
+
+
+def test_follow_logging_records_at_lightnings_logging_steps(tmp_path):
+    import lightning.pytorch as pl
+
+    _fit(pl, tmp_path, [MemoryCallback(census_every=4, follow_logging=True)], steps=8, log_every_n_steps=3)
+    (run,) = run_dirs(tmp_path)
+    assert scalar_steps(run, "train_loss") == [2, 5]  # Lightning logs where (step + 1) % 3 == 0
+    assert scalar_steps(run, "Memory/RAM/process_rss_GB") == [0, 2, 4, 5]  # there, and at the censuses (0, 4)
+    assert sorted(censuses(run)) == [0, 4]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 import tbmem
+import tbmem.integrations
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = sorted((ROOT / "tbmem" / "integrations").glob("[!_]*.py"))
-#: the one private module an adapter may import: how tbmem imports an optional dependency
-ALLOWED_PRIVATE = {"tbmem._extras"}
+#: besides tbmem's public names, an adapter may import its own package's (the adapters' shared defaults)
+ALLOWED_MODULES = {"tbmem.integrations"}
 
 
 def test_the_adapters_are_there():
@@ -29,7 +30,8 @@ def test_only_public_names_of_tbmem(path):
             if node.module == "tbmem":
                 assert {a.name for a in node.names} <= set(tbmem.__all__), ast.dump(node)
             else:
-                assert node.module in ALLOWED_PRIVATE, node.module
+                assert node.module in ALLOWED_MODULES, node.module
+                assert {a.name for a in node.names} <= set(tbmem.integrations.__all__), ast.dump(node)
         elif isinstance(node, ast.Import):
             assert not any(a.name.startswith("tbmem") for a in node.names)
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):

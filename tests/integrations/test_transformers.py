@@ -77,6 +77,8 @@ def test_every_census_is_the_tests_own_count_on_the_trainers_loss_steps(tmp_path
         assert {c: census["by_category"][c] for c in CATEGORIES} == counter.at[step], step
         assert census["by_category"]["gradients"] > 0  # not after zero_grad (the on_step_end trap)
         assert census["where"] == WHERE
+        # the adapters' module depth (2): GPT-2's parts, not one bar for model.transformer (lm_head is wte's)
+        assert set(census["by_module"]) == {f"model.transformer.{m}" for m in ("wte", "wpe", "h", "ln_f")}
     loss_steps = scalar_steps(run, "train/loss")
     assert loss_steps == [1, 2, 3, 4, 5, 6]
     assert set(found) <= set(loss_steps)
@@ -140,4 +142,21 @@ def test_the_mixin_hands_an_error_in_backward_to_the_callback(tmp_path):
 
     with pytest.raises(RuntimeError) as got:
         _train(tmp_path, [cb], accumulation=1, trainer_class=Failing)
-    assert got.value is boom and calls == [(2, boom)]
+    # handed over in training_step, and again as it leaves train (where an optimizer step's error is caught)
+    assert got.value is boom and calls == [(2, boom), (2, boom)]
+    assert cb.writer is None  # train ended with the error: the mixin closed the callback's writer
+
+
+def test_the_callback_takes_an_error_once():
+    class Writer:
+        def __init__(self) -> None:
+            self.failed: list[tuple[int, BaseException]] = []
+
+        def step_failed(self, step, exc):
+            self.failed.append((step, exc))
+
+    cb, oom = MemoryCallback(), torch.OutOfMemoryError("CUDA out of memory (test)")
+    cb.writer = Writer()
+    for _ in range(3):  # the forward hook, training_step, train
+        cb.step_failed(4, oom)
+    assert cb.writer.failed == [(4, oom)]

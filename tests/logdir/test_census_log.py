@@ -31,7 +31,7 @@ def test_writer_appends_every_census_with_exact_bytes(tmp_path):
     assert rec["by_category"]["parameters"] == (128 * 64 + 64) * 4
     assert rec["by_category"]["gradients"] == (128 * 64 + 64) * 4
     assert rec["total_bytes"] == sum(rec["by_category"].values())
-    assert [t["name"] for t in rec["top"]][:2] == ["weight", "weight.grad"]
+    assert [t["name"] for t in rec["top"]][:2] == ["model.weight", "model.weight.grad"]
     assert rec["top"][0]["shape"] == [64, 128] and rec["top"][0]["bytes"] == 128 * 64 * 4
     # the same census as the scalars and the markdown table in the event files
     df = load_scalars(tmp_path)
