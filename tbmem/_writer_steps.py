@@ -70,14 +70,18 @@ class StepHooks(RecordPipeline):
                 component.on_step(step)
             except Exception as exc:  # noqa: BLE001 - monitoring must never break training
                 self._component_failed(component, exc)
+        if not self._active:  # only the ranks can be here: every rank joins the record's collective
+            for component in parts.on_due:
+                component.on_due(StepCall(step, record=True))
+            return False
         last = self._last_step  # self._saw(step), inline: this runs at every step
         if last is None or step > last:
             self._last_step = step
         woke = step >= parts.wake_at  # one comparison outside profile windows
         census_every = self._census_every
-        record = force or step % self.config.every == 0 or not self._active  # off: the ranks still join
+        record = force or step % self.config.every == 0
         census = census_every > 0 and step % census_every == 0
-        if not (record or census or woke) or not parts.on_due:
+        if not (record or census or woke):
             return False
         call = StepCall(step, roots=roots, where=where, record=record, census=census, woke=woke)
         for component in parts.on_due:  # in order: profile windows, probes, ranks, alerts, census, windows
@@ -90,7 +94,7 @@ class StepHooks(RecordPipeline):
         # an event written on this thread is in the file; a staged run is read by nobody before close
         if self._tensorboard.needs_flush and self.config.flush_each_record and not self.closed:
             self.flush()
-        return self._active and (call.record or call.census)
+        return call.record or call.census
 
     def begin_step(self, step: int) -> bool:
         """A training step begins: note it, and say whether :meth:`log_memory` has anything to do at it.
