@@ -2,7 +2,7 @@
 
 One SyntheticTrainer process with a census every 50 steps (``bench_trainer_overhead.py``'s
 ``census_50`` variant); the census's phases (``tbmem.census.core._guarded``), its heap pass,
-``take_census`` and ``MemoryWriter._take_census`` (the census plus what the writer writes: scalars,
+``take_census`` and ``CensusComponent.take`` (the census plus what the writer writes: scalars,
 the markdown table's text event, the Memory tab's ``census.jsonl`` line) are wrapped with
 ``perf_counter``. They run with the caches a training step leaves them, at two to three times what
 they cost in a loop. Prints the median per incremental census (the first census, a full scan, left
@@ -58,14 +58,14 @@ def main(argv: list[str] | None = None) -> None:
 
     import tbmem.census
     from tbmem.census import core, heap
-    from tbmem.writer import MemoryWriter
+    from tbmem._writer_components import CensusComponent
 
     times: dict[str, list[float]] = defaultdict(list)
     _wrap(times, core, "_guarded", None)
     _wrap(times, heap, "find_instances", "heap pass (find_instances)")
     _wrap(times, core, "take_census", "take_census")
     tbmem.census.take_census = core.take_census  # the writer imports it from the package per call
-    _wrap(times, MemoryWriter, "_take_census", "MemoryWriter._take_census")
+    _wrap(times, CensusComponent, "take", "CensusComponent.take")
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.train()
     medians = {key: statistics.median(spent[1:]) * 1e3 for key, spent in times.items() if len(spent) > 1}
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{censuses} censuses; median of the {censuses - 1} incremental ones, ms:")
     for key, ms in medians.items():
         print(f"  {key:28s} {ms:6.2f}")
-    writer = medians["MemoryWriter._take_census"] - medians["take_census"]
+    writer = medians["CensusComponent.take"] - medians["take_census"]
     print(f"  {'writer side (difference)':28s} {writer:6.2f}")
 
 

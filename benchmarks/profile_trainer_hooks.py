@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
         mon.before_zero_grad = before_zero_grad
         mon.on_batch_end = _timed(times, "on_batch_end (all monitors)", mon.on_batch_end)
-        writer._read = _timed(times, "  due: probes _read", writer._read)
+        from tbmem._writer_components import ProbesComponent  # slotted: timed on its class, in this process
+
+        ProbesComponent.read = _timed(times, "  due: probes read", ProbesComponent.read)  # type: ignore[method-assign]
         writer._write_record = _timed(times, "  due: the record written", writer._write_record)
         writer.flush = _timed(times, lambda: "  due: flush" if inside[0] else "flush, elsewhere", writer.flush)
         perf = mon.epoch_perf

@@ -80,7 +80,7 @@ def build(logdir: str, ranks: int = 1000, records: int = 1000, every: int = 10) 
         pq.write_table(pa.concat_tables(parts), path, row_group_size=records)  # a row group per rank's flushes
     with MemoryWriter(os.path.join(job, "rank0"), census_every=0, flush_each_record=False) as w:
         for i, step in enumerate(steps.tolist()):
-            w.write_readings({k: float(rank0[k][i]) for k in KEYS}, step)
+            w._write_readings({k: float(rank0[k][i]) for k in KEYS}, step)  # a record: raw readings
             values, reporting = aggregate_rows(gathered[i], agg_keys)
             values[TAGS["ranks_reporting"].tag] = float(reporting)
             w.write_scalars(values, step)

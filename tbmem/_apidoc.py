@@ -55,14 +55,18 @@ One way, in two forms:
 - Loops and frameworks with hooks of their own call the three parts that context manager is made of:
   `writer.begin_step(step)` when a step starts, `writer.log_memory(step, roots=..., where=...)` when it
   has done its work (mid-step, so the census sees the activations), and `writer.step_failed(step, exc)`
-  where they catch an exception (then re-raise it).
+  where they catch an exception (then re-raise it). A loop that calls only `log_memory(step)` once per
+  step gets the same records (without the out-of-memory snapshot).
 
-`writer.next_due(step)` is the fast path of a loop that calls `log_memory` only on due steps (the
-bundled trainers): the first step from `step` on at which `log_memory` does more than note the step.
-`step_failed(step, exc)` is the one call for an exception: it handles an out-of-memory error (what
-`handle_oom(step, exc)` did, kept as a deprecated alias) and flushes after any other. `write_scalars` and
-`write_readings` are not part of the stable surface: the recorder's components use them; users call
-`add_scalar` and the other `SummaryWriter` methods.
+`begin_step(step)` returns whether `log_memory(step)` has anything to do at that step: a loop that skips
+the call where it is False (the bundled trainers) saves its cost inside the step. `step_failed(step, exc)`
+is the one call for an exception: it handles an out-of-memory error and flushes after any other.
+`write_scalars(values, step)` writes many scalars as one event (to TensorBoard and every sink), where
+`add_scalar` writes one event per tag; the other `SummaryWriter` methods work unchanged.
+
+Deprecated, each with a `DeprecationWarning` naming its replacement: `next_due(step)` (use what
+`begin_step(step)` returns), `handle_oom(step, exc)` (use `step_failed(step, exc)`),
+`write_readings(readings, step)` (use `write_scalars` with the tags' names and units of `tbmem.TAGS`).
 """
 
 DEPRECATED = """## Renamed, with the old form still accepted
@@ -76,6 +80,9 @@ DEPRECATED = """## Renamed, with the old form still accepted
 | `monitor_performance(label, device)` | `device=` by keyword | 0.2 (warns) |
 | `tbmem.monitor.*` (the console API's module) | `tbmem.console` | 0.2 |
 | `tbmem.snapshot.markers.mark`, `.recording` | `tbmem.mark_snapshot`, `tbmem.snapshot_recording` | 0.2 |
+| `MemoryWriter.next_due(step)` | what `MemoryWriter.begin_step(step)` returns | 0.2 (warns) |
+| `MemoryWriter.handle_oom(step, exc)` | `MemoryWriter.step_failed(step, exc)` | 0.2 (warns) |
+| `MemoryWriter.write_readings(readings, step)` | `MemoryWriter.write_scalars` with `tbmem.TAGS`' tags and units | 0.2 (warns) |
 """
 
 RESERVED = {"tbmem.integrations": "the framework integrations (PyTorch Lightning, Hugging Face Trainer, "

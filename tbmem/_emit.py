@@ -1,10 +1,10 @@
 """What a component of a :class:`tbmem.MemoryWriter` may do with its output, and read of the run.
 
-The components (the alert and spike monitors, the snapshot manager) never hold the writer: each is
-handed an :class:`Emitter`, which sends what they emit down the writer's one output path (the
-event file and the sinks: :meth:`tbmem.MemoryWriter.write_readings` for scalars, the same text
-events as the census table, the sinks for files) and names what they read (the run folder, the
-fault ledger, the watched models). A component can be tested with an emitter of its own.
+The components (the probes' record, the census, the alert and spike monitors, the snapshot manager,
+the profile windows, the ranks) never hold the writer: each is handed an :class:`Emitter`, which
+sends what they emit down the writer's one output path (its sinks, TensorBoard's event file first:
+scalars as one event, text entries, files) and names what they read (the run folder, the fault
+ledger, the watched models). A component can be tested with an emitter of its own.
 
 Example:
     >>> from tbmem._emit import Emitter
@@ -42,17 +42,23 @@ class Emitter:
         faults: Counts what the disk refused.
         text: ``(tag, markdown, step)``: a text event (and the sinks' text entry).
         readings: ``(raw readings by tag-table key, step)``: scalars in their tags' units.
+        record: ``({tag: value}, step)``: the scalars of a record (a census's): every one goes to the
+            node's rank table too (compact layout).
+        scalars: ``({tag: value}, step)``: scalars as ``MemoryWriter.write_scalars`` writes them.
         artifact: ``(path, kind)``: a file of the run, for the sinks (W&B, MLflow).
         flush: Flush the event file now (rare events that must be on disk before the run can end).
         models: The watched models still alive.
         optimizers: The watched optimizers still alive.
     """
 
-    __slots__ = ("_log_dir", "faults", "_text", "_readings", "_artifact", "_flush", "_models", "_optimizers")
+    __slots__ = ("_log_dir", "faults", "_text", "_readings", "_record", "_scalars", "_artifact", "_flush",
+                 "_models", "_optimizers")
 
     def __init__(self, *, log_dir: Callable[[], str], faults: FaultLedger,
                  text: Callable[[str, str, int], object] = _nothing,
                  readings: Callable[[Mapping[str, float], int], object] = _nothing,
+                 record: Callable[[Mapping[str, float], int], object] = _nothing,
+                 scalars: Callable[[Mapping[str, float], int], object] = _nothing,
                  artifact: Callable[[str, str], object] = _nothing,
                  flush: Callable[[], object] = _nothing,
                  models: Callable[[], list[torch.nn.Module]] = list,
@@ -60,6 +66,7 @@ class Emitter:
         self._log_dir = log_dir
         self.faults = faults
         self._text, self._readings, self._artifact, self._flush = text, readings, artifact, flush
+        self._record, self._scalars = record, scalars
         self._models, self._optimizers = models, optimizers
 
     @property
@@ -74,6 +81,14 @@ class Emitter:
     def write_readings(self, readings: Mapping[str, float], step: int) -> None:
         """Raw readings keyed by tag-table keys, written in their tags' units."""
         self._readings(readings, step)
+
+    def write_record(self, values: Mapping[str, float], step: int) -> None:
+        """A record's scalars ``{tag: value}`` as one event (every one in the node's rank table too)."""
+        self._record(values, step)
+
+    def write_scalars(self, values: Mapping[str, float], step: int) -> None:
+        """Scalars ``{tag: value}`` as one event, as :meth:`tbmem.MemoryWriter.write_scalars` writes them."""
+        self._scalars(values, step)
 
     def log_artifact(self, path: str, kind: str) -> None:
         """A file of the run for the sinks; never raises."""

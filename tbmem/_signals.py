@@ -89,7 +89,7 @@ def finish_writer(writer: Any, reason: str) -> None:
     wrote = False
     if writer.config.enabled and step is not None:
         try:
-            writer.write_readings(writer._read(step), step)
+            writer._write_readings(writer._record.read(step), step)
             wrote = True
         except Exception as exc:  # noqa: BLE001
             report_once("writer:final-record", "tbmem: could not write the final record", exc=exc)

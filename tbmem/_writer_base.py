@@ -30,26 +30,22 @@ from tbmem import _process
 from tbmem._log import report_once
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tbmem._direct_events import DirectEvents
     from tbmem._emit import Emitter
-    from tbmem._large import LargeThreshold
     from tbmem._safe_io import FaultLedger
-    from tbmem._writer_components import Components, StepComponent
+    from tbmem._writer_components import Components, ProbesComponent, StepComponent
     from tbmem.alerts import AlertMonitor
     from tbmem.config import MemoryWriterConfig
-    from tbmem.layout import LayoutTracker
     from tbmem.logdir.fs import RemoteMirror
     from tbmem.probes import Probe
     from tbmem.probes.guard import ProbeGuard
     from tbmem.profile.window import ProfileWindows
     from tbmem.ranks.support import RankSupport
     from tbmem.sinks.fanout import SinkSet
+    from tbmem.sinks.tensorboard import TensorBoardSink
     from tbmem.snapshot import SnapshotManager
     from tbmem.spikes import SpikeMonitor
 
-__all__ = ["WriterBase", "NEVER"]
-
-NEVER = 2**62  # no profile window is due
+__all__ = ["WriterBase"]
 
 
 class WriterBase(SummaryWriter):
@@ -64,33 +60,26 @@ class WriterBase(SummaryWriter):
     _at_exit: Callable[[], None] | None
     _last_step: int | None
     _faults: FaultLedger
-    _emit: Emitter
-    # the event file: records encoded by hand, written on this thread where records are flushed at once
-    _events: DirectEvents
-    _direct: DirectEvents | None
-    _staged: bool  # a rank's private run, read by nobody before close
+    _emit: Emitter  # what the components emit through: the sinks below
+    # the output: every sink, TensorBoard's event file first (tbmem.sinks.tensorboard)
+    _sinks: SinkSet
+    _tensorboard: TensorBoardSink
     _table: Callable[[int, dict[str, float]], None] | None  # the node's rank table (compact layout)
-    _layout: LayoutTracker | None
     # the readings
     _probes: list[Probe]
     _probe_guard: ProbeGuard
-    _last_record: tuple[float, int] | None
-    _large: LargeThreshold
+    _record: ProbesComponent  # the probes' record (in the step loop while monitoring is on)
+    _census_every: int  # 0: no census
     _models: list[weakref.ref[torch.nn.Module]]
     _optimizers: list[weakref.ref[torch.optim.Optimizer]]
-    _census_on: bool
-    _stop_capture: Callable[[], Any] | None
     # the components the step path loops over, only the configured ones (tbmem._writer_components)
     _components: Components
-    # the components, each None unless configured (read outside the step path)
+    # what the components wrap, None unless configured: read outside the step path only
     _ranks: RankSupport | None
     _snapshots: SnapshotManager | None
     _alerts: AlertMonitor | None
     _spikes: SpikeMonitor | None
-    _sinks: SinkSet | None
     _profile: ProfileWindows | None
-    _profile_at: int  # a step hook at a step >= this calls into the profile windows
-    _profile_census: bool
 
     def _after_close(self, what: str) -> None:
         report_once(f"closed:{id(self)}", _process.ignored_write_line(self, what))
@@ -126,7 +115,7 @@ class WriterBase(SummaryWriter):
 
     def log_artifact(self, path: str, kind: str) -> None:
         """Send a file of the run (a snapshot, a trace) to the sinks (W&B, MLflow); never raises."""
-        if self._sinks is not None and not self.closed:
+        if not self.closed:
             self._sinks.log_artifact(path, kind)
 
     @property
@@ -144,27 +133,15 @@ class WriterBase(SummaryWriter):
         """Run a probe call; a failure is retried with backoff, then switches the probe off."""
         return self._probe_guard.call(self._probes, probe, fn)
 
-    def _guard_call(self, what: str, fn: Any, *args: Any) -> bool:
-        try:
-            fn(*args)
-            return True
-        except Exception as exc:  # noqa: BLE001 - monitoring must never break training
-            report_once(f"writer:{what}", f"tbmem: {what} failed and is switched off", exc=exc)
-            return False
-
     def _component_failed(self, component: StepComponent, exc: Exception) -> None:
-        """A component's hook raised: reported once, switched off (its attribute too)."""
+        """A component's hook raised: reported once, switched off (it leaves every tuple)."""
         self._components.failed(component, exc)
-        if component.name == "snapshots":
-            self._snapshots = None
-        elif component.name == "alerts":
-            self._alerts = None
 
     def flush(self) -> None:
         """Flush pending events to disk (never raises an I/O error: see docs/reliability.md)."""
         if not self.closed:
             try:
-                SummaryWriter.flush(self)
+                self._tensorboard.flush()
             except OSError as exc:  # only where tbmem._safe_io could not guard the writer thread
                 self._faults.failed(self.log_dir, exc)
 

@@ -1,35 +1,42 @@
 """The step hooks of :class:`tbmem.MemoryWriter`: what a training loop calls at each step.
 
-:meth:`~StepHooks.log_memory` notes the step and writes a record, a census or a snapshot when one
-is due (:mod:`tbmem._writer_record`); :meth:`~StepHooks.next_due` lets a loop skip the calls in
-between; :meth:`~StepHooks.monitored_step`, :meth:`~StepHooks.begin_step` and
-:meth:`~StepHooks.step_failed` bracket a step, so an out-of-memory error gets its snapshot and
-record (:meth:`tbmem.MemoryWriter.handle_oom`) before it goes on unchanged. These run at every
-step, inside the training loop: each does as little as it can when nothing is due.
+One way to drive a step: call :meth:`~StepHooks.log_memory` once per training step (where the
+census should look: after backward and the optimizer step, or with ``roots=(loss,)`` before
+backward). It notes the step and, when something is due, runs the configured components
+(:mod:`tbmem._writer_components`): the record, the census, the snapshots, the alerts, the profile
+windows, the ranks. An exception leaving the step goes to :meth:`~StepHooks.step_failed` (an
+out-of-memory error gets its snapshot and record before the caller re-raises it, unchanged);
+``with writer.monitored_step(step):`` is the two in one ``with`` block. A loop that would rather
+not call ``log_memory`` on steps with nothing due calls :meth:`~StepHooks.begin_step` at the start
+of each step: it notes the step and says whether ``log_memory`` is due. These run at every step,
+inside the training loop: each does as little as it can when nothing is due.
+
+Deprecated, with a warning naming the replacement: ``next_due`` (use :meth:`~StepHooks.begin_step`'s
+result) and ``handle_oom`` (use :meth:`~StepHooks.step_failed`).
 
 They stand on the record pipeline (:mod:`tbmem._writer_record`); :mod:`tbmem.writer`'s lifecycle
-stands on them. :meth:`~StepHooks.handle_oom` assembles the out-of-memory record (in ``_save_oom``).
+stands on them. ``_save_oom`` is the one place the out-of-memory record is assembled.
 
 Example:
     >>> import tempfile
     >>> from tbmem import MemoryWriter
     >>> with MemoryWriter(tempfile.mkdtemp(), every=5, census_every=0) as w:
-    ...     [w.log_memory(step) for step in range(6)], w.next_due(6)
-    ([True, False, False, False, False, True], 10)
+    ...     [w.begin_step(step) for step in range(6)], [w.log_memory(step) for step in range(6)]
+    ([True, False, False, False, False, True], [True, False, False, False, False, True])
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tbmem import _torch_private as tp
 from tbmem._log import logger, oom_line, report_once
+from tbmem._writer_components import StepCall
+from tbmem._writer_record import RecordPipeline
 from tbmem.oom.census import take_at_oom as take_oom_census
 from tbmem.oom.runtime import report as explain_oom
-from tbmem._safe_io import describe
-from tbmem._writer_base import NEVER
-from tbmem._writer_record import RecordPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -42,7 +49,10 @@ class StepHooks(RecordPipeline):
 
     def log_memory(self, step: int, *, roots: Sequence[torch.Tensor] = (), force: bool = False,
                    where: str | None = None) -> bool:
-        """Write the memory readings if ``step`` is due; return whether anything was written.
+        """Log the step's memory: the one call per training step. Returns whether anything was written.
+
+        Nothing is written on a step that is not due (``every``, ``census_every``, a snapshot or
+        profile window); the call then costs well under a microsecond.
 
         Args:
             step: The global step (x axis in TensorBoard).
@@ -55,63 +65,85 @@ class StepHooks(RecordPipeline):
         if self.closed:
             self._after_close("log_memory")
             return False
-        components = self._components
-        for component in components.each_step:  # ranks, snapshots: only those configured
+        parts = self._components
+        for component in parts.each_step:  # ranks, snapshots: only those configured
             try:
                 component.on_step(step)
             except Exception as exc:  # noqa: BLE001 - monitoring must never break training
                 self._component_failed(component, exc)
         if not self._active:  # only the ranks can be here: every rank joins the record's collective
-            for component in components.on_record:
-                component.on_record(step, None)
+            for component in parts.on_due:
+                component.on_due(StepCall(step, record=True))
             return False
         last = self._last_step  # self._saw(step), inline: this runs at every step
         if last is None or step > last:
             self._last_step = step
-        profiled = step >= self._profile_at  # one comparison outside profile windows
-        window = profiled and self._profile_hook("enter", step)
-        cfg = self.config
-        due = force or window or step % cfg.every == 0
-        census_due = self._census_on and (step % cfg.census_every == 0 or (window and self._profile_census))
-        if not (due or census_due):
+        woke = step >= parts.wake_at  # one comparison outside profile windows
+        census_every = self._census_every
+        record = force or step % self.config.every == 0
+        census = census_every > 0 and step % census_every == 0
+        if not (record or census or woke):
             return False
-        written = False  # on this thread, after every event queued before it
-        if due:
-            readings = self._read(step)
-            written = self._write_record(readings, step)
-            for component in components.on_record:  # ranks, alerts: only those configured
-                written = False  # a component may queue events of its own: flushed below
-                try:
-                    component.on_record(step, readings)
-                except Exception as exc:  # noqa: BLE001 - monitoring must never break training
-                    self._component_failed(component, exc)
-        if census_due and not self._take_census(step, roots, where or "where the training loop called log_memory"):
-            written = False  # its table was queued: flushed below
-        # a record written on this thread is in the file; a staged run is read by nobody before close
-        if cfg.flush_each_record and not written and not self._staged:
+        call = StepCall(step, roots=roots, where=where, record=record, census=census, woke=woke)
+        for component in parts.on_due:  # in order: profile windows, probes, ranks, alerts, census, windows
+            try:
+                component.on_due(call)
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._component_failed(component, exc)
+        if woke:
+            parts.rewake()
+        # an event written on this thread is in the file; a staged run is read by nobody before close
+        if self._tensorboard.needs_flush and self.config.flush_each_record and not self.closed:
             self.flush()
-        if profiled:
-            self._profile_hook("leave", step)
-        return True
+        return call.record or call.census
+
+    def begin_step(self, step: int) -> bool:
+        """A training step begins: note it, and say whether :meth:`log_memory` has anything to do at it.
+
+        It becomes the last step (the one a snapshot of another rank's out-of-memory error names), and
+        a profile window due at ``step`` opens here. A loop that calls this at the start of every step
+        may skip ``log_memory`` where it returns False (the trainers do: a call costs microseconds
+        inside a training step, where the caches are cold); it is True at every step while snapshots,
+        ranks or a closed writer need every call.
+        """
+        if self.closed:
+            return True
+        parts = self._components
+        for component in parts.on_begin:  # ranks, profile windows: only those configured
+            try:
+                component.on_begin(step)
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._component_failed(component, exc)
+        last = self._last_step
+        if last is None or step > last:
+            self._last_step = step
+        if step >= parts.wake_at:
+            parts.rewake()
+        return self._due(step)
+
+    def _due(self, step: int) -> bool:
+        parts = self._components
+        if not self._active or parts.each_step or step >= parts.wake_at or step % self.config.every == 0:
+            return True
+        census_every = self._census_every
+        return census_every > 0 and step % census_every == 0
 
     def next_due(self, step: int) -> int:
-        """The first step from ``step`` on at which :meth:`log_memory` does more than note the step.
-
-        It is ``step`` itself while snapshots, ranks or a closed writer need every call. A loop
-        that skips the calls in between must call :meth:`begin_step` at each step instead (the
-        trainers do: a call costs microseconds inside a training step, where the caches are cold).
-        """
+        """Deprecated: call :meth:`begin_step` at each step; it says whether :meth:`log_memory` is due."""
+        warnings.warn("MemoryWriter.next_due is deprecated; call begin_step(step) at each step: it returns "
+                      "whether log_memory(step) is due", DeprecationWarning, stacklevel=2)
         if self.closed or not self._active or self._components.each_step:
             return step
-        cfg = self.config
-        due = -(-step // cfg.every) * cfg.every
-        if self._census_on:
-            due = min(due, -(-step // cfg.census_every) * cfg.census_every)
-        return min(due, max(step, self._profile_at))  # the step before a profile window, and each in it
+        every = self.config.every
+        due = -(-step // every) * every
+        if self._census_every > 0:
+            due = min(due, -(-step // self._census_every) * self._census_every)
+        return min(due, max(step, self._components.wake_at))
 
     def monitored_step(self, step: int, *, log: bool = True) -> contextlib.AbstractContextManager[None]:
-        """Run one training step; log memory after it, and on an out-of-memory error save a
-        snapshot, write a record, flush, and re-raise the original exception unchanged.
+        """``begin_step``, ``log_memory`` after the step and ``step_failed`` on an exception, as one
+        ``with`` block: an out-of-memory error gets its snapshot and record, and the original exception
+        goes on unchanged.
 
         Args:
             step: The global step.
@@ -120,47 +152,33 @@ class StepHooks(RecordPipeline):
         """
         return _MonitoredStep(self, step, log)
 
-    def begin_step(self, step: int) -> None:
-        """A training step begins (what :meth:`monitored_step` does on entry, for a loop that
-        handles its own exceptions with :meth:`step_failed`): it becomes the last step, the one a
-        snapshot of another rank's out-of-memory error names."""
-        for component in self._components.each_step:
-            component.on_begin(step)
-        last = self._last_step
-        if last is None or step > last:
-            self._last_step = step
-        if step >= self._profile_at and self._active and not self.closed:
-            self._profile_hook("begin", step)
-
-    def _profile_hook(self, name: str, step: int) -> bool:
-        """Call the profile windows' ``name`` hook (tbmem.profile.window); never raises."""
-        profile = self._profile
-        result = False
-        try:
-            result = bool(getattr(profile, name)(step))
-        except Exception as exc:  # noqa: BLE001 - profiling must never end training
-            report_once("writer:profile", "tbmem: a profile window failed; profiling is off", exc=exc)
-            self._profile = profile = None
-        self._profile_at = profile.at if profile is not None else NEVER
-        self._profile_census = bool(profile is not None and profile.window is not None and profile.config.census)
-        return result
-
     def step_failed(self, step: int, exc: BaseException) -> None:
-        """``exc`` is leaving training step ``step`` (what :meth:`monitored_step` does on an exception):
-        an out-of-memory error gets its snapshot and record (:meth:`handle_oom`), any other the events
-        flushed. Never raises; the caller re-raises ``exc``.
+        """``exc`` is leaving training step ``step``: an out-of-memory error gets its snapshot and record
+        (saved, said in one line), any other the events flushed. Never raises; the caller re-raises ``exc``
+        (the same object: nothing of tbmem is chained to it).
 
         A ``try``/``except`` in the loop costs nothing until something is raised (Python 3.11+),
-        where a context manager is two calls per step.
+        where a context manager is two calls per step::
+
+            try:
+                loss = train_step(batch)
+            except BaseException as exc:
+                writer.step_failed(step, exc)
+                raise
         """
         if isinstance(exc, tp.OutOfMemoryError):
-            self.handle_oom(step, exc)
+            self._handle_oom(step, exc)
         else:
             self._flush_quietly()
 
+    def handle_oom(self, step: int, exc: BaseException) -> None:
+        """Deprecated: :meth:`step_failed` saves what an out-of-memory error needs."""
+        warnings.warn("MemoryWriter.handle_oom is deprecated; use step_failed(step, exc), which saves the "
+                      "snapshot and record of an out-of-memory error", DeprecationWarning, stacklevel=2)
+        self._handle_oom(step, exc)
 
     # --- the out-of-memory record: the one place it is assembled ----------------------------
-    def handle_oom(self, step: int, exc: BaseException) -> None:
+    def _handle_oom(self, step: int, exc: BaseException) -> None:
         """Save what can be saved about an out-of-memory error and say so in one line; never raises.
 
         Whatever fails while saving (a read-only or full disk, a broken probe) is caught here,
@@ -179,21 +197,20 @@ class StepHooks(RecordPipeline):
         snap_error: str | None = None
         # issue 38: live memory by category, from a census (host memory only), before the snapshot records it
         census = take_oom_census(self.watched_models, self.watched_optimizers, self.config.device) if (
-            self._active and self._census_on and not self.closed) else None
+            self._active and not self.closed and any(c.name == "census" for c in self._components.all)) else None
         if self._active and not self.closed:
-            if self._profile is not None:  # the OOM in the window's trace, written now: the run may end here
-                self._profile.instant("out of memory", step=step, error=f"{type(exc).__name__}: {exc}"[:300])
-                self._profile.close()
-                self._profile_at = self._profile.at
-            if self._snapshots is not None:
+            parts = self._components
+            for component in parts.on_oom:  # the profile window's trace, the snapshot: only those configured
                 try:
-                    result = self._snapshots.on_oom(step, exc, census=census)
-                except Exception as err:  # noqa: BLE001
-                    result, snap_error = [], describe(err)
-                paths = list(result or [])
-                snap_error = snap_error or getattr(self._snapshots, "last_error", None)
+                    written, error = component.on_oom(step, exc, census)
+                except Exception as err:  # noqa: BLE001 - the OOM must reach the user, not this
+                    self._component_failed(component, err)
+                    continue
+                paths += written
+                snap_error = snap_error or error
+            parts.rewake()
             try:
-                self.write_readings(self._read(step), step)
+                self._write_readings(self._record.read(step), step)
             except Exception as err:  # noqa: BLE001
                 report_once("writer:oom-record", "tbmem: could not write the record at the OOM", exc=err)
         self._flush_quietly()

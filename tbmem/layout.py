@@ -1,7 +1,7 @@
 """TensorBoard's custom-scalars layout for what a run actually logs: tbmem's charts grouped by topic.
 
 The layout is built from the tags the run has written (:class:`LayoutTracker`, fed by
-``MemoryWriter.write_scalars``) and written again whenever a new kind of reading appears
+the writer's TensorBoard sink, :mod:`tbmem.sinks.tensorboard`) and written again whenever a new kind of reading appears
 (the census at its first step, VRAM once CUDA is in use, ...); TensorBoard shows a run's
 latest layout. So a CPU run gets no VRAM section and no chart is empty.
 

@@ -3,18 +3,19 @@
 A MemoryWriter *is* a ``torch.utils.tensorboard.SummaryWriter`` (a subclass): every call a
 training loop makes on one (``add_scalar``, ``add_histogram``, ``flush``, ...) works unchanged,
 guarded (an I/O error is counted, never raised; a write after :meth:`~MemoryWriter.close` is
-ignored with one line); ``log_memory(step)`` adds the readings of the probes, the tensor census
-and the snapshots on the steps they are due. All scalars of one record are written as one event
-(one ``Summary`` with many values).
+ignored with one line); ``log_memory(step)``, once per training step, adds the readings of the
+probes, the tensor census and the snapshots on the steps they are due. All scalars of one record
+are written as one event (one ``Summary`` with many values), to TensorBoard and every other sink.
 
 The class is built in layers, each calling only what is below it: :mod:`tbmem._writer_base` (the
 SummaryWriter with the writer's state, declared once, its fault guards and flush),
 :mod:`tbmem._writer_record` (the record pipeline: readings and censuses into events and side
 files), :mod:`tbmem._writer_steps` (the step hooks a training loop calls, and the out-of-memory
-record), and this module: the lifecycle (opening the run, the probes and the components the
-configuration asks for, the SummaryWriter's write methods guarded, closing). The components
-(snapshots, alerts, spikes, profile windows, ranks, sinks) never hold the writer: they emit
-through a :class:`tbmem._emit.Emitter`. Where the run's files go is :mod:`tbmem.logdir`'s layout.
+record), and this module: the lifecycle (opening the run, its sinks with TensorBoard's event file
+first, the components the configuration asks for, the SummaryWriter's write methods guarded,
+closing). The components (:mod:`tbmem._writer_components`: probes, census, snapshots, alerts,
+spikes, profile windows, ranks) never hold the writer: they emit through a
+:class:`tbmem._emit.Emitter`. Where the run's files go is :mod:`tbmem.logdir`'s layout.
 
 Example:
     >>> import tempfile, torch
@@ -42,30 +43,32 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import _process, _signals
-from tbmem import _tensorboard_private as tbp
-from tbmem._direct_events import DirectEvents
 from tbmem._emit import Emitter
 from tbmem._extras import MissingExtraError
 from tbmem._large import LargeThreshold
 from tbmem._log import report_once
-from tbmem._safe_io import FaultLedger, hold_events
-from tbmem._safe_io import install as install_safe_io
-from tbmem._writer_base import NEVER
+from tbmem._safe_io import FaultLedger
 from tbmem._writer_components import (
     AlertsComponent,
+    CensusComponent,
     Components,
+    ProbesComponent,
+    ProfileComponent,
     RanksComponent,
     SnapshotsComponent,
+    SpikesComponent,
+    StepComponent,
 )
 from tbmem._writer_record import table_scalars
 from tbmem._writer_steps import StepHooks
 from tbmem.config import MemoryWriterConfig, unknown_keys
-from tbmem.layout import LayoutTracker
 from tbmem.logdir.fs import RemoteMirror, is_url
 from tbmem.logdir.layout import default_run_dir, job_dir
 from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, ProcessTreeProbe
 from tbmem.probes.guard import ProbeGuard
 from tbmem.ranks.support import RankSupport
+from tbmem.sinks.fanout import SinkSet
+from tbmem.sinks.tensorboard import TensorBoardSink, adopt_event_files
 from tbmem.tags import env_loss_tags
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,10 +127,6 @@ class MemoryWriter(StepHooks):
         self.closed = False
         # Under torch.distributed each rank writes <log_dir>/rank<r> (docs/distributed.md).
         self._ranks = RankSupport.create(self.config)
-        # what the step path loops over (tbmem._writer_components): only the configured components
-        self._components = Components()
-        if self._ranks is not None:
-            self._components.add(RanksComponent(self._ranks), each_step=True, on_record=True)
         self._mirror = None
         if writer is None:
             if self._ranks is not None:
@@ -146,53 +145,96 @@ class MemoryWriter(StepHooks):
         self._table = self._ranks.table_sink() if self._ranks is not None else None  # compact layout
         self._log_dir = os.path.abspath(str(self._log_dir))
         self._last_step = None
+        cfg = self.config
         # A full or read-only disk must not end the run: errors in TensorBoard's writer thread are
         # caught where they surface, counted here and reported once (tbmem._safe_io). The compiled
         # CRC serves these event files only (tbmem._fastcrc): other SummaryWriters keep TensorBoard's.
         self._faults = FaultLedger(self._log_dir)
-        install_safe_io(self, self._faults, fast_crc=self.config.fast_crc)
-        # a rank's private run in the compact layout: read by nobody before close (then moved or deleted)
-        self._staged = self._ranks is not None and self._ranks.staged and hold_events(self, _HELD_BYTES) > 0
-        # the writer's own events, encoded by hand: written on this thread where records are flushed at
-        # once (no hand-over to TensorBoard's writer thread: tbmem._direct_events), else queued
-        self._events = DirectEvents(self)
-        self._direct = self._events if self.config.flush_each_record else None
+        # the first sink: the run's event file (a rank's private run in the compact layout is read by
+        # nobody before close: its events reach the file in batches)
+        staged = self._ranks is not None and self._ranks.staged
+        self._tensorboard = TensorBoardSink.for_run(
+            self, faults=self._faults, fast_crc=cfg.fast_crc, direct=cfg.flush_each_record,
+            layout=cfg.custom_layout and cfg.enabled, held_bytes=_HELD_BYTES if staged else 0)
+        self._sinks = SinkSet([], tensorboard=self._tensorboard)
+        self._emit = self._emitter()
         self._probe_guard = ProbeGuard()
         self._models = []
         self._optimizers = []
         self._probes = []
-        self._census_on = False
-        self._layout = None
-        self._stop_capture = None
-        self._snapshots = None
-        self._alerts = None
-        self._spikes = None
-        self._sinks = None  # tbmem.sinks.SinkSet: W&B, MLflow, ... beside the event file
-        self._profile = None  # tbmem.profile.window.ProfileWindows
-        self._profile_at = NEVER  # a step hook at a step >= this calls into the profile windows
-        self._profile_census = False
-        self._last_record = None
-        self._large = LargeThreshold(self.config.large_tensor_mb)
-        self._active = self.config.enabled
+        self._record = ProbesComponent(self._probes, self._probe_guard, self._emit)
+        self._census_every = 0
+        self._snapshots = self._alerts = self._spikes = self._profile = None
+        # what the step path loops over (tbmem._writer_components): only the configured components
+        self._components = Components()
+        self._active = cfg.enabled
         if self._active:
             self._setup()
+        elif self._ranks is not None:  # monitoring off: every rank still joins the record's collective
+            self._components.add(RanksComponent(self._ranks))
         # Flush at interpreter exit (an unhandled exception ends the run without close()) and finish
         # on SIGTERM, in this process only: a forked child inherits the writer closed (tbmem._process)
         self._at_exit = _process.adopt(self)
 
     def _emitter(self) -> Emitter:
-        """The one output the components get (they never hold the writer): the event file and the sinks."""
-        def text(tag: str, text: str, step: int) -> None:
-            if not self.closed:
-                self._write_text(tag, text, step)
-
-        return Emitter(log_dir=lambda: self._log_dir, faults=self._faults, text=text,
-                       readings=self.write_readings, artifact=self.log_artifact, flush=self.flush,
+        """The one output the components get (they never hold the writer): the sinks, TensorBoard first."""
+        return Emitter(log_dir=lambda: self._log_dir, faults=self._faults, text=self._write_text,
+                       readings=self._write_readings, record=self._write_record, scalars=self.write_scalars,
+                       artifact=self.log_artifact, flush=self.flush,
                        models=lambda: self.watched_models, optimizers=lambda: self.watched_optimizers)
 
     def _setup(self) -> None:
+        """Build what the configuration asks for, and put the components in the step loop in the order
+        their hooks run (tbmem._writer_components)."""
         cfg = self.config
-        emit = self._emit = self._emitter()
+        emit = self._emit
+        self._open_probes()
+        census = self._census()
+        snapshots = self._build_snapshots()
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.attach(write=emit.write_scalars, snapshots=lambda: snapshots, flush=emit.flush)
+        snapshot_now = snapshots.snapshot_now if snapshots is not None else None
+        if cfg.alerts is not None:
+            from tbmem.alerts import AlertMonitor
+
+            self._alerts = AlertMonitor(cfg.alerts, emit=emit,
+                                        snapshot=_now(snapshot_now, "alert") if cfg.alerts.snapshot else None)
+        if cfg.sinks:  # a missing extra raises (a configuration error); a sink that fails is switched off
+            # the run's name in the trackers: the run folder's, the job folder's for rank folders
+            folder = os.path.dirname(self.log_dir) if ranks is not None else self.log_dir
+            opened = SinkSet.open(cfg.sinks, run_name=os.path.basename(folder))
+            self._sinks.sinks = opened.sinks if opened is not None else []
+        self._record_settings()
+        if cfg.spikes is not None:  # sees what the writer writes and what add_scalar writes (tbmem.spikes)
+            from tbmem.spikes import SpikeMonitor
+
+            spikes = cfg.spikes  # with the run's loss tags (config.py); TBMEM_LOSS_TAGS's added here
+            if env_loss_tags():
+                spikes = dataclasses.replace(spikes, tags=tuple(dict.fromkeys((*spikes.tags, *env_loss_tags()))))
+            self._spikes = SpikeMonitor(spikes, emit=emit,
+                                        snapshot=_now(snapshot_now, "spike") if cfg.spikes.snapshot else None)
+        if cfg.profile is not None and cfg.profile.enabled:  # torch.profiler windows (tbmem.profile)
+            from tbmem.profile.window import ProfileWindows
+
+            fired = self._alerts.fired if self._alerts is not None else []
+            self._profile = ProfileWindows(cfg.profile, log_dir=self.log_dir, device_index=cfg.device,
+                                           rank=ranks.info.rank if ranks is not None else 0,
+                                           alerts=lambda: fired,
+                                           on_written=functools.partial(emit.log_artifact, kind="trace"))
+        profile = ProfileComponent(self._profile) if self._profile is not None else None
+        order: list[StepComponent | None] = [
+            profile, self._record, RanksComponent(ranks) if ranks is not None else None,
+            SnapshotsComponent(snapshots) if snapshots is not None else None,
+            AlertsComponent(self._alerts) if self._alerts is not None else None, census,
+            SpikesComponent(self._spikes) if self._spikes is not None else None,
+            profile.closing if profile is not None else None]
+        for component in order:
+            if component is not None:
+                self._components.add(component)
+
+    def _open_probes(self) -> None:
+        cfg = self.config
         makers: list[tuple[str, Any]] = [
             ("host", lambda: HostProbe(peak_mode=cfg.peak_mode, uss=cfg.uss, system_every_s=cfg.system_every_s)),
             ("process_tree", ProcessTreeProbe),
@@ -209,53 +251,20 @@ class MemoryWriter(StepHooks):
                             f"off ({type(exc).__name__}: {exc})")
         for probe in list(self._probes):
             self._guard(probe, probe.start)
-        self._census_on = cfg.census_every > 0
-        if self._census_on:
-            from tbmem.census import heap
 
-            # Lets censuses after the first scan only what is new (see tbmem.census.heap); undone on
-            # close, when the census is switched off, or when the writer is collected unclosed.
-            heap.start_capture()
-            self._stop_capture = weakref.finalize(self, heap.stop_capture)
-        ranks = self._ranks
-        # the custom-scalars layout follows what the run writes (tbmem.layout): see write_scalars
-        self._layout = LayoutTracker() if cfg.custom_layout else None
-        if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
-            from tbmem.snapshot import SnapshotManager
+    def _census(self) -> CensusComponent | None:
+        cfg = self.config
+        if cfg.census_every <= 0:
+            return None
+        from tbmem.census import heap
 
-            snapshot = ranks.snapshot_config(cfg.snapshot) if ranks is not None else cfg.snapshot
-            self._add_snapshots(SnapshotManager(snapshot, log_dir=self.log_dir, writer=emit))
-        if ranks is not None:
-            ranks.attach(write=self.write_scalars, snapshots=lambda: self._snapshots, flush=self.flush)
-        if cfg.alerts is not None:
-            from tbmem.alerts import AlertMonitor
-
-            self._alerts = AlertMonitor(cfg.alerts, emit=emit,
-                                        snapshot=self._snapshot_now(cfg.alerts.snapshot, "alert"))
-            self._components.add(AlertsComponent(self._alerts), each_step=False, on_record=True)
-        if cfg.sinks:  # a missing extra raises (a configuration error); a sink that fails is switched off
-            from tbmem.sinks.fanout import SinkSet
-
-            # the run's name in the trackers: the run folder's, the job folder's for rank folders
-            folder = os.path.dirname(self.log_dir) if ranks is not None else self.log_dir
-            self._sinks = SinkSet.open(cfg.sinks, run_name=os.path.basename(folder))
-        self._record_settings()
-        if cfg.spikes is not None:  # sees what write_scalars and add_scalar write (tbmem.spikes)
-            from tbmem.spikes import SpikeMonitor
-
-            spikes = cfg.spikes  # with the run's loss tags (config.py); TBMEM_LOSS_TAGS's added here
-            if env_loss_tags():
-                spikes = dataclasses.replace(spikes, tags=tuple(dict.fromkeys((*spikes.tags, *env_loss_tags()))))
-            self._spikes = SpikeMonitor(spikes, emit=emit,
-                                        snapshot=self._snapshot_now(cfg.spikes.snapshot, "spike"))
-        if cfg.profile is not None and cfg.profile.enabled:  # torch.profiler windows (tbmem.profile)
-            from tbmem.profile.window import ProfileWindows
-
-            self._profile = ProfileWindows(cfg.profile, log_dir=self.log_dir, device_index=cfg.device,
-                                           rank=ranks.info.rank if ranks is not None else 0,
-                                           alerts=lambda: self._alerts.fired if self._alerts is not None else [],
-                                           on_written=lambda path: self.log_artifact(path, "trace"))
-            self._profile_at = self._profile.at
+        # Lets censuses after the first scan only what is new (see tbmem.census.heap); undone on
+        # close, when the census is switched off, or when the writer is collected unclosed.
+        heap.start_capture()
+        self._census_every = cfg.census_every
+        return CensusComponent(top_k=cfg.top_k, device=cfg.device, large=LargeThreshold(cfg.large_tensor_mb),
+                               emit=self._emit, stop_capture=weakref.finalize(self, heap.stop_capture),
+                               module_depth=cfg.module_depth)
 
     def _record_settings(self) -> None:
         """The run's loss tags and module depth, for the readers that see only the logdir (the Memory tab,
@@ -271,34 +280,37 @@ class MemoryWriter(StepHooks):
             except OSError as exc:  # a full or read-only disk: counted like the other writes
                 self._faults.failed(self.log_dir, exc)
 
+    def _build_snapshots(self) -> SnapshotManager | None:
+        """The snapshot manager ``snapshot=`` asks for; else one without a schedule where an alert's or a
+        spike's ``snapshot`` asks for one (only these and an out-of-memory error use it)."""
+        cfg = self.config
+        if cfg.snapshot is not None and getattr(cfg.snapshot, "enabled", True):
+            base = cfg.snapshot
+        elif (cfg.alerts is not None and cfg.alerts.snapshot) or (cfg.spikes is not None and cfg.spikes.snapshot):
+            from tbmem.snapshot import SnapshotConfig
+
+            base = SnapshotConfig(recorder="off")
+        else:
+            return None
+        from tbmem.snapshot import SnapshotManager
+
+        snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
+        self._snapshots = SnapshotManager(snapshot, log_dir=self.log_dir, writer=self._emit)
+        return self._snapshots
+
     def _adopt(self, writer: SummaryWriter) -> None:
         """Take over ``writer``'s log directory and event files (``writer=``): the same file objects,
         so what either writes lands in one file, in order."""
         if not isinstance(writer, SummaryWriter):
             raise TypeError(f"MemoryWriter(writer=...) takes a torch.utils.tensorboard.SummaryWriter, "
                             f"got {type(writer).__name__}")
-        tbp.default_file_writer(writer)  # reopened if it was closed
+        adopt_event_files(writer)  # reopened if it was closed
         self.log_dir = str(writer.get_logdir())
         for name in _ADOPTED:
             if hasattr(writer, name):
                 setattr(self, name, getattr(writer, name))
         self.file_writer, self.all_writers = writer.file_writer, writer.all_writers
         self._adopted = writer
-
-    def _snapshot_now(self, wanted: bool, kind: str) -> Callable[[int], list[str]]:
-        """``step -> paths``: a snapshot taken at once (an alert's, a spike's); a manager without a
-        schedule is made when ``wanted`` and none is (only these and an out-of-memory error ask)."""
-        if wanted and self._snapshots is None:
-            from tbmem.snapshot import SnapshotConfig, SnapshotManager
-
-            base = SnapshotConfig(recorder="off")
-            snapshot = self._ranks.snapshot_config(base) if self._ranks is not None else base
-            self._add_snapshots(SnapshotManager(snapshot, log_dir=self.log_dir, writer=self._emit))
-        return lambda step: self._snapshots.snapshot_now(step, kind) if self._snapshots is not None else []
-
-    def _add_snapshots(self, manager: SnapshotManager) -> None:
-        self._snapshots = manager
-        self._components.add(SnapshotsComponent(manager), each_step=True, on_record=False)
 
     # --- SummaryWriter: its write methods guarded (below the class), add_scalar seen by spikes ---------
     def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: float | None = None,
@@ -315,8 +327,13 @@ class MemoryWriter(StepHooks):
         if self._table is not None and isinstance(global_step, int) and (
                 kept := table_scalars({tag: scalar_value}, self.config.loss_tags)):
             self._table(global_step, kept)  # compact layout: a rank's loss and step time are in its table
-        if self._spikes is not None:
-            self._spikes.on_scalar(tag, scalar_value, global_step)
+        if global_step is None:
+            return
+        for component in self._components.on_scalars:  # the spike detector, an open profile window
+            try:
+                component.on_scalars({tag: scalar_value}, int(global_step))
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._component_failed(component, exc)
 
     @property
     def profile(self) -> ProfileWindows | None:
@@ -349,20 +366,12 @@ class MemoryWriter(StepHooks):
             _release_recorders()  # a second close() on the recording's own thread removes its mode
             return
         try:
-            for component in self._components.all:  # the ranks, then the snapshots
-                try:
-                    component.close()
-                except Exception as exc:  # noqa: BLE001 - monitoring must never break training
-                    self._component_failed(component, exc)
-            if self._profile is not None:  # a window still open: its trace, cut short
-                self._profile.close()
-            for probe in self._probes:
-                self._guard(probe, probe.stop)
-            if self._stop_capture is not None:
-                self._stop_capture()
+            # in the order of adding: the profile windows (a window still open: its trace, cut short),
+            # the probes, the ranks, the snapshots, the census (its heap capture undone)
+            for component, exc in self._components.close():
+                self._component_failed(component, exc)
             self._flush_quietly()
-            if self._sinks is not None:
-                self._sinks.close()
+            self._sinks.close()  # the trackers' runs; TensorBoard's files are closed below
             try:
                 if self._adopted is not None:  # the files are its too: closed once, for both
                     self._adopted.close()
@@ -372,7 +381,7 @@ class MemoryWriter(StepHooks):
             except OSError as exc:
                 self._faults.failed(self.log_dir, exc)
             if self._ranks is not None:  # compact layout: the rank's run joins the job if it matters
-                moved = self._ranks.finish(alerted=bool(getattr(self._alerts, "fired", None)))
+                moved = self._ranks.finish(alerted=bool(self._alerts is not None and self._alerts.fired))
                 self._log_dir = moved or self._log_dir
             if self._mirror is not None:  # the last round of uploads, after every file is closed
                 self._mirror.close()
@@ -412,6 +421,13 @@ def _guarded(name: str, method: Any) -> Any:
 for _name, _method in list(vars(SummaryWriter).items()):
     if _name.startswith(_WRITE_PREFIX) and callable(_method) and _name not in vars(MemoryWriter):
         setattr(MemoryWriter, _name, _guarded(_name, _method))
+
+
+def _now(snapshot_now: Callable[[int, str], list[str]] | None, kind: str) -> Callable[[int], list[str]]:
+    """``step -> paths``: a snapshot taken at once (an alert's, a spike's)."""
+    if snapshot_now is None:
+        return lambda step: []
+    return lambda step: snapshot_now(step, kind)
 
 
 def _release_recorders() -> None:

@@ -49,6 +49,13 @@ LOGDIR = "tbmem.logdir"
 #: Where the complexity limit applies (ruff's C901 with pyproject.toml's max-complexity).
 SIZE_ROOTS = ("tbmem", "trainers", "tests", "benchmarks", "scripts")
 DOC = ROOT / "docs" / "architecture.md"
+#: The writer's components and what they wrap (docs/architecture.md, "the recorder"): they emit through
+#: ``tbmem._emit.Emitter`` and never import, name or hold the writer.
+COMPONENT_MODULES = ("tbmem._writer_components", "tbmem._emit", "tbmem.alerts", "tbmem.spikes", "tbmem.profile",
+                     "tbmem.snapshot", "tbmem.ranks", "tbmem.census", "tbmem.probes", "tbmem.sinks")
+#: The writer: its modules and classes.
+WRITER_MODULES = ("tbmem.writer", "tbmem._writer_base", "tbmem._writer_record", "tbmem._writer_steps")
+WRITER_NAMES = frozenset({"MemoryWriter", "WriterBase", "RecordPipeline", "StepHooks"})
 
 # --- Known remaining violations, removed as the work that fixes them is merged -----------------------
 # Each entry names the issue whose branch changes these files; the test fails on anything not listed
@@ -307,6 +314,56 @@ def test_each_module_imports_only_its_layer_and_below(graph):
     assert not stale, f"KNOWN_LAYER_EDGES entries that no longer apply (remove them): {stale}"
     assert not new, "imports against docs/architecture.md's layers, or modules it does not file:\n" + "\n".join(
         "  " + b for b in new)
+
+
+def writer_references(source: str, where: str) -> list[str]:
+    """``where:line: what`` for each reference to the writer in ``source``: an import of a writer module
+    (under ``TYPE_CHECKING`` too: a component typed with the writer holds one), or the name of a writer
+    class in code (docstrings and comments may name it)."""
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            names += [a.name for a in node.names if a.name in WRITER_NAMES]
+        elif isinstance(node, ast.Name) and node.id in WRITER_NAMES:
+            names = [node.id]
+        elif isinstance(node, ast.Attribute) and node.attr in WRITER_NAMES:
+            names = [node.attr]
+        elif isinstance(node, ast.Constant) and node.value in WRITER_NAMES:  # a string annotation
+            names = [str(node.value)]
+        bad = [n for n in names if n in WRITER_NAMES or n in WRITER_MODULES
+               or any(n.startswith(m + ".") for m in WRITER_MODULES)]
+        found += [f"{where}:{getattr(node, 'lineno', 0)}: {n}" for n in bad]
+    return found
+
+
+def test_no_component_module_references_the_writer():
+    mods = module_files()
+    files = [(m, p) for m, p in mods.items() if p.suffix == ".py"
+             and any(m == c or m.startswith(c + ".") for c in COMPONENT_MODULES)]
+    assert len(files) > 40 and any(m == "tbmem._writer_components" for m, _ in files)
+    bad = [line for m, p in files for line in writer_references(p.read_text(encoding="utf-8"), m)]
+    assert not bad, ("the writer's components reference the writer (they emit through tbmem._emit.Emitter, "
+                     "docs/architecture.md):\n" + "\n".join("  " + b for b in bad))
+    # the check can fail
+    assert writer_references("from tbmem.writer import MemoryWriter\n", "x") == [
+        "x:1: tbmem.writer", "x:1: tbmem.writer.MemoryWriter", "x:1: MemoryWriter"]
+    assert writer_references("if TYPE_CHECKING:\n    from tbmem import _writer_base\n", "x") == [
+        "x:2: tbmem._writer_base"]
+    assert writer_references('def f(w: "MemoryWriter"):\n    """a MemoryWriter"""\n', "x") == ["x:1: MemoryWriter"]
+
+
+def test_the_writer_reaches_tensorboard_only_through_its_sink(graph):
+    """One output path: the writer's modules write events through the sinks (TensorBoard's first,
+    tbmem/sinks/tensorboard.py), never through TensorBoard's internals or the event encoders (the
+    writer's fault ledger, ``tbmem._safe_io.FaultLedger``, counts what any part could not write)."""
+    internals = {"tbmem._tensorboard_private", "tbmem._direct_events", "tbmem._fastcrc"}
+    bad = sorted(f"{m} -> {d}" for m in WRITER_MODULES for d in graph[m] & internals)
+    assert not bad, "the writer reaches TensorBoard besides its sink:\n" + "\n".join("  " + b for b in bad)
+    assert internals & graph["tbmem.sinks.tensorboard"]  # the check can fail: the sink does
 
 
 def test_no_function_over_the_complexity_limit():

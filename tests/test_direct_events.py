@@ -30,7 +30,7 @@ def test_write_scalars_queues_events_tensorboard_reads_back(tmp_path):
     from tbmem import MemoryWriter
 
     with MemoryWriter(tmp_path, enabled=False, custom_layout=False, flush_each_record=False) as writer:
-        assert writer._events.queue({"Loss/train": 0.25}, 0)  # TensorBoard's own writer: queued as bytes
+        assert writer._tensorboard.events.queue({"Loss/train": 0.25}, 0)  # TensorBoard's own writer: queued as bytes
         for step in range(1, 5):
             writer.write_scalars({"Loss/train": 1.0 / step, "Perf/batch_time_s": step * 0.5}, step)
     acc = read_events(tmp_path)

@@ -61,22 +61,35 @@ def test_system_memory_is_written_once_per_system_every_s_and_at_every_record_wi
     assert [s for s, _ in scalars(tmp_path / "every", used)] == [0, 1, 2, 3, 4]
 
 
-def test_next_due_is_the_next_record_or_census_step_and_every_step_while_snapshots_need_them(tmp_path):
+def test_begin_step_says_whether_log_memory_is_due_and_every_step_while_snapshots_need_them(tmp_path):
     from tbmem.snapshot import SnapshotConfig
 
     with MemoryWriter(tmp_path / "plain", every=10, census_every=25) as writer:
-        assert [writer.next_due(s) for s in (0, 1, 10, 11, 21, 26, 50)] == [0, 10, 10, 20, 25, 30, 50]
+        assert [s for s in range(60) if writer.begin_step(s)] == [0, 10, 20, 25, 30, 40, 50]
         for step in range(0, 60):  # logging only the due steps writes what logging every step writes
-            if writer.next_due(step) == step:
+            if writer.begin_step(step):
                 writer.log_memory(step)
+        assert writer.last_step == 59  # begin_step noted every step, logged or not
     assert [s for s, _ in scalars(tmp_path / "plain", TAGS["ram_rss"].tag)] == [0, 10, 20, 30, 40, 50]
     assert [s for s, _ in scalars(tmp_path / "plain", "Memory/Tensor_Census/total_MB")] == [0, 25, 50]
     with MemoryWriter(tmp_path / "off", every=10, census_every=0, enabled=False) as writer:
-        assert writer.next_due(3) == 3
+        assert writer.begin_step(3)
     snapshots = SnapshotConfig(every=0, html=False, pickle=False)
     with MemoryWriter(tmp_path / "snap", every=10, census_every=0, snapshot=snapshots) as writer:
-        assert writer.next_due(3) == 3  # the snapshot manager sees every step
-    assert writer.next_due(5) == 5  # closed: each call says so
+        assert writer.begin_step(3)  # the snapshot manager sees every step
+    assert writer.begin_step(5)  # closed: each call says so
+
+
+def test_deprecated_step_calls_warn_naming_the_replacement_and_still_work(tmp_path):
+    with MemoryWriter(tmp_path, every=10, census_every=25, custom_layout=False) as writer:
+        with pytest.warns(DeprecationWarning, match=r"next_due is deprecated; call begin_step\(step\)"):
+            assert [writer.next_due(s) for s in (0, 1, 10, 11, 21, 26, 50)] == [0, 10, 10, 20, 25, 30, 50]
+        with pytest.warns(DeprecationWarning, match=r"write_readings is deprecated; use write_scalars"):
+            writer.write_readings({"ram_rss": 2**30}, step=3)
+        with pytest.warns(DeprecationWarning, match=r"handle_oom is deprecated; use step_failed\(step, exc\)"):
+            writer.handle_oom(4, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert scalars(tmp_path, TAGS["ram_rss"].tag)[0] == (3, 1.0)  # in the tag's unit, GB
+    assert [s for s, _ in scalars(tmp_path, TAGS["ram_rss"].tag)] == [3, 4]  # the OOM's record
 
 
 def test_cpu_run_never_initialises_cuda_and_writes_no_vram(tmp_path):

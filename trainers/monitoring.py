@@ -28,11 +28,12 @@ from typing import Any, Callable, Iterator, Mapping, TextIO, cast
 
 import torch
 
-from tbmem import MemoryWriterConfig, mark_snapshot, report_once, snapshot_recording
+from tbmem import TAGS, MemoryWriterConfig, mark_snapshot, report_once, snapshot_recording
 
 __all__ = ["console_above_progress_bar", "evaluation_line", "TrainerMonitoring", "CENSUS_POINTS"]
 
 _NEVER = 2**62  # a step no run reaches: the gradient norm is off
+_GRAD_NORM = TAGS["grad_norm"].tag
 
 #: Where a SyntheticTrainer step takes its memory record and census, and how its census table says it.
 CENSUS_POINTS = {
@@ -78,8 +79,9 @@ class TrainerMonitoring:
         # snapshot manager that this trainer marks its own steps (see tbmem.snapshot.markers).
         self._marking = False
         self._first_step = True
-        # The last step logged and the next step due: the steps strictly between skip log_memory.
-        self._logged, self._next_due = -1, 0
+        # Whether log_memory has anything to do at the step in progress (what begin_step said): the
+        # steps where it has not skip the call.
+        self._due = True
         #: Whether the step in progress needs before_backward and before_optimizer (a record before
         #: backward, or snapshot markers): the trainer skips the two calls otherwise.
         self.mid_step_hooks = self._record_before_backward
@@ -161,8 +163,9 @@ class TrainerMonitoring:
             except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
                 self._failed("epoch_perf", monitor, "on_batch_start", exc)
         if step is None or not self.enabled:
+            self._due = True
             return
-        self.writer.begin_step(step)
+        self._due = self.writer.begin_step(step)
         marking = self._marking = snapshot_recording()
         self.mid_step_hooks = marking or self._record_before_backward
         if marking or self._first_step:
@@ -174,7 +177,7 @@ class TrainerMonitoring:
         """With ``census_at="before_backward"``, log the due record here: the census walks ``loss``'s
         graph while the activations saved for backward are alive (gradients are None). Needed only
         while :attr:`mid_step_hooks` is true."""
-        if self._record_before_backward and not self._logged < step < self._next_due:
+        if self._record_before_backward and self._due:
             self._log(step, loss, "before_backward")
             self._marking = snapshot_recording()
         if self._marking:
@@ -191,15 +194,12 @@ class TrainerMonitoring:
         and the optimizer step, before ``zero_grad``, the census sees the gradients and the optimizer
         state next to the parameters (backward has freed the saved activations; ``loss`` is a root
         for any graph still alive)."""
-        if self._record_after_backward and not self._logged < step < self._next_due:
+        if self._record_after_backward and self._due:
             self._log(step, loss, "after_backward")
 
     def _log(self, step: int, loss: torch.Tensor, where: str) -> None:
-        """``log_memory`` for ``step``; the steps up to the next due one skip the call (their
-        ``on_batch_start`` told the writer the step)."""
-        writer = self.writer
-        writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS[where])
-        self._logged, self._next_due = step, writer.next_due(step + 1)
+        """``log_memory`` for ``step`` (the steps where ``begin_step`` said nothing is due skip it)."""
+        self.writer.log_memory(step, roots=(loss,), where=CENSUS_POINTS[where])
 
     def log_grad_norm(self, step: int, model: torch.nn.Module, *, amp_scaled: bool = False) -> None:
         """Write the norm of ``model``'s gradients (after backward and the optimizer step, before
@@ -217,7 +217,7 @@ class TrainerMonitoring:
             norm = float(torch.nn.utils.get_total_norm(grads))
             if amp_scaled and not math.isfinite(norm):
                 return
-            self.writer.write_readings({"grad_norm": norm}, step)
+            self.writer.write_scalars({_GRAD_NORM: norm}, step)
         except Exception as exc:  # noqa: BLE001 - monitoring never raises into training
             report_once("trainers:grad-norm", "trainers: logging the gradient norm failed; it is off", exc=exc)
             self.grad_norm_next = _NEVER

@@ -36,6 +36,8 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from tbmem import TAGS
+
 from trainers.config import ConfigError, RunConfig
 from trainers.data import channels, ensure_simulations
 from trainers.dataset import HybridDataset
@@ -257,7 +259,7 @@ class SyntheticTrainer:
             if val_loss is not None:
                 result.val_losses.append(val_loss)
                 readings["val_loss"] = val_loss
-            writer.write_readings(readings, epoch)
+            writer.write_scalars({TAGS[key].tag: value / TAGS[key].scale for key, value in readings.items()}, epoch)
             last_epoch = f", epoch train={train_loss:.4g}" + ("" if val_loss is None else f" val={val_loss:.4g}")
             score = val_loss if val_loss is not None else train_loss
             if score < best:

@@ -1,5 +1,6 @@
-"""Sinks: where a :class:`tbmem.MemoryWriter`'s records go besides TensorBoard (W&B, MLflow, your own).
+"""Sinks: where a :class:`tbmem.MemoryWriter`'s records go: TensorBoard, W&B, MLflow, your own.
 
+Every writer has one built in, :class:`TensorBoardSink` (the run's event file, first).
 ``MemoryWriter(sinks=["wandb", "mlflow"])`` (or sink objects) sends every scalar event the writer
 writes, its census tables and its snapshot files to each sink too, on the same training steps.
 A sink is any object with the four methods of :class:`Sink`; :class:`WandbSink` and
@@ -15,7 +16,7 @@ Example:
     ...     def log_artifact(self, path, kind): pass
     ...     def close(self): pass
     >>> with MemoryWriter(tempfile.mkdtemp(), sinks=[Printer()], custom_layout=False) as w:
-    ...     w.write_readings({"ram_rss": 2**30}, step=5)
+    ...     w.write_scalars({"Memory/RAM/process_rss_GB": 1.0}, step=5)
     5 ['Memory/RAM/process_rss_GB']
 """
 

@@ -1,9 +1,9 @@
 """The sink protocol, and the background sink that keeps a tracker's calls off the training thread.
 
-A sink receives what :class:`tbmem.MemoryWriter` writes to TensorBoard: each event's scalars
-(``log``), its text entries such as the census table (``log_text``) and the files it writes
-beside the run, such as snapshots (``log_artifact``). TensorBoard's own event file is written by
-the writer itself, as before; the sinks get the same values and steps.
+A sink receives what :class:`tbmem.MemoryWriter` writes: each event's scalars (``log``), its text
+entries such as the census table (``log_text``) and the files it writes beside the run, such as
+snapshots (``log_artifact``). TensorBoard's event file is a sink too, the first one and built in
+(:class:`tbmem.sinks.TensorBoardSink`); every sink gets the same values on the same steps.
 
 A tracker's client (``wandb``, ``mlflow``) may block for seconds: it starts a service process,
 retries a rate-limited request with backoff, waits on a network that is gone. So

@@ -61,14 +61,22 @@ def make_sink(name: str, *, run_name: str | None = None) -> Any:
 
 
 class SinkSet:
-    """The sinks of a writer; a sink that raises is reported once and dropped, the others go on."""
+    """The sinks of a writer; a sink that raises is reported once and dropped, the others go on.
 
-    def __init__(self, sinks: Sequence[Any]) -> None:
+    Args:
+        sinks: The sinks besides TensorBoard (W&B, MLflow, sink objects), called in this order.
+        tensorboard: The writer's built-in :class:`tbmem.sinks.TensorBoardSink`, called first (with
+            the event's wall time, which only an event file keeps).
+    """
+
+    def __init__(self, sinks: Sequence[Any], *, tensorboard: Any = None) -> None:
         self.sinks = list(sinks)
+        self.tensorboard = tensorboard
 
     @classmethod
-    def open(cls, specs: Sequence[Any], *, run_name: str | None = None) -> "SinkSet | None":
-        """Make the named sinks (a missing extra raises :class:`MissingExtraError`); None when there are none."""
+    def open(cls, specs: Sequence[Any], *, run_name: str | None = None, tensorboard: Any = None) -> "SinkSet | None":
+        """Make the named sinks (a missing extra raises :class:`MissingExtraError`); None when there are
+        none (and no ``tensorboard`` sink)."""
         sinks = []
         for spec in specs:
             if not isinstance(spec, str):
@@ -80,9 +88,15 @@ class SinkSet:
                 raise  # a configuration error (sinks=["wandb"] without wandb), not a fault
             except Exception as exc:  # noqa: BLE001 - a tracker that cannot start must not stop training
                 report_once(f"sink:{spec}:open", f"tbmem: the {spec} sink could not be created and is off", exc=exc)
-        return cls(sinks) if sinks else None
+        return cls(sinks, tensorboard=tensorboard) if sinks or tensorboard is not None else None
 
     def _call(self, method: str, *args: Any) -> None:
+        tb = self.tensorboard
+        if tb is not None:
+            try:
+                getattr(tb, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._drop(tb, method, exc)
         for sink in list(self.sinks):
             try:
                 getattr(sink, method)(*args)
@@ -90,8 +104,14 @@ class SinkSet:
                 self._drop(sink, method, exc)
 
     def _drop(self, sink: Any, method: str, exc: Exception) -> None:
+        builtin = sink is self.tensorboard
+        rest = ("tbmem writes nothing more to this run's event file" if builtin
+                else "TensorBoard's records are complete")
         report_once(f"sink:{id(sink)}", f"tbmem: the sink {type(sink).__name__}.{method} failed and is switched "
-                    "off; training goes on and TensorBoard's records are complete", exc=exc)
+                    f"off; training goes on and {rest}", exc=exc)
+        if builtin:
+            self.tensorboard = None
+            return  # its files are the writer's: closed by the writer
         if sink in self.sinks:
             self.sinks.remove(sink)
         if method != "close":
@@ -100,9 +120,19 @@ class SinkSet:
             except Exception:  # noqa: BLE001 - already reported: the sink is off
                 pass
 
-    def log(self, values: Any, step: int) -> None:
-        """Each sink's ``log``."""
-        self._call("log", values, step)
+    def log(self, values: Any, step: int, walltime: float | None = None) -> None:
+        """Each sink's ``log`` (TensorBoard's first, with ``walltime``: None is now)."""
+        tb = self.tensorboard
+        if tb is not None:
+            try:
+                tb.log(values, step, walltime)
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._drop(tb, "log", exc)
+        for sink in list(self.sinks) if self.sinks else ():
+            try:
+                sink.log(values, step)
+            except Exception as exc:  # noqa: BLE001 - monitoring must never break training
+                self._drop(sink, "log", exc)
 
     def log_text(self, tag: str, text: str, step: int) -> None:
         """Each sink's ``log_text``."""
@@ -116,3 +146,4 @@ class SinkSet:
         """Close every sink; never raises."""
         self._call("close")
         self.sinks = []
+        self.tensorboard = None

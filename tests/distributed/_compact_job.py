@@ -3,7 +3,7 @@
     torchrun --standalone --nproc_per_node=N tests/distributed/_compact_job.py LAYOUT LOG_DIR STEPS
 
 Every rank logs STEPS real records (``log_memory``) and, at steps 1000 + s, readings that depend
-only on its rank and step (``write_readings``), so two jobs in two layouts can be compared value
+only on its rank and step (a record of raw readings, ``_write_readings``), so two jobs in two layouts can be compared value
 by value. Rank 5 (or the last rank) holds 120 MB more than the others: it holds the peak RSS.
 Rank 3 fires an alert (a host threshold of 0.1%). Rank 0 prints a JSON line of its paths.
 """
@@ -35,8 +35,8 @@ def main(layout: str, log_dir: str, steps: int) -> None:
             w.log_memory(step)
             dist.barrier()
         for step in range(steps):
-            w.write_readings({"ram_rss": (rank + 1) * 2**30 + step * 2**20, "step_time": 0.001 * (rank + step)},
-                             1000 + step)
+            w._write_readings({"ram_rss": (rank + 1) * 2**30 + step * 2**20, "step_time": 0.001 * (rank + step)},
+                              1000 + step)
     if rank == 0:
         print(json.dumps({"log_dir": w.log_dir, "heavy": heavy}), flush=True)
     dist.destroy_process_group()

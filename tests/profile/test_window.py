@@ -54,7 +54,7 @@ def test_windows_open_every_n_steps_and_one_clock_holds(tmp_path):
                       profile={"every": 10, "steps": 3, "start": 10, "max_windows": 2}) as w:
         _loop(w, model, 40)
         assert not torch.autograd.profiler._is_profiler_enabled  # nothing runs between windows
-        assert w._profile_at > 30
+        assert w._components.wake_at > 30  # the step path wakes the windows' hooks again at the next window
     assert [t["step"] for t in list_traces(str(tmp_path))] == [10, 20]  # max_windows
     doc = load_gz(trace_path(str(tmp_path), list_traces(str(tmp_path))[0]["name"]))
     check_spec(doc)
@@ -102,7 +102,7 @@ def test_summary_operators_are_key_averages_of_the_window(tmp_path):
 def test_an_oom_in_a_window_is_an_instant_and_the_trace_is_written(tmp_path):
     with MemoryWriter(tmp_path, every=50, census_every=0, profile={"every": 5, "steps": 3, "start": 5}) as w:
         _loop(w, torch.nn.Linear(64, 64), 6)  # the window [5, 8) is open after step 5
-        w.handle_oom(6, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+        w.step_failed(6, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
         assert w._profile.window is None
     (entry,) = list_traces(str(tmp_path))
     doc = load_gz(trace_path(str(tmp_path), entry["name"]))

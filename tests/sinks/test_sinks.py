@@ -145,3 +145,39 @@ def test_a_census_table_has_one_type_per_column() -> None:
     columns, rows = markdown_table(text)
     assert columns == ["#", "name", "shape", "MB"]
     assert rows == [[1.0, "w", "64x32", 0.008], [2.0, "b", "64", 0.0]]
+
+
+def test_the_writer_writes_its_event_file_only_through_its_tensorboard_sink(tmp_path: Path, monkeypatch) -> None:
+    from tests._events import read_events
+
+    through: list[tuple[str, str, int]] = []
+    real_log, real_text = TensorBoardSink.log, TensorBoardSink.log_text
+
+    def log(self, values, step, walltime=None):
+        through.extend(("scalar", tag, step) for tag in values)
+        real_log(self, values, step, walltime)
+
+    def log_text(self, tag, text, step):
+        through.append(("text", tag, step))
+        real_text(self, tag, text, step)
+
+    monkeypatch.setattr(TensorBoardSink, "log", log)
+    monkeypatch.setattr(TensorBoardSink, "log_text", log_text)
+    quiet = {"device_percent": None, "growth_mb_per_1k": None, "rss_growth_mb_per_1k": None,
+             "alloc_retries": False, "host_percent": 0.1}
+    with MemoryWriter(str(tmp_path), every=1, census_every=2, custom_layout=False, alerts=quiet,
+                      spikes={"window": 5, "min_history": 3}, snapshot={"every": 2, "window": 1}) as w:
+        assert isinstance(w._tensorboard, TensorBoardSink) and w._sinks.tensorboard is w._tensorboard
+        for step, loss in enumerate([1.0, 1.0, 1.0, 1.0, 9.0]):
+            w.add_scalar("Loss/train", loss, step)  # the user's own: SummaryWriter's path, not a sink's
+            w.log_memory(step)
+    acc = read_events(tmp_path)
+    in_file = {("scalar", tag, e.step) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)}
+    in_file |= {("text", tag.removesuffix("/text_summary"), e.step) for tag in acc.Tags()["tensors"]
+                for e in acc.Tensors(tag)}
+    assert in_file - set(through) == {("scalar", "Loss/train", s) for s in range(5)}
+    assert set(through) <= in_file
+    kinds = {tag for kind, tag, _ in through if kind == "text"}
+    # the components' text entries: the census table, the alert, the spike, the snapshots' file list
+    assert {TAGS["census_text"].tag, TAGS["alerts_text"].tag, TAGS["spikes_text"].tag,
+            TAGS["snapshot_files_text"].tag} <= kinds

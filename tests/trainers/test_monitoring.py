@@ -69,6 +69,33 @@ def test_mid_step_hooks_are_needed_only_while_recording_or_for_a_record_before_b
             mon.close()
 
 
+@pytest.mark.parametrize("census_at", ["after_backward", "before_backward"])
+def test_the_hooks_call_log_memory_only_where_begin_step_says_it_is_due(tmp_path, census_at):
+    from tests._events import scalars
+
+    cfg = MemoryWriterConfig(every=4, census_every=6, custom_layout=False,
+                             profile={"every": 5, "steps": 2, "start": 5, "max_windows": 1})
+    mon = TrainerMonitoring.create(tmp_path, enabled=True, verbose_batches=0, tbmem_config=cfg, census_at=census_at)
+    logged, real = [], mon.writer.log_memory
+    mon.writer.log_memory = lambda step, **kw: (logged.append(step), real(step, **kw))[1]
+    model = torch.nn.Linear(8, 8)
+    try:
+        for step in range(14):
+            mon.on_batch_start(step, step)
+            loss = model(torch.randn(4, 8)).pow(2).sum()
+            if mon.mid_step_hooks:
+                mon.before_backward(step, loss)
+            loss.backward()
+            mon.before_zero_grad(step, loss)
+            model.zero_grad()
+    finally:
+        mon.close()
+    # the record's steps, the census's, the step before the profile window (it opens there) and the window's
+    assert logged == [0, 4, 5, 6, 8, 12]
+    assert [s for s, _ in scalars(tmp_path, "Memory/RAM/process_rss_GB")] == [0, 4, 5, 6, 8, 12]
+    assert [s for s, _ in scalars(tmp_path, "Memory/Tensor_Census/total_MB")] == [0, 5, 6, 12]  # a census each window step
+
+
 def test_an_out_of_memory_error_in_a_synthetic_step_saves_its_snapshot_and_leaves_train_unchanged(
         compose, tmp_path, monkeypatch, caplog):
     import trainers.synthetic as synthetic
