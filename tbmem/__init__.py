@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "BackgroundSink": "tbmem.sinks.base",
     "WandbSink": "tbmem.sinks.wandb_sink",
     "MlflowSink": "tbmem.sinks.mlflow_sink",
+    "TensorBoardSink": "tbmem.sinks.tensorboard",
     "HostProbe": "tbmem.probes",
     "CudaProbe": "tbmem.probes",
     "NvmlProbe": "tbmem.probes",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from tbmem.ranks.store import JobStore
     from tbmem.sinks.base import BackgroundSink, Sink
     from tbmem.sinks.mlflow_sink import MlflowSink
+    from tbmem.sinks.tensorboard import TensorBoardSink
     from tbmem.sinks.wandb_sink import WandbSink
     from tbmem.snapshot.config import SnapshotConfig
     from tbmem.snapshot.manager import SnapshotManager
