@@ -76,3 +76,12 @@ def pytest_collection_modifyitems(config, items):
 
 #: What runs after everything else (a stable sort keeps each group's own order).
 _LAST = ("tests/integrations/", "tests/interop/")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian chromium for a module's tests (tests/_browser.py: skipped without it, failed in CI)."""
+    from tests._browser import chromium
+
+    with chromium() as b:
+        yield b
