@@ -29,7 +29,7 @@ def test_make_test_is_the_fast_tier_and_make_test_all_and_ci_run_everything():
     test = makefile.split("\ntest: $(STAMP)\n", 1)[1].split("\n\n")[0]
     assert '-m "not gpu and (not slow or e2e)"' in test
     # in two workers, a file in one (its module's server or browser started once)
-    assert "-n $(TEST_WORKERS) --dist loadfile" in test and "\nTEST_WORKERS ?= 2\n" in makefile
+    assert "-n $(TEST_WORKERS) --dist loadgroup" in test and "\nTEST_WORKERS ?= 2\n" in makefile
     import tomllib
 
     dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
