@@ -74,10 +74,13 @@ tensorboard:
 report:
 	$(BIN)/tbmem report runs
 
-# Test tiers (tests/slow.txt): make test is the fast tier and one end-to-end run of each trainer (about 8 minutes
-# on 2 cores); make test-all is every test (CI's .ci/run).
+# Test tiers (tests/slow.txt): make test is the fast tier and one end-to-end run of each trainer (about 6 minutes
+# on 2 cores), in TEST_WORKERS processes (pytest-xdist; a test file stays in one, tests/conftest.py's groups, so
+# its module's server or browser starts once; `auto`: one per CPU, 0: none); make test-all is every test, in one
+# process (CI's .ci/run).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not gpu and (not slow or e2e)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not gpu and (not slow or e2e)" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

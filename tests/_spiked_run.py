@@ -14,22 +14,17 @@ __all__ = ["SPIKE_STEP", "SPIKE_FACTOR", "write_spiked_run", "write_spiked_logdi
 
 SPIKE_STEP = 40
 SPIKE_FACTOR = 50.0
-_CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def write_spiked_run(root: Path, *, spike: bool = True, name: str = "spiked") -> Any:
     """Train into ``root/runs/<name>`` (data cached in ``root/cache``); returns the trainer's Outcome.
     ``spike=False``: the same run without the injection."""
-    from hydra import compose, initialize_config_dir
-
     import trainers.synthetic as synthetic
+    from tests._hydra import composer
     from trainers.experiment import run_experiment
 
-    overrides = [f"runs_dir={root / 'runs'}", f"data.cache_dir={root / 'cache'}", "data.progress=false",
-                 "trainer_params.progress=false", "trainer=synthetic_with_memory", "trainer_params.epochs=3",
-                 "tbmem.every=1", "tbmem.census_every=10", "trainer_params.memory_monitor_batches=0"]
-    with initialize_config_dir(config_dir=str(_CONF), version_base="1.3"):
-        cfg = compose(config_name="burgers_quick_test", overrides=overrides)
+    cfg = composer(root)("burgers_quick_test", "trainer=synthetic_with_memory", "trainer_params.epochs=3",
+                         "tbmem.every=1", "tbmem.census_every=10", "trainer_params.memory_monitor_batches=0")
     real = synthetic.rollout_loss
     calls = [0]
 

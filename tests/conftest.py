@@ -63,12 +63,17 @@ def _slow_prefixes() -> list[str]:
     return [line.split("#", 1)[0].strip() for line in listing.splitlines() if line.split("#", 1)[0].strip()]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark the tests tests/slow.txt lists ``slow`` (a line: a test file, or a test's node id or its prefix)."""
     prefixes = tuple(_slow_prefixes())
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if item.nodeid.startswith(prefixes) and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.slow)
+        if grouped:  # make test's workers (--dist loadgroup): a file in one, so its module fixtures start once
+            path = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(_TOGETHER.get(path, path)))
     # The framework tests run last: transformers, Lightning and accelerate keep objects of their runs alive
     # in module-level state, and the census tests count every live tensor of the process exactly.
     items.sort(key=lambda item: item.nodeid.startswith(_LAST))
@@ -76,3 +81,15 @@ def pytest_collection_modifyitems(config, items):
 
 #: What runs after everything else (a stable sort keeps each group's own order).
 _LAST = ("tests/integrations/", "tests/interop/")
+#: Files whose tests share a session fixture that takes long to build, in one worker of make test: the plugin
+#: tests' logdir and the TensorBoard over it (tests/plugin/conftest.py).
+_TOGETHER = {"tests/plugin/test_routes.py": "plugin-logdir", "tests/plugin/test_security.py": "plugin-logdir"}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian chromium for a module's tests (tests/_browser.py: skipped without it, failed in CI)."""
+    from tests._browser import chromium
+
+    with chromium() as b:
+        yield b

@@ -15,19 +15,17 @@ its port through ``TB_PORT`` in the environment (the command line is as printed)
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests._demo import ROOT
+from tests._servers import free_port, serves_memory_tab, wait_served
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +39,6 @@ LONG = [
     (re.compile(r"/torchrun "), r"trainer on \w+"),
     (re.compile(r"/tbmem forecast "), r"batch size|batch_size|peak"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -97,25 +89,11 @@ def readme_commands() -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _tensorboard_serves_the_memory_tab(proc: subprocess.Popen, port: int, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"tensorboard exited {proc.returncode}: {log.read_text()[-2000:]}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugins_listing", timeout=5) as r:
-                listing = json.loads(r.read())
-            assert listing["tbmem"]["enabled"], listing["tbmem"]  # the tab of http://127.0.0.1:6006/#tbmem
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"tensorboard did not serve in 120 s: {log.read_text()[-2000:]}")
-
-
 def _run(command: str, root: Path, tmp: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     kind = next((k for pattern, k in LONG if pattern.search(command)), None)
     shell = command
-    port = _free_port()
+    port = free_port()
     if kind == "server" and command.startswith("make"):
         env["TB_PORT"] = str(port)
     elif kind == "server":
@@ -134,7 +112,8 @@ def _run(command: str, root: Path, tmp: Path) -> None:
                                 start_new_session=True)
     try:
         if kind == "server":
-            _tensorboard_serves_the_memory_tab(proc, port, log)
+            # listening, with the Memory tab (the page of http://127.0.0.1:6006/#tbmem) in its plugin list
+            wait_served(proc, f"http://127.0.0.1:{port}", serves_memory_tab, log, what="tensorboard")
             return
         deadline = time.monotonic() + 300
         while not re.search(kind, log.read_text()):

@@ -1,23 +1,13 @@
 """A real `tensorboard` server on 127.0.0.1 shows what MemoryWriter wrote."""
 
 import json
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tbmem import MemoryWriter
 from tbmem.tags import TAGS
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests._servers import Server
 
 
 def _get(url: str) -> bytes:
@@ -32,30 +22,8 @@ def tensorboard(tmp_path):
         for step in range(3):
             writer.add_scalar("Loss/train", 1.0 / (step + 1), step)
             writer.log_memory(step)
-    port = _free_port()
-    exe = Path(sys.executable).with_name("tensorboard")
-    log = tmp_path / "tensorboard.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
-            stdout=sink, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                tags = json.loads(_get(f"{base}/data/plugin/scalars/tags"))
-                if tags.get("run_a"):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError(f"tensorboard did not serve the run: {log.read_text()[-4000:]}")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with Server(tmp_path, "--logdir", str(logdir), "--load_fast", "false", wait_run="run_a") as srv:
+        yield srv.base
 
 
 def test_tensorboard_serves_memory_scalars_and_layout(tensorboard):

@@ -28,6 +28,13 @@ def test_make_test_is_the_fast_tier_and_make_test_all_and_ci_run_everything():
     makefile = (ROOT / "Makefile").read_text()
     test = makefile.split("\ntest: $(STAMP)\n", 1)[1].split("\n\n")[0]
     assert '-m "not gpu and (not slow or e2e)"' in test
+    # in two workers, a file in one (its module's server or browser started once)
+    assert "-n $(TEST_WORKERS) --dist loadgroup" in test and "\nTEST_WORKERS ?= 2\n" in makefile
+    import tomllib
+
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(req.startswith("pytest-xdist") for req in dev)
+    assert re.search(r"^pytest-xdist==", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
     everything = makefile.split("\ntest-all: $(STAMP)\n", 1)[1].split("\n\n")[0]
     assert everything.strip() == "$(BIN)/python -m pytest $(PYTEST_ARGS)"  # pyproject's addopts: not gpu
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()

@@ -18,17 +18,17 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
 import tarfile
-import time
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests._servers import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -85,36 +85,12 @@ def _link_dependencies(venv_python: Path, deps: Path) -> None:
     Path(target, "runner-dependencies.pth").write_text(f"{deps}\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _plugins_listing(venv: Path, logdir: Path, cwd: Path, env: dict[str, str]) -> dict:
-    port = _free_port()
+def _plugins_listing(venv: Path, logdir: Path, cwd: Path, env: dict[str, str], tmp: Path) -> dict:
     script = venv / "bin" / "tensorboard"  # pip writes it with tensorboard (the full install); else its module
     tensorboard = [str(script)] if script.exists() else [str(venv / "bin" / "python"), "-m", "tensorboard.main"]
-    proc = subprocess.Popen([*tensorboard, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugins_listing", timeout=5) as r:
-                    return json.loads(r.read())
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"tensorboard did not answer: {proc.stderr.read() if proc.poll() else ''}") from None
-                time.sleep(0.5)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+    with Server(tmp, "--logdir", str(logdir), wait_run=None, command=tensorboard, cwd=cwd, env=env) as srv:
+        with urllib.request.urlopen(f"{srv.base}/data/plugins_listing", timeout=5) as r:
+            return json.loads(r.read())
 
 
 def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(tmp_path) -> None:
@@ -189,5 +165,5 @@ def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(t
     assert proc.returncode == 2 and "clone" in proc.stderr, proc.stderr
 
     # TensorBoard from the venv lists the Memory tab
-    listing = _plugins_listing(venv, work / "runs", work, env)
+    listing = _plugins_listing(venv, work / "runs", work, env, tmp_path)
     assert "tbmem" in listing and listing["tbmem"]["enabled"], listing

@@ -147,6 +147,9 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
     jobs = [] if args.compare else rank_jobs(summaries)
     in_jobs = {run for j in jobs for run in j.runs.values()}
     others = [s for s in summaries if s.run not in in_jobs]
+    # the job of rank folders right in the logdir ("."): named after the logdir's folder
+    root = os.path.basename(os.path.abspath(args.logdir).rstrip("/\\")) if not is_url(args.logdir) \
+        else args.logdir.rstrip("/").rsplit("/", 1)[-1]
     if args.json:
         doc = {"logdir": args.logdir, "runs": [s.to_dict() for s in summaries],
                "jobs": [j.to_dict() for j in jobs], "spikes": [f.to_dict() for f in spikes]}
@@ -158,8 +161,6 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
             print(printable_lines(format_table(others, compare=bool(args.compare), width=width)))
             print()
         if jobs:
-            root = os.path.basename(os.path.abspath(args.logdir).rstrip("/\\")) if not is_url(args.logdir) \
-                else args.logdir.rstrip("/").rsplit("/", 1)[-1]
             print(printable_lines(format_rank_jobs(jobs, summaries, all_ranks=args.all_ranks, root=printable(root))))
             print()
         print(printable_lines(format_leaks(summaries)))
@@ -174,7 +175,7 @@ def _report_on(args: argparse.Namespace, logdir: str, runs: list[str] | None, on
         sys.stdout.flush()
         try:
             fig = plot_timeline(_printable_runs(df) if args.json else df,
-                                runs=[printable(s.run) for s in others], jobs=jobs)
+                                runs=[printable(s.run) for s in others], jobs=jobs, root=printable(root))
             _save_figure(fig, args.png)
         except BrokenPipeError:
             raise

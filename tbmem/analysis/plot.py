@@ -123,7 +123,7 @@ def run_panels(df: "pd.DataFrame", run: str) -> int:
 
 
 def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
-                  path: str | os.PathLike[str] | None = None, *, jobs: Sequence[Any] = ()) -> "Figure":
+                  path: str | os.PathLike[str] | None = None, *, jobs: Sequence[Any] = (), root: str = "") -> "Figure":
     """Per run: the census categories stacked, and below it the VRAM and RSS lines, on the same steps.
 
     Args:
@@ -132,6 +132,8 @@ def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
         path: Also save the figure there (the format follows the suffix, e.g. ``.png``).
         jobs: :class:`tbmem.analysis.ranks.RankJob` objects drawn after the runs, one panel each: the
             band of every rank's values per step (1,000 ranks do not fit as panels).
+        root: The logdir's folder name, naming the job of rank folders right in it
+            (:func:`tbmem.analysis.ranks.job_name`).
     """
     if runs is None:
         runs = sorted(df.loc[df["tag"].str.startswith("Memory/"), "run"].unique())
@@ -145,7 +147,7 @@ def plot_timeline(df: "pd.DataFrame", runs: Sequence[str] | None = None,
         from tbmem.analysis.ranks import plot_rank_job
 
         for ax, job in zip(axes[at:], jobs):
-            plot_rank_job(df, job, ax=ax)
+            plot_rank_job(df, job, ax=ax, root=root)
     if path is not None:
         fig.savefig(os.fspath(path), dpi=110)
     return fig

@@ -25,23 +25,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tbmem.analysis.axes import legend_outside
+from tbmem.analysis.axes import fit_unit, legend_outside
 from tbmem.analysis.summary import RunSummary
+from tbmem.analysis.table import format_value
 from tbmem.logdir.layout import split_rank
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.axes import Axes
 
-__all__ = ["RankMetric", "RankJob", "rank_jobs", "split_rank_run", "METRICS", "format_rank_jobs", "plot_rank_job"]
+__all__ = ["RankMetric", "RankJob", "rank_jobs", "split_rank_run", "METRICS", "job_name", "format_rank_jobs",
+           "plot_rank_job"]
 
-#: (RunSummary attribute, label, digits) of the metrics compared across ranks.
-METRICS: tuple[tuple[str, str, int], ...] = (
-    ("peak_rss_gb", "peak RAM RSS (GB)", 3),
-    ("peak_tree_rss_gb", "peak process tree RSS (GB)", 3),
-    ("peak_allocated_gb", "peak VRAM allocated (GB)", 3),
-    ("peak_reserved_gb", "peak VRAM reserved (GB)", 3),
-    ("step_time_mean_ms", "step time mean (ms)", 1),
+#: (RunSummary attribute, label, kind) of the metrics compared across ranks: the labels and the units of
+#: ``tbmem report``'s table of runs (``kind`` as :func:`tbmem.analysis.table.format_value` takes it), so a
+#: rank's ``374 MiB`` reads as a run's does.
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("peak_rss_gb", "peak RAM RSS", "gb"),
+    ("peak_tree_rss_gb", "peak process tree RSS", "gb"),
+    ("peak_allocated_gb", "peak VRAM allocated", "gb"),
+    ("peak_reserved_gb", "peak VRAM reserved", "gb"),
+    ("step_time_mean_ms", "step time mean", "ms"),
 )
 #: Above this many ranks the per-rank table shows the extremes only (unless asked for all).
 MAX_ROWS = 20
@@ -66,8 +70,9 @@ class RankMetric:
     """One metric across the ranks of a job.
 
     Attributes:
-        name: The RunSummary attribute (``peak_rss_gb``, ..., ``step_time_mean_ms``).
-        label: Its row label, with the unit.
+        name: The RunSummary attribute (``peak_rss_gb``, ..., ``step_time_mean_ms``): the values' unit
+            is its suffix (GB: 2**30 bytes, as the tags').
+        label: Its row label (the one of ``tbmem report``'s table of runs).
         values: Rank -> value (ranks without the metric are absent).
         max: The largest value. max_rank: The rank holding it (the lowest on a tie).
         min: The smallest value. min_rank: Its rank.
@@ -161,31 +166,40 @@ def _shown_ranks(job: RankJob, all_ranks: bool) -> tuple[list[int], int]:
     return keep, len(job.ranks) - len(keep)
 
 
+def job_name(job: RankJob, root: str = "") -> str:
+    """The job's name where it is shown: its path, or for rank folders right in the logdir (``"."``)
+    the logdir's folder name ``root`` and that it is the logdir ("job ." read as a typo).
+
+    Example:
+        >>> job_name(RankJob(job=".", ranks=[0], runs={0: "rank0"}, missing=[]), "runs")
+        'runs (the logdir itself)'
+    """
+    return f"{root} (the logdir itself)" if job.job == "." and root else job.job
+
+
 def format_rank_jobs(jobs: Sequence[RankJob], summaries: Sequence[RunSummary], *, all_ranks: bool = False,
                      root: str = "") -> str:
-    """Per job: one row per rank, then the imbalance (max and its rank, min and its rank, mean, spread).
+    """Per job: one row per rank, then the imbalance (max and its rank, min and its rank, mean, spread), in
+    the units of the table of runs (:func:`tbmem.analysis.table.format_value`).
 
     ``root`` names the job of rank folders right in the logdir (``job.job == "."``): its folder's name.
     """
     by_run = {s.run: s for s in summaries}
     blocks = []
     for job in jobs:
-        # "job ." read as a typo: the logdir's own name, and that it is the logdir
-        name = f"{root} (the logdir itself)" if job.job == "." and root else job.job
-        title = f"job {name}: {len(job.ranks)} ranks"
+        title = f"job {job_name(job, root)}: {len(job.ranks)} ranks"
         if job.missing:
             title += f" (no memory tags from rank(s) {', '.join(map(str, job.missing[:10]))}" \
                      f"{' ...' if len(job.missing) > 10 else ''})"
         shown, left_out = _shown_ranks(job, all_ranks)
-        cols = [(attr, label, digits) for attr, label, digits in METRICS if job.metric(attr) is not None]
+        cols = [(attr, label, kind) for attr, label, kind in METRICS if job.metric(attr) is not None]
         header = ["rank", "records"] + [label for _, label, _ in cols] + ["leaks"]
         rows = []
         for r in shown:
             s = by_run[job.runs[r]]
             cells = [str(r), str(s.records)]
-            for attr, _, digits in cols:
-                v = _value(s, attr)
-                cells.append("n/a" if v is None else f"{v:.{digits}f}")
+            for attr, _, kind in cols:
+                cells.append(format_value(_value(s, attr), kind))
             cells.append(str(len(s.leaks)) if s.leaks else "none")
             rows.append(cells)
         lines = [title, _render(header, rows)]
@@ -194,10 +208,10 @@ def format_rank_jobs(jobs: Sequence[RankJob], summaries: Sequence[RunSummary], *
                          "(--all-ranks shows every rank)")
         imb_rows = []
         for m in job.metrics:
-            digits = next(d for a, _, d in METRICS if a == m.name)
+            kind = next(k for a, _, k in METRICS if a == m.name)
             spread = "n/a" if m.spread_percent is None else f"{m.spread_percent:.1f}%"
-            imb_rows.append([m.label, f"{m.max:.{digits}f} (rank {m.max_rank})",
-                             f"{m.min:.{digits}f} (rank {m.min_rank})", f"{m.mean:.{digits}f}", spread])
+            imb_rows.append([m.label, f"{format_value(m.max, kind)} (rank {m.max_rank})",
+                             f"{format_value(m.min, kind)} (rank {m.min_rank})", format_value(m.mean, kind), spread])
         if imb_rows:
             lines += ["", "imbalance across ranks", _render(["metric", "max", "min", "mean", "spread"], imb_rows)]
         blocks.append("\n".join(lines))
@@ -217,16 +231,19 @@ BAND_TAGS = (("VRAM allocated", "Memory/GPU/vram_allocated_GB"), ("RAM RSS", "Me
              ("process tree RSS", "Memory/RAM/process_tree_rss_GB"))
 
 
-def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes") -> "Axes":
+def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes", root: str = "") -> "Axes":
     """One panel for a job: per step, the min..max band over its ranks and the mean line, per tag;
-    the rank holding the highest point is named in the legend."""
+    the rank holding the highest point is named in the legend. The axis is in the binary unit that fits
+    its highest value, as a run's panel is (:func:`tbmem.analysis.axes.fit_unit`); ``root`` as in
+    :func:`job_name`."""
     sel = df[df["run"].isin(set(job.runs.values())) & df["tag"].isin([t for _, t in BAND_TAGS])]
     rank_of = {run: r for r, run in job.runs.items()}
+    unit, factor = fit_unit(float(sel["value"].max()) if len(sel) else 0.0, "GB")
     for label, tag in BAND_TAGS:
         g = sel[sel["tag"] == tag]
         if g.empty:
             continue
-        by_step = g.pivot_table(index="step", columns="run", values="value", aggfunc="last").sort_index()
+        by_step = g.pivot_table(index="step", columns="run", values="value", aggfunc="last").sort_index() * factor
         by_step = by_step[sorted(by_step.columns, key=rank_of.__getitem__)]  # a tie names the lowest rank
         peak_run = by_step.max().idxmax()
         line = ax.plot(by_step.index, by_step.mean(axis=1), linewidth=1.5,
@@ -235,7 +252,7 @@ def plot_rank_job(df: "pd.DataFrame", job: RankJob, *, ax: "Axes") -> "Axes":
                         alpha=0.25, step=None)
     ax.set_ylim(bottom=0)
     legend_outside(ax)
-    ax.set_title(f"job {job.job}: {len(job.ranks)} ranks (band: min..max over the ranks)")
+    ax.set_title(f"job {job_name(job, root)}: {len(job.ranks)} ranks (band: min..max over the ranks)")
     ax.set_xlabel("step")
-    ax.set_ylabel("GB")
+    ax.set_ylabel(f"per rank ({unit})")
     return ax

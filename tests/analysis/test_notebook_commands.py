@@ -7,15 +7,14 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from tests._demo import ROOT
+from tests._servers import free_port, stop, wait_served
 
 # No importorskip: a missing jupyterlab or nbconvert is the failure these tests are for (`make` installs
 # the `notebook` extra).
@@ -64,14 +63,8 @@ def test_readme_nbconvert_command_runs_the_notebook_on_the_demo_logdir(tmp_path,
     assert "require.min.js" not in html and "MathJax.js" not in html and "mathjax/" not in html.lower()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_readme_jupyter_lab_command_serves_the_notebook(tmp_path):
-    port, token = _free_port(), "tbmem-test-token"
+    port, token = free_port(), "tbmem-test-token"
     cmd = _readme_command("lab") + ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                                     f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0"]
     if os.geteuid() == 0:  # CI runs as root, where Jupyter asks for it (README says so)
@@ -91,15 +84,7 @@ def test_readme_jupyter_lab_command_serves_the_notebook(tmp_path):
             return e.code, e.read()
 
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if get("/api/status")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
+        wait_served(proc, base, lambda _: get("/api/status")[0] == 200, log, what="jupyter lab")
         status, body = get("/api/contents/memory_analysis.ipynb")  # a file argument: its folder is the root
         assert status == 200
         doc = json.loads(body)
@@ -109,9 +94,4 @@ def test_readme_jupyter_lab_command_serves_the_notebook(tmp_path):
         status, body = get("/api/kernelspecs")
         assert status == 200 and "python3" in json.loads(body)["kernelspecs"]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout_s=30)

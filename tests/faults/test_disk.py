@@ -41,9 +41,12 @@ def fill(disk, leave=0):
 def test_full_disk_training_finishes_and_recovers_when_space_returns(mounts):
     disk = mounts("tmpfs", size_kb=512)
     proc = run_child(_script("""
-        import os, sys, time
+        import os, sys
+        import tbmem._retry
         from tbmem import MemoryWriter
         # FILL
+        clock = [0.0]  # the retries' clock (tbmem._retry._now): 5 ms a step, and the wait below, without sleeping
+        tbmem._retry._now = lambda: clock[0]
         disk = sys.argv[1]
         w = MemoryWriter(os.path.join(disk, "run"), every=1, census_every=0, custom_layout=False)
         for step in range(120):
@@ -52,10 +55,10 @@ def test_full_disk_training_finishes_and_recovers_when_space_returns(mounts):
                 filler = fill(disk)
             if step == 60:
                 os.unlink(filler)   # space returns
-                time.sleep(2.5)     # the next retry is due by then
+                clock[0] += 2.5     # the next retry is due by then
             w.add_scalar("Loss/train", 1.0 / (step + 1), step)   # the user's write, forwarded
             w.log_memory(step)                                   # tbmem's own
-            time.sleep(0.005)
+            clock[0] += 0.005
         w.close()
         print("finished", flush=True)
     """), str(disk))

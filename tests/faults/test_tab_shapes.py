@@ -13,9 +13,8 @@ import torch
 
 from tbmem import MemoryWriter
 from tbmem.logdir.traces import trace_name, trace_path
-from tests._browser import chromium, wait_until
+from tests._browser import open_tab, wait_until
 from tests.plugin._logdir import Server, get
-from tests.plugin.test_browser import _frame
 
 # one the server refuses (422: steps not a list), one it passes that the page cannot draw (no split, no tracks)
 SUMMARIES = {"wrong": {"steps": 3, "operators": "x"},
@@ -50,19 +49,8 @@ def served(tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def _open(browser, srv, fragment):
-    context = browser.new_context(viewport={"width": 1400, "height": 1400})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{srv.base}/#tbmem&{fragment}")
-    return context, _frame(page, "plugin_entry.html"), errors
+    return open_tab(browser, f"{srv.base}/#tbmem&{fragment}", height=1400)
 
 
 def test_the_server_refuses_a_summary_of_the_wrong_shape_with_its_reason(served):

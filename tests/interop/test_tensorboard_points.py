@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -18,6 +15,7 @@ import pytest
 
 from tbmem import MemoryWriter
 from tbmem.tags import TAGS
+from tests._servers import Server
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugin.md"
 RECORDS = 1500  # more than TensorBoard's default of 1000 per tag
@@ -28,12 +26,6 @@ def _documented_flag() -> str:
     assert found, "docs/plugin.md names no --samples_per_plugin value"
     assert len(set(found)) == 1, found  # one advice
     return found[0]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, data: bytes | None = None) -> bytes:
@@ -54,17 +46,10 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("load_fast", ["true", "false"])
 def test_documented_flags_keep_every_point_in_scalars_and_time_series(logdir, load_fast, tmp_path):
     flag = _documented_flag()
-    port = _free_port()
-    exe = Path(sys.executable).with_name("tensorboard")
-    log = tmp_path / "tensorboard.log"
-    base = f"http://127.0.0.1:{port}"
     rss = TAGS["ram_rss"].tag
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen([str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port),
-                                 "--load_fast", load_fast, "--samples_per_plugin", flag, "--reload_interval", "1"],
-                                stdout=sink, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
+    with Server(tmp_path, "--logdir", str(logdir), "--load_fast", load_fast, "--samples_per_plugin", flag,
+                "--reload_interval", "1", wait_run="run") as srv:
+        base, deadline = srv.base, time.monotonic() + 120
         points: list[list[float]] = []
         while len(points) < RECORDS:  # the loader may still be reading the file
             try:
@@ -72,10 +57,10 @@ def test_documented_flags_keep_every_point_in_scalars_and_time_series(logdir, lo
                 points = json.loads(_get(f"{base}/data/plugin/scalars/scalars?{query}"))
             except OSError:
                 points = []
-            if time.monotonic() > deadline or proc.poll() is not None:
+            if time.monotonic() > deadline or srv.proc.poll() is not None:
                 break
             time.sleep(0.5)
-        assert [p[1] for p in points] == list(range(RECORDS)), log.read_text()[-3000:]
+        assert [p[1] for p in points] == list(range(RECORDS)), srv.log.read_text()[-3000:]
         for tag in ("Loss/train", rss):
             query = urllib.parse.urlencode({"run": "run", "tag": tag})
             scalars = json.loads(_get(f"{base}/data/plugin/scalars/scalars?{query}"))
@@ -83,6 +68,3 @@ def test_documented_flags_keep_every_point_in_scalars_and_time_series(logdir, lo
             body = urllib.parse.urlencode({"requests": json.dumps([{"plugin": "scalars", "tag": tag}])}).encode()
             (series,) = json.loads(_get(f"{base}/data/plugin/timeseries/timeSeries", data=body))
             assert [p["step"] for p in series["runToSeries"]["run"]] == list(range(RECORDS)), tag
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

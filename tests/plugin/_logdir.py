@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,6 +16,7 @@ import torch
 
 from tbmem import MemoryWriter
 from tbmem.snapshot import SnapshotConfig
+from tests._servers import Server
 from tests._torch_snapshot import write_torch_pickle
 
 __all__ = ["SECRET_FRAME", "SPIKE", "OOM_STEP", "Planted", "write_oom", "write_training_run", "write_ranks", "write_long",
@@ -161,12 +160,6 @@ def _paths(root: Path) -> dict[str, Path]:
             "facts": root / "facts.json", "real": train / "memory_snapshot" / "iteration_20" / "rank0_memory_snapshot.pickle"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get(url: str) -> tuple[int, bytes, dict]:
     """(status, body, headers) of a GET; HTTP errors are returned, not raised."""
     try:
@@ -182,42 +175,3 @@ def get_json(url: str):
     status, body, _ = get(url)
     assert status == 200, (url, status, body[:500])
     return json.loads(body)
-
-
-class Server:
-    """A real ``tensorboard`` on 127.0.0.1 (this venv's), stopped on exit."""
-
-    def __init__(self, tmp: Path, *args: str, wait_run: str = "train", command: list[str] | None = None) -> None:
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = tmp / f"tensorboard-{self.port}.log"
-        command = command or [str(Path(sys.executable).with_name("tensorboard"))]
-        with open(self.log, "wb") as sink:
-            self.proc = subprocess.Popen([*command, *args, "--host", "127.0.0.1", "--port", str(self.port)],
-                                         stdout=sink, stderr=subprocess.STDOUT)
-        self._wait(wait_run)
-
-    def _wait(self, run: str) -> None:
-        import json
-
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                status, body, _ = get(f"{self.base}/data/plugin/scalars/tags")
-                if status == 200 and any(r == run or r.endswith("/" + run) for r in json.loads(body)):
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise AssertionError(f"tensorboard did not serve the logdir: {self.log.read_text()[-4000:]}")
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()

@@ -1,10 +1,10 @@
-"""Fixtures of the plugin tests: one logdir for the session, a real tensorboard over it, a browser."""
+"""Fixtures of the plugin tests: one logdir for the session, a real tensorboard over it (the browser:
+tests/conftest.py's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests._browser import chromium
 from tests.plugin._logdir import Server, build_logdir_isolated
 
 
@@ -26,9 +26,3 @@ def server(logdir_paths, tmp_path_factory):
 @pytest.fixture(scope="session")
 def plugin_url(server):
     return f"{server.base}/data/plugin/tbmem"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from tests._browser import wait_until
+from tests._browser import frame, wait_until
 
 
 def _coloured_pixels(frame, selector: str) -> int:
@@ -22,16 +21,6 @@ def _coloured_pixels(frame, selector: str) -> int:
         }
         return n;
     }""", selector)
-
-
-def _frame(page, part: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for f in page.frames:
-            if part in f.url:
-                return f
-        page.wait_for_timeout(200)
-    raise AssertionError(f"no frame with {part!r}: {[f.url for f in page.frames]}")
 
 
 @pytest.fixture
@@ -59,7 +48,7 @@ def page(browser, server):
 
 def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path, logdir_paths):
     page, foreign, errors, local = page
-    tab = _frame(page, "plugin_entry.html")
+    tab = frame(page, "plugin_entry.html")
     tab.wait_for_selector("#chart canvas", timeout=60_000)
     tab.select_option("#run", "train")
     wait_until(tab, "() => window.tbmemMemoryTab && window.tbmemMemoryTab.run === 'train'"
@@ -84,7 +73,7 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path, logdir_pat
     row = tab.locator("#snapshots tr", has_text="rank0_memory_snapshot.pickle")
     row.locator("button.open").click()
     tab.wait_for_selector("#viewer-box:not([hidden])")
-    viewer = _frame(page, "/data/plugin/tbmem/snapshot?")
+    viewer = frame(page, "/data/plugin/tbmem/snapshot?")
     wait_until(viewer, "window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=60)
     # the peak computed from the pickle's events when it was written (tests/_torch_snapshot.py)
     peak = json.loads(logdir_paths["facts"].read_text())["real_peak_bytes"]
@@ -101,7 +90,7 @@ def test_memory_tab_draws_clicks_and_opens_a_snapshot(page, tmp_path, logdir_pat
 
 def test_rank_selector_and_peak_comparison(page):
     page, foreign, errors, _ = page
-    tab = _frame(page, "plugin_entry.html")
+    tab = frame(page, "plugin_entry.html")
     tab.wait_for_selector("#chart canvas", timeout=60_000)
     tab.select_option("#run", "exp")
     tab.wait_for_selector("#ranks-box:not([hidden]) .ranks-table")

@@ -13,9 +13,8 @@ pytest.importorskip("pyarrow", reason="the compact layout needs pyarrow (tbmem[r
 
 from benchmarks.synthetic_ranks import HOT_RANK, build  # noqa: E402
 from tbmem.logdir.rank_table import read_rank_table  # noqa: E402
-from tests._browser import wait_until  # noqa: E402
+from tests._browser import frame, wait_until  # noqa: E402
 from tests.plugin._logdir import Server, get  # noqa: E402
-from tests.plugin.test_browser import _frame  # noqa: E402
 
 RANKS, RECORDS = 64, 200
 VRAM = "Memory/GPU/vram_allocated_GB"
@@ -66,7 +65,7 @@ def test_tab_draws_the_heat_map_and_drills_into_a_rank(job, browser, tmp_path):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{srv.base}/#tbmem")
-    tab = _frame(page, "plugin_entry.html")
+    tab = frame(page, "plugin_entry.html")
     tab.wait_for_selector("#heatmap", timeout=60_000)
     wait_until(tab, "() => document.querySelector('#drill-chart canvas')")
     size = tab.evaluate("() => { const c = document.getElementById('heatmap'); return [c.width, c.height]; }")
@@ -86,11 +85,3 @@ def test_tab_draws_the_heat_map_and_drills_into_a_rank(job, browser, tmp_path):
     tab.locator("#ranks-box").screenshot(path=str(tmp_path / "compact_tab.png"))
     assert errors == []
     context.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from tests._browser import chromium
-
-    with chromium() as b:
-        yield b

@@ -11,10 +11,9 @@ import pytest
 
 from tbmem import palette
 from tbmem.cli import main
-from tests._browser import chromium, wait_until
+from tests._browser import open_tab, wait_until
 from tests._events import scalars
 from tests.plugin._logdir import Server, get, get_json
-from tests.plugin.test_browser import _frame
 
 ORDER = ["heat", "burgers", "unet_f8", "unet_f16"]
 
@@ -53,19 +52,9 @@ def test_bad_requests_are_refused(compare_server, runs, extra):
     assert get(_url(compare_server, runs, **extra))[0] == 400
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def test_the_view_shows_the_runs_side_by_side(compare_server, compare_logdir, browser, tmp_path):
-    context = browser.new_context(viewport={"width": 1280, "height": 1400})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{compare_server.base}/#tbmem&p.tbmem.compare={'|'.join(ORDER)}")
-    tab = _frame(page, "plugin_entry.html")
+    context, tab, errors = open_tab(browser, f"{compare_server.base}/#tbmem&p.tbmem.compare={'|'.join(ORDER)}",
+                                    width=1280, height=1400)
     view = "window.tbmemMemoryTab.compare.view"
     wait_until(tab, f"() => window.tbmemMemoryTab && window.tbmemMemoryTab.compare && {view}.doc")
     doc = tab.evaluate(f"{view}.doc")
@@ -95,10 +84,10 @@ def test_the_view_shows_the_runs_side_by_side(compare_server, compare_logdir, br
         hex_ = palette.CATEGORY_COLORS[category]
         assert color == f"rgb({int(hex_[1:3], 16)}, {int(hex_[3:5], 16)}, {int(hex_[5:7], 16)})"
     assert tab.inner_text("#compare-bars").count("no census") == 6  # A and B at three points
-    page.screenshot(path=str(tmp_path / "compare.png"))
+    tab.page.screenshot(path=str(tmp_path / "compare.png"))
     # back to one run: the one-run view as it was
     tab.click("#compare-toggle")
     wait_until(tab, "() => !document.getElementById('chart-box').hidden")
-    assert tab.is_hidden("#compare-box") and "p.tbmem.compare" not in page.evaluate("location.hash")
+    assert tab.is_hidden("#compare-box") and "p.tbmem.compare" not in tab.page.evaluate("location.hash")
     assert errors == []
     context.close()

@@ -11,9 +11,8 @@ import pytest
 from tbmem.plugin import charts
 from tbmem.plugin.series import Series
 from tbmem.tags import TAGS
-from tests._browser import chromium, wait_until
+from tests._browser import frame, wait_until
 from tests.plugin._logdir import Server
-from tests.plugin.test_browser import _frame
 
 RSS, TREE = TAGS["ram_rss"].tag, TAGS["ram_tree_rss"].tag
 
@@ -41,12 +40,6 @@ def demo_server(demo_logdir, tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def _open(browser, base, hash_="#tbmem"):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     foreign = []
@@ -55,7 +48,7 @@ def _open(browser, base, hash_="#tbmem"):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{base}/{hash_}")
-    tab = _frame(page, "plugin_entry.html")
+    tab = frame(page, "plugin_entry.html")
     wait_until(tab, "() => window.tbmemMemoryTab && window.tbmemMemoryTab.chart && window.tbmemMemoryTab.overview"
                     " && window.tbmemMemoryTab.overview.run === window.tbmemMemoryTab.run")
     return context, page, tab, foreign, errors
@@ -109,7 +102,7 @@ def test_the_tab_on_the_demo_logdir(demo_server, browser, tmp_path):
     page.screenshot(path=str(tmp_path / "step.png"))
     # an opened snapshot, drawn by the viewer inside the tab
     tab.locator("#snapshots button.open").last.click()
-    viewer = _frame(page, "/data/plugin/tbmem/snapshot?")
+    viewer = frame(page, "/data/plugin/tbmem/snapshot?")
     wait_until(viewer, "() => window.tbmemViewer !== undefined && window.tbmemViewer.exact", timeout_s=60)
     tab.locator("#viewer").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "snapshot.png"))
@@ -119,7 +112,7 @@ def test_the_tab_on_the_demo_logdir(demo_server, browser, tmp_path):
     wait_until(tab, f"() => {state}.overview && {state}.overview.run === {other!r}")
     assert "p.tbmem.run=" in page.evaluate("location.hash")
     page.reload()
-    tab = _frame(page, "plugin_entry.html")
+    tab = frame(page, "plugin_entry.html")
     wait_until(tab, f"() => window.tbmemMemoryTab && window.tbmemMemoryTab.overview"
                     f" && window.tbmemMemoryTab.overview.run === {other!r}")
     # a run without a census: the lines panel alone, and a line saying why

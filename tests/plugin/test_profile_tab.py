@@ -12,9 +12,8 @@ import torch
 
 from tbmem import MemoryWriter
 from tbmem.logdir.traces import list_traces, trace_path
-from tests._browser import chromium, wait_until
+from tests._browser import frame, wait_until
 from tests.plugin._logdir import Server, get, get_json
-from tests.plugin.test_browser import _frame
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +59,6 @@ def test_routes_list_summarise_and_serve_the_window(profiled):
         assert get(f"{base}/profile_trace?run=prof&name={bad}")[0] == 404
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def _ms(us: float) -> str:  # profiles.js's format
     return f"{us / 1000:.{0 if us >= 100000 else 2}f}"
 
@@ -86,7 +79,7 @@ def test_the_tab_draws_the_summary_offline(profiled, browser, tmp_path):
     page = context.new_page()
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{srv.base}/#tbmem&p.tbmem.run=prof")
-    tab = _frame(page, "plugin_entry.html")
+    tab = frame(page, "plugin_entry.html")
     wait_until(tab, "() => window.tbmemMemoryTab && window.tbmemMemoryTab.profiles"
                     " && window.tbmemMemoryTab.profiles.shown")
     tab.wait_for_selector(".ops-time tbody tr")

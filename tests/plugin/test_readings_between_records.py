@@ -14,9 +14,8 @@ import torch
 from tbmem import MemoryWriter
 from tbmem.plugin import charts
 from tbmem.plugin.series import Series
-from tests._browser import chromium, wait_until
+from tests._browser import chromium, open_tab, wait_until
 from tests.plugin._logdir import Server
-from tests.plugin.test_browser import _frame
 
 RSS = "Memory/RAM/process_rss_GB"
 
@@ -81,13 +80,9 @@ def test_the_route_gives_the_memory_record_before_a_loss_only_step(server):
 
 def test_a_click_between_records_shows_the_memory_record_and_says_its_step(server):
     with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(server.base) else r.abort())
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{server.base}/#tbmem")
-        tab = _frame(page, "plugin_entry.html")
+        context, tab, errors = open_tab(browser, f"{server.base}/#tbmem", width=1280, height=900,
+                                        only_from=server.base)
+        page = tab.page
         state = "window.tbmemMemoryTab"
         wait_until(tab, f"() => {state} && {state}.chart && {state}.overview && {state}.overview.run === 'exp'")
         # the note under the charts tells the truth about ?smoothing=0

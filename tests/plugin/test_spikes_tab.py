@@ -10,11 +10,10 @@ import os
 import pytest
 
 from tbmem.spikes import SPIKES_LOG, SPIKES_TEXT_TAG, read_spikes
-from tests._browser import chromium, wait_until
+from tests._browser import open_tab, wait_until
 from tests._events import read_events, scalars, texts
 from tests._spiked_run import SPIKE_FACTOR, SPIKE_STEP
 from tests.plugin._logdir import Server, get_json
-from tests.plugin.test_browser import _frame
 
 
 @pytest.fixture(scope="module")
@@ -67,19 +66,8 @@ def test_the_overview_route_marks_the_spike_and_draws_the_loss(spike_server, spi
     assert not [m for m in clean["marks"] if m["kind"] == "spike"]
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def test_the_tab_marks_the_spike_across_its_panels(spike_server, browser, tmp_path):
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{spike_server.base}/#tbmem&p.tbmem.run=spiked")
-    tab = _frame(page, "plugin_entry.html")
+    context, tab, errors = open_tab(browser, f"{spike_server.base}/#tbmem&p.tbmem.run=spiked", width=1280)
     state = "window.tbmemMemoryTab"
     wait_until(tab, f"() => {state} && {state}.chart && {state}.overview && {state}.overview.run === 'spiked'")
     assert tab.evaluate(f"{state}.chart.loss.series.slice(1).map(s => s.label)") == ["Loss/batch"]
@@ -91,6 +79,6 @@ def test_the_tab_marks_the_spike_across_its_panels(spike_server, browser, tmp_pa
     assert label["step"] == SPIKE_STEP and label["text"] == "spike"
     xs = tab.evaluate(f"{state}.chart.plots.map(u => u.valToPos({SPIKE_STEP}, 'x'))")
     assert max(xs) - min(xs) < 1  # one step axis
-    page.screenshot(path=str(tmp_path / "spike.png"))
+    tab.page.screenshot(path=str(tmp_path / "spike.png"))
     assert errors == []
     context.close()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._servers import free_port, stop, wait_served
+
 pytest.importorskip("s3fs", reason="remote logdirs need s3fs (tbmem[remote])")
 pytest.importorskip("moto.server", reason="the local S3 server is moto's (pip install 'moto[server]')")
 
@@ -24,30 +26,17 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = Path(__file__).with_name("_train_s3.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Moto:
     """``python -m moto.server`` on 127.0.0.1, in memory; the environment its clients need."""
 
     def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
                     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}", "AWS_MAX_ATTEMPTS": "2"}
         self.log = open(tmp / "moto.log", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline and self.proc.poll() is None, "moto did not start"
-                time.sleep(0.2)
+        wait_served(self.proc, f"127.0.0.1:{self.port}", _listening, tmp / "moto.log", timeout_s=60, what="moto")
 
     def fs(self):  # noqa: ANN201
         import s3fs
@@ -57,10 +46,14 @@ class Moto:
                                  skip_instance_cache=True)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
+        stop(self.proc)
         self.log.close()
+
+
+def _listening(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=1):
+        return True
 
 
 @pytest.fixture

@@ -31,18 +31,43 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("folders", [("tbmem",), ("tbmem", "torch"), ("phi",), ("clone", "tbmem", "phiml")])
-def test_user_script_in_a_folder_named_like_a_library(tmp_path, folders):
+FOLDERS = [("tbmem",), ("tbmem", "torch"), ("phi",), ("clone", "tbmem", "phiml")]
+#: Runs each script given as a script (``__main__``, its own folder first on the path and the working directory),
+#: one after the other in one process: one torch import for all of them.
+_RUN_SCRIPTS = """
+import os, runpy, sys
+for script in sys.argv[1:]:
+    folder = os.path.dirname(script)
+    os.chdir(folder)
+    sys.path.insert(0, folder)
+    runpy.run_path(script, run_name="__main__")
+    sys.path.remove(folder)
+"""
+
+
+@pytest.fixture(scope="module")
+def user_scripts(tmp_path_factory):
+    """``train.py`` (SCRIPT) in each folder of FOLDERS, run: each wrote its ``snap.json.gz`` beside it."""
+    root = tmp_path_factory.mktemp("folders")
+    scripts = {}
+    for folders in FOLDERS:
+        where = root.joinpath(*folders)
+        where.mkdir(parents=True)
+        scripts[folders] = where / "train.py"
+        scripts[folders].write_text(SCRIPT)
+    subprocess.run([sys.executable, "-c", _RUN_SCRIPTS, *map(str, scripts.values())], cwd=root,
+                   env=dict(os.environ, PYTHONPATH=ROOT), check=True, capture_output=True, timeout=300)
+    return scripts
+
+
+@pytest.mark.parametrize("folders", FOLDERS)
+def test_user_script_in_a_folder_named_like_a_library(user_scripts, folders):
     # a clone of this repository is a folder named tbmem: the old substring test ("/tbmem/") hid
     # every frame in it and named a torch frame instead
-    where = tmp_path.joinpath(*folders)
-    where.mkdir(parents=True)
-    script = where / "train.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    subprocess.run([sys.executable, str(script)], cwd=where, env=env, check=True, capture_output=True, timeout=300)
-    out = subprocess.run([sys.executable, "-m", "tbmem.cli", "snapshot", "stats", str(where / "snap.json.gz"),
-                          "--json", "--top", "1"], env=env, check=True, capture_output=True, text=True, timeout=300)
+    script = user_scripts[folders]
+    out = subprocess.run([sys.executable, "-m", "tbmem.cli", "snapshot", "stats", str(script.parent / "snap.json.gz"),
+                          "--json", "--top", "1"], env=dict(os.environ, PYTHONPATH=ROOT), check=True,
+                         capture_output=True, text=True, timeout=300)
     top = json.loads(out.stdout)["devices"][0]["top_allocations"][0]
     assert top["bytes"] == 4 << 20
     # the innermost frame is torch's (nn/functional.py): the user's line is the one that called it

@@ -9,7 +9,6 @@ import os
 import pytest
 
 from tbmem.cli import main
-from tests._browser import chromium
 from tests._shared import REAL, require_shared
 
 
@@ -89,12 +88,6 @@ def test_no_time_us_and_t0_from_the_trace(capsys):
     old = load_snapshot(os.path.join(REAL, "select_n_04d383c_snapshot.pickle"))
     assert old.t0_unix is None and not old.main.has_time
     assert load_snapshot(os.path.join(REAL, "magma27_memory_snapshot.pickle")).t0_unix == 1776479641.085368
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.mark.parametrize("name", sorted(FACTS))

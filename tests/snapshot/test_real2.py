@@ -10,7 +10,6 @@ import os
 import pytest
 
 from tbmem.cli import main
-from tests._browser import chromium
 from tests.snapshot._page import filled_pixels, hover_peak, open_page
 from tests.snapshot._real import ALL, REAL2, REAL2_FACTS, path_of, require
 
@@ -65,12 +64,6 @@ def test_bcrafton_compiled_code_is_named_by_the_models_line(capsys):
     assert all("/torchinductor_" in t["generated"]["filename"] for t in generated)
     assert all(t["frame"] is None or "/torchinductor_" not in t["frame"]["filename"] for t in dev["top_allocations"])
     assert any(t["frame"] and t["frame"]["filename"].endswith("cs336_basics/model.py") for t in generated)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests._browser import CHROMIUM, chromium, wait_until
+from tests._browser import CHROMIUM, wait_until
 from tbmem.snapshot.viewer import render_html
 from tests.snapshot._helpers import EVIL, small_snapshot
 from tests.snapshot._page import _open, drawn_pixels, hover_peak
@@ -17,12 +17,6 @@ __all__ = ["_open", "drawn_pixels", "hover_peak"]  # test_real.py imports them f
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM) and not os.environ.get("TBMEM_REQUIRE_BROWSER"),
     reason="needs Debian's chromium (apt-get install chromium)")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 def test_timeline_renders_and_hover_shows_frame(browser, tmp_path):

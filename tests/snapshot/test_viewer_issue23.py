@@ -12,7 +12,7 @@ import pytest
 
 from tbmem.snapshot.cuda import convert_torch_snapshot
 from tbmem.snapshot.schema import SnapshotBuilder
-from tests._browser import CHROMIUM, chromium, wait_until
+from tests._browser import CHROMIUM, wait_until
 from tests.snapshot._page import filled_pixels, hover_at, open_page, write_page
 
 pytestmark = pytest.mark.skipif(
@@ -20,12 +20,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs Debian's chromium (apt-get install chromium)")
 MiB, GiB = 2**20, 2**30
 USER = {"filename": "/home/u/train.py", "line": 42, "name": "forward"}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 def _ev(action, addr, size, t=None, frames=(USER,), **kw):

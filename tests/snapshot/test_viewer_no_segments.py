@@ -3,17 +3,9 @@ or reserved chart (it said "no segments" three times, under an empty allocator b
 
 from __future__ import annotations
 
-import pytest
 
 from tbmem.snapshot.schema import SnapshotBuilder
-from tests._browser import chromium
 from tests.snapshot._page import open_page, write_page
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 def _cpu_snapshot():

@@ -15,7 +15,8 @@ from trainers.experiment import run_experiment
 
 
 @pytest.mark.e2e  # the fast tier's one end-to-end run of this trainer (tests/slow.txt)
-def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys):
+def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TBMEM_DEMO", "1")  # as `make demo` runs it (tests/trainers/test_synthetic.py: without)
     cfg = compose("burgers_physical_quick_test", "trainer=physical_with_memory")
     out = run_experiment(cfg, log_dir=tmp_path / "run")
     result = out.result
@@ -36,6 +37,8 @@ def test_quick_test_recovers_viscosity_with_monitoring(compose, tmp_path, capsys
 
     printed = capsys.readouterr().out
     assert "After loading ground truth data:" in printed
+    # make demo ends with one command for both runs: each trainer's own (three in all) is left out there
+    assert re.search(r"^Done in \d+\.\d s\.$", printed, re.MULTILINE) and "--logdir" not in printed
     shown = min(cfg.trainer_params.memory_monitor_batches, result.iterations)
     assert printed.count("; memory: CPU") == shown  # the first iterations, each with its memory
     _design_document_evaluation_lines(printed, cfg.trainer_params.memory_monitor_batches, result, out.log_dir)
