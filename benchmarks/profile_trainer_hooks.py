@@ -156,7 +156,7 @@ def _cuda_reads() -> None:
 
     import torch
 
-    from tbmem import _torch_private as tp
+    from tbmem._internal import _torch_private as tp
 
     dev = torch.cuda.current_device()
     for name, fn in (("torch.cuda.memory_stats (flattened in Python)", lambda: torch.cuda.memory_stats(dev)),

@@ -1,6 +1,6 @@
 """The structure of tbmem read from its source with ``ast``: no import cycle, each module in the layer
 docs/architecture.md's table files it in and importing only its own layer and those below,
-``tbmem.logdir`` torch-free, and no function over the complexity limit of pyproject.toml.
+``tbmem._internal.logdir`` torch-free, and no function over the complexity limit of pyproject.toml.
 
 What counts as an import (the rule docs/architecture.md states):
 
@@ -17,7 +17,7 @@ What counts as an import (the rule docs/architecture.md states):
   package exists before its submodules run). A submodule that imports a *name* from its own
   package's ``__init__`` is an edge, and the cycle it makes with a re-exporting ``__init__`` is
   a real one (which of the two runs first decides whether the name exists yet);
-* names resolved at run time from strings (``tbmem._lazy.lazy_exports`` tables,
+* names resolved at run time from strings (``tbmem._internal._lazy.lazy_exports`` tables,
   ``importlib.import_module``, ``sys.modules`` lookups) are not imports.
 
 Run ``python tests/test_architecture.py`` for the whole report (cycles, upward imports, layers).
@@ -38,14 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tbmem", "trainers")
 #: The readers: they read a logdir (the Memory tab, ``tbmem report`` and the analysis API, forecasts,
 #: the command line). Nothing of the core imports them.
-READERS = ("tbmem.plugin", "tbmem.analysis", "tbmem.forecast", "tbmem.cli")
+READERS = ("tbmem._internal.plugin", "tbmem.analysis", "tbmem.forecast", "tbmem._internal.cli")
 #: Adapters above everything of tbmem: nothing of tbmem imports them but the command lines that run them.
 ADAPTERS = ("trainers", "tbmem.integrations")
 #: What ``tbmem`` runs: may import anything (``tbmem forecast`` builds the trainer of a Hydra config).
-ENTRY_POINTS = ("tbmem.cli", "tbmem.forecast.cli")
+ENTRY_POINTS = ("tbmem._internal.cli", "tbmem._internal.forecast.cli")
 #: The run layout and its formats: imports nothing of tbmem but itself, the tag table and the
 #: private helpers (``tbmem._*``), and no torch.
-LOGDIR = "tbmem.logdir"
+LOGDIR = "tbmem._internal.logdir"
 #: Where the complexity limit applies (ruff's C901 with pyproject.toml's max-complexity).
 SIZE_ROOTS = ("tbmem", "trainers", "tests", "benchmarks", "scripts")
 DOC = ROOT / "docs" / "architecture.md"
@@ -60,7 +60,7 @@ KNOWN_LAYER_EDGES: dict[tuple[str, str], str] = {}
 
 def module_files() -> dict[str, Path]:
     """Dotted module name -> file, for every module of :data:`PACKAGES`: each ``.py``, and each C
-    extension by its source (``tbmem/census/_gcwalk.c`` is ``tbmem.census._gcwalk``; it imports nothing)."""
+    extension by its source (``tbmem/_internal/census/_gcwalk.c`` is ``tbmem._internal.census._gcwalk``; it imports nothing)."""
     mods = {}
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")) + sorted((ROOT / pkg).rglob("*.c")):
@@ -196,9 +196,9 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{mod} -> {dep}: tbmem imports the trainers")
             elif _under(dep, READERS) and not _under(mod, READERS + ADAPTERS):
                 bad.append(f"{mod} -> {dep}: the core imports a reader")
-            elif _under(mod, (LOGDIR,)) and not (_under(dep, (LOGDIR,)) or dep == "tbmem.tags"
+            elif _under(mod, (LOGDIR,)) and not (_under(dep, (LOGDIR,)) or dep == "tbmem._internal.tags"
                                                   or dep.startswith("tbmem._")):
-                bad.append(f"{mod} -> {dep}: tbmem.logdir imports above itself")
+                bad.append(f"{mod} -> {dep}: tbmem._internal.logdir imports above itself")
     return bad
 
 
@@ -319,39 +319,39 @@ def test_no_function_over_the_complexity_limit():
 def test_rules_on_a_made_up_graph():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    bad = upward_imports({"tbmem.writer": {"tbmem.plugin.paths"}, "tbmem.logdir.x": {"tbmem.snapshot"},
-                          "tbmem.analysis.load": {"tbmem.logdir.x"}, "tbmem.tags": {"trainers.config"},
-                          "tbmem.forecast.cli": {"trainers.config"}})
-    assert bad == ["tbmem.logdir.x -> tbmem.snapshot: tbmem.logdir imports above itself",
-                   "tbmem.tags -> trainers.config: tbmem imports the trainers",
-                   "tbmem.writer -> tbmem.plugin.paths: the core imports a reader"]
+    bad = upward_imports({"tbmem._internal.writer": {"tbmem._internal.plugin.paths"}, "tbmem._internal.logdir.x": {"tbmem._internal.snapshot"},
+                          "tbmem._internal.analysis.load": {"tbmem._internal.logdir.x"}, "tbmem._internal.tags": {"trainers.config"},
+                          "tbmem._internal.forecast.cli": {"trainers.config"}})
+    assert bad == ["tbmem._internal.logdir.x -> tbmem.snapshot: tbmem._internal.logdir imports above itself",
+                   "tbmem._internal.tags -> trainers.config: tbmem imports the trainers",
+                   "tbmem._internal.writer -> tbmem._internal.plugin.paths: the core imports a reader"]
 
 
 def test_layer_rule_on_a_made_up_table():
     table = ("| layer | modules | imports |\n|---|---|---|\n| base | `tbmem/_*.py` | - |\n"
-             "| core | `tbmem/census/`, `tbmem/_writer_*.py` | - |\n| readers | `tbmem/cli.py` | - |\n\nafter")
+             "| core | `tbmem/_internal/census/`, `tbmem/_writer_*.py` | - |\n| readers | `tbmem/_internal/cli.py` | - |\n\nafter")
     layers = doc_layers(table)
-    assert layers == [("base", ["tbmem/_*.py"]), ("core", ["tbmem/census/", "tbmem/_writer_*.py"]),
-                      ("readers", ["tbmem/cli.py"])]
-    assert layer_of("tbmem/_writer_steps.py", layers) == "core"  # the longer pattern wins
-    assert layer_of("tbmem/_log.py", layers) == "base" and layer_of("tbmem/writer.py", layers) is None
-    paths = {"tbmem._log": "tbmem/_log.py", "tbmem.census.core": "tbmem/census/core.py",
-             "tbmem._writer_steps": "tbmem/_writer_steps.py", "tbmem.spikes": "tbmem/spikes.py",
-             "tbmem.cli": "tbmem/cli.py"}
-    graph = {"tbmem._log": {"tbmem.census.core"}, "tbmem._writer_steps": {"tbmem.census.core", "tbmem._log"},
-             "tbmem.census.core": set(), "tbmem.spikes": set(), "tbmem.cli": {"tbmem.spikes"}}
+    assert layers == [("base", ["tbmem/_*.py"]), ("core", ["tbmem/_internal/census/", "tbmem/_writer_*.py"]),
+                      ("readers", ["tbmem/_internal/cli.py"])]
+    assert layer_of("tbmem/_internal/_writer_steps.py", layers) == "core"  # the longer pattern wins
+    assert layer_of("tbmem/_internal/_log.py", layers) == "base" and layer_of("tbmem/_internal/writer.py", layers) is None
+    paths = {"tbmem._internal._log": "tbmem/_internal/_log.py", "tbmem._internal.census.core": "tbmem/_internal/census/core.py",
+             "tbmem._internal._writer_steps": "tbmem/_internal/_writer_steps.py", "tbmem.spikes": "tbmem/_internal/spikes.py",
+             "tbmem._internal.cli": "tbmem/_internal/cli.py"}
+    graph = {"tbmem._internal._log": {"tbmem._internal.census.core"}, "tbmem._internal._writer_steps": {"tbmem._internal.census.core", "tbmem._internal._log"},
+             "tbmem._internal.census.core": set(), "tbmem.spikes": set(), "tbmem._internal.cli": {"tbmem._internal.spikes"}}
     assert layer_violations(graph, layers, paths) == [
-        "tbmem.spikes: in no layer of docs/architecture.md", "tbmem._log (base) -> tbmem.census.core (core)"]
+        "tbmem.spikes: in no layer of docs/architecture.md", "tbmem._internal._log (base) -> tbmem._internal.census.core (core)"]
 
 
 def test_import_rule(tmp_path):
     """Deferred imports count, TYPE_CHECKING ones do not; ``from pkg import name`` is the package
     unless ``name`` is a submodule."""
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tbmem.plugin\n"
-                   "def f():\n    from tbmem.census import take_census\n    from tbmem import tags\n")
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tbmem._internal.plugin\n"
+                   "def f():\n    from tbmem._internal.census import take_census\n    from tbmem import tags\n")
     names = {n.partition("\0")[0] for n in imported_names(src, "tbmem.m")}
-    assert "tbmem.plugin" not in names and {"tbmem.census.take_census", "tbmem.tags"} <= names
+    assert "tbmem._internal.plugin" not in names and {"tbmem._internal.census.take_census", "tbmem._internal.tags"} <= names
 
 
 if __name__ == "__main__":  # the report, by hand
@@ -359,6 +359,6 @@ if __name__ == "__main__":  # the report, by hand
     print("cycles:", *([" <-> ".join(c) for c in cycles(g)] or ["none"]), sep="\n  ")
     print("upward imports:", *(upward_imports(g) or ["none"]), sep="\n  ")
     print("against the layers:", *(layer_violations(g, doc_layers()) or ["none"]), sep="\n  ")
-    print("torch below tbmem.logdir:", torch_reached(g, LOGDIR) or "none")
+    print("torch below tbmem._internal.logdir:", torch_reached(g, LOGDIR) or "none")
     print("too complex:", *(too_complex() or ["none"]), sep="\n  ")
     sys.exit(0)

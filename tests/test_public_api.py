@@ -25,7 +25,7 @@ def public_module(name: str) -> bool:
 
 def non_public_imports(path: Path) -> list[str]:
     """``file:line: import`` for each import in ``path`` of tbmem that is neither a public module nor a
-    name of one (``from tbmem import MemoryWriter`` is public, ``from tbmem.writer import ...`` is not)."""
+    name of one (``from tbmem import MemoryWriter`` is public, ``from tbmem._internal.writer import ...`` is not)."""
     bad = []
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     for node in ast.walk(tree):
@@ -59,7 +59,7 @@ def test_the_import_check_can_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(tbmem, "PUBLIC_MODULES", ("tbmem.console",))
     src = ROOT / "trainers" / "_made_up_for_the_test.py"
     text = ("import tbmem\nfrom tbmem import MemoryWriter, _log\nfrom tbmem.console import emit\n"
-            "from tbmem.monitor.readings import read\nimport tbmem._torch_private as tp\n"
+            "from tbmem._internal.monitor.readings import read\nimport tbmem._internal._torch_private as tp\n"
             "from tbmem import console\nfrom tbmem.integrations.lightning import Callback\n")
     src.write_text(text)
     try:
@@ -67,7 +67,7 @@ def test_the_import_check_can_fail(tmp_path, monkeypatch):
     finally:
         src.unlink()
     assert [f.split(": ", 1)[1] for f in found] == [
-        "from tbmem import _log", "from tbmem.monitor.readings import read", "import tbmem._torch_private"]
+        "from tbmem import _log", "from tbmem._internal.monitor.readings import read", "import tbmem._internal._torch_private"]
 
 
 @pytest.mark.parametrize("name", sorted(tbmem.__all__))
@@ -79,7 +79,7 @@ def test_every_top_level_name_resolves(name):
 def test_every_config_class_is_at_the_top():
     import dataclasses
 
-    from tbmem.config import MemoryWriterConfig
+    from tbmem._internal.config import MemoryWriterConfig
 
     for field in dataclasses.fields(MemoryWriterConfig):
         default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
@@ -107,10 +107,10 @@ def _listed(page: str, module: str) -> list[str]:
 
 
 def test_the_api_page_is_current_and_names_exactly_the_public_names():
-    from tbmem import _apidoc
+    from tbmem._internal import _apidoc
 
     page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
-    assert page == _apidoc.render(), "docs/api.md is not current: run python -m tbmem._apidoc"
+    assert page == _apidoc.render(), "docs/api.md is not current: run python -m tbmem._internal._apidoc"
     assert _apidoc.render() == page  # regenerating gives the same text
     assert sorted(_listed(page, "tbmem")) == sorted(n for n in tbmem.__all__ if not n.startswith("__"))
     for module in tbmem.PUBLIC_MODULES:
@@ -120,7 +120,7 @@ def test_the_api_page_is_current_and_names_exactly_the_public_names():
 
 
 def test_the_page_check_fails_on_a_stale_page(tmp_path, monkeypatch):
-    from tbmem import _apidoc
+    from tbmem._internal import _apidoc
 
     monkeypatch.setattr(_apidoc, "PAGE", tmp_path / "api.md")
     (tmp_path / "api.md").write_text(_apidoc.render().replace("- `take_census", "- `take_a_census"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tbmem import MemoryWriter
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 
 
 def _free_port() -> int:

@@ -138,14 +138,14 @@ def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(t
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"tbmem", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, tops
-    assert "tbmem/snapshot/_cpu_alloc_recorder.cpp" in names
+    assert "tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp" in names
     ext = sysconfig.get_config_var("EXT_SUFFIX")
-    assert {f"tbmem/census/_gcwalk{ext}", f"tbmem/snapshot/_creader{ext}"} <= set(names)
+    assert {f"tbmem/_internal/census/_gcwalk{ext}", f"tbmem/_internal/snapshot/_creader{ext}"} <= set(names)
     assert not [n for n in names if n.endswith((".c", ".h"))]
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-    assert {"setup.py", "pyproject.toml", "tbmem/census/_gcwalk.c", "tbmem/snapshot/_creader.h",
-            "tbmem/snapshot/_pickle_run.c", "tbmem/snapshot/_cpu_alloc_recorder.cpp"} <= members
+    assert {"setup.py", "pyproject.toml", "tbmem/_internal/census/_gcwalk.c", "tbmem/_internal/snapshot/_creader.h",
+            "tbmem/_internal/snapshot/_pickle_run.c", "tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp"} <= members
     assert not [m for m in members if m.startswith("trainers/")]
 
     # a fresh venv outside the clone, the wheel alone in it
@@ -180,7 +180,7 @@ def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(t
 
     # the CPU recorder, compiled from the wheel's source for the installed torch
     if shutil.which("c++") or shutil.which("g++"):
-        built = _run([str(py), "-m", "tbmem.snapshot.native"], cwd=work, env=env)
+        built = _run([str(py), "-m", "tbmem._internal.snapshot.native"], cwd=work, env=env)
         assert "CPU allocation recorder ready" in built and str(tmp_path / "cache") in built, built
 
     # tbmem forecast names what it needs in one line (the demo trainers are the clone's)

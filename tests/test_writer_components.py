@@ -1,12 +1,12 @@
-"""The writer's step path loops over the configured components only (tbmem._writer_components): an
+"""The writer's step path loops over the configured components only (tbmem._internal._writer_components): an
 unconfigured one is not in the loop, a failing one is reported once and leaves it, and the fast
 path (``next_due`` skipping steps) returns once no component needs every step."""
 
 from __future__ import annotations
 
 from tbmem import MemoryWriter
-from tbmem.snapshot import SnapshotConfig, SnapshotManager
-from tbmem.tags import TAGS
+from tbmem._internal.snapshot import SnapshotConfig, SnapshotManager
+from tbmem._internal.tags import TAGS
 from tests._events import scalars
 
 _SNAPSHOTS = SnapshotConfig(every=0, html=False, pickle=False)

@@ -10,8 +10,8 @@ import os
 import textwrap
 
 from tbmem.analysis import load_scalars
-from tbmem.snapshot import load_snapshot
-from tbmem.snapshot.store import PLUGIN_DIR
+from tbmem._internal.snapshot import load_snapshot
+from tbmem._internal.snapshot.store import PLUGIN_DIR
 from tests.faults._child import event_records, run_child, steps_of, tbmem_lines
 
 RSS = "Memory/RAM/process_rss_GB"

@@ -9,10 +9,10 @@ import pytest
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem.analysis import load_scalars
-from tbmem.analysis.spikes import find_spikes
-from tbmem.plugin.charts import is_step_loss
-from tbmem.spikes import SpikeConfig
-from tbmem.tags import is_loss_tag
+from tbmem._internal.analysis.spikes import find_spikes
+from tbmem._internal.plugin.charts import is_step_loss
+from tbmem._internal.spikes import SpikeConfig
+from tbmem._internal.tags import is_loss_tag
 
 
 @pytest.mark.parametrize("tag", ["train/loss", "train_loss", "loss", "Loss/batch"])

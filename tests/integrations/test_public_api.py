@@ -14,7 +14,7 @@ import tbmem
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = sorted((ROOT / "tbmem" / "integrations").glob("[!_]*.py"))
 #: the one private module an adapter may import: how tbmem imports an optional dependency
-ALLOWED_PRIVATE = {"tbmem._extras"}
+ALLOWED_PRIVATE = {"tbmem._internal._extras"}
 
 
 def test_the_adapters_are_there():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tbmem import MemoryWriter
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugin.md"
 RECORDS = 1500  # more than TensorBoard's default of 1000 per tag

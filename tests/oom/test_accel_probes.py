@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem import _torch_private as tp
-from tbmem.probes.accel import MpsProbe, XpuProbe
-from tbmem.tags import TAGS, GiB
+from tbmem._internal import _torch_private as tp
+from tbmem._internal.probes.accel import MpsProbe, XpuProbe
+from tbmem._internal.tags import TAGS, GiB
 from tests._events import scalars
 
 MiB = 2**20

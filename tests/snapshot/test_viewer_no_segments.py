@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tbmem.snapshot.schema import SnapshotBuilder
+from tbmem._internal.snapshot.schema import SnapshotBuilder
 from tests._browser import chromium
 from tests.snapshot._page import open_page, write_page
 

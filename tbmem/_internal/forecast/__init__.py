@@ -1,0 +1,1 @@
+"""The implementation of the public facade :mod:`tbmem.forecast`."""
