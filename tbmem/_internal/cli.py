@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             importlib.import_module(module).add_parser(sub)
         except ImportError as exc:  # an optional subcommand whose extra is missing
-            name = module.split(".")[1]
+            name = module.removeprefix("tbmem._internal.").split(".")[0]
             stub = sub.add_parser(name, help=f"(unavailable: {exc})")
             stub.set_defaults(func=lambda _a, _e=exc: _unavailable(_e))
     return parser

@@ -41,7 +41,7 @@ __all__ = ["holder_names", "BUDGET", "DEPTH", "wrapper_prefix", "unwrapped", "mo
 BUDGET, DEPTH = 2_000, 4
 _SKIPPED_KEYS = frozenset({"_parameters", "_buffers", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                            "_state_dict_hooks", "_load_state_dict_pre_hooks", "_non_persistent_buffers_set"})
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tbmem/
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # tbmem/
 _SUBMODULE = re.compile(r"\._modules\['([^']+)'\]")  # model._modules['encoder'] reads model.encoder
 #: Path parts that only wrappers add, wherever they are (torch.compile, FSDP1, activation checkpointing).
 WRAPPER_PARTS = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
