@@ -20,7 +20,7 @@ TORCH_INDEX ?=
 # _pickle_run.c, _pair.c) are compiled by the install (optional C extensions, setup.py): rebuilt
 # when they change.
 # The CPU allocation recorder (tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp) needs torch's headers, so it is
-# compiled after the install, into ~/.cache/tbmem (tbmem._internal.snapshot.native); without a C++ compiler CPU
+# compiled after the install, into ~/.cache/tbmem (`tbmem snapshot build-recorder`); without a C++ compiler CPU
 # snapshots use the slower dispatch-mode recorder.
 # Each phase says what it does and how long it usually takes (scripts/phase.py; the times are those of
 # benchmarks/install.json): pip is quiet for most of a phase, while it unpacks the wheels it collected
@@ -39,7 +39,7 @@ $(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/_internal/census/_g
 	@$(PHASE) "1/4" "creating $(VENV)" 10 -- $(PYTHON) -m venv $(VENV)
 	@$(PIP_PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked) and setuptools" 25 -- $(PIP) torch 'setuptools>=68' wheel
 	@$(PIP_PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 35 -- $(PIP) --no-build-isolation -e '.[demo]'
-	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 8 -- $(BIN)/python -m tbmem._internal.snapshot.native || true
+	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 8 -- $(BIN)/tbmem snapshot build-recorder || true
 	touch $@
 
 # make test's install: make demo's, then the test stack

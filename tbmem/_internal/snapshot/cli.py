@@ -1,12 +1,12 @@
-"""``tbmem snapshot html FILE... [-o OUT]``, ``tbmem snapshot stats FILE [--json]``, ``tbmem snapshot diff A B`` and
-``tbmem snapshot export --torch FILE -o OUT.pickle``.
+"""``tbmem snapshot html FILE... [-o OUT]``, ``tbmem snapshot stats FILE [--json]``, ``tbmem snapshot diff A B``,
+``tbmem snapshot export --torch FILE -o OUT.pickle`` and ``tbmem snapshot build-recorder``.
 
 FILE is a tbmem ``.json.gz`` snapshot or a PyTorch pickle (``.pickle``), read as plain data:
 a pickle that names any Python object is refused, so no code from the file runs. A file that
 cannot be read (missing, truncated, malformed, over the reader's limits; a directory, a FIFO,
 a device) ends the command with one line on stderr saying why (for a directory, followed by
 the snapshot files in it), and exit status 2. Names from the file are printed with their
-control characters escaped (:mod:`tbmem._internal._terminal`).
+control characters escaped.
 
 Example:
     >>> import argparse
@@ -25,14 +25,15 @@ import pickle
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "default_output", "html_command", "stats_command", "diff_command", "export_command"]
+__all__ = ["add_parser", "default_output", "html_command", "stats_command", "diff_command", "export_command",
+           "build_recorder_command"]
 
 _PICKLE_WARNING = ("FILE may be a PyTorch .pickle snapshot: it is read as plain data, and a pickle that names "
                    "any Python object is refused, so no code from the file runs.")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``snapshot`` with its ``html``, ``stats`` and ``diff`` subcommands."""
+    """Register ``snapshot`` with its ``html``, ``stats``, ``diff``, ``export`` and ``build-recorder`` subcommands."""
     parser = subparsers.add_parser("snapshot", help="view and summarise memory snapshots",
                                    description=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="snapshot_command", required=True, metavar="SUBCOMMAND")
@@ -80,7 +81,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     export.add_argument("file", metavar="FILE", help="snapshot .json.gz (or a torch .pickle)")
     export.add_argument("-o", "--output", required=True, metavar="OUT", help="the .pickle to write")
     export.set_defaults(func=export_command)
+    build = sub.add_parser("build-recorder", help="compile the CPU snapshots' allocation recorder now",
+                           description="Compile the CPU allocation recorder (C++, against the installed torch's "
+                           "headers, about 4 s) into tbmem's cache ($TBMEM_CACHE_DIR, else $XDG_CACHE_HOME/tbmem, "
+                           "else ~/.cache/tbmem) now rather than at the first CPU snapshot. Where it cannot be "
+                           "built (no C++ compiler, no torch headers) it says why and exits with status 1; CPU "
+                           "snapshots then use the slower dispatch-mode recorder.")
+    build.set_defaults(func=build_recorder_command)
     return parser
+
+
+def build_recorder_command(args: argparse.Namespace) -> int:
+    """``tbmem snapshot build-recorder``: build the CPU recorder; 1 (with the reason) where it cannot be."""
+    from tbmem._internal.snapshot import native
+
+    return native.main()
 
 
 def default_output(path: str) -> str:

@@ -2,7 +2,7 @@
 
 The recorder wraps torch's CPU allocator, so it must be compiled against the headers of the torch that
 runs it. It is compiled once per torch, Python and source version, on first use (about 3 s with g++)
-or by ``python -m tbmem._internal.snapshot.native`` (``make install`` runs it), into a per-user cache:
+or by ``tbmem snapshot build-recorder`` (``make install`` runs it), into a per-user cache:
 ``$TBMEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tbmem``, else ``~/.cache/tbmem``. Where it cannot be built
 (no C++ compiler, no torch headers, not Linux, a free-threaded Python), :func:`load` returns None,
 :func:`unavailable_reason` says why, and CPU snapshots use the dispatch-mode recorder instead.
@@ -139,12 +139,12 @@ def load(*, build_if_missing: bool = True) -> ModuleType | None:
             _check_platform()
             path = library_path()
             if not path.exists() and not build_if_missing:
-                _reason = f"not built yet ({path}); run: python -m tbmem._internal.snapshot.native"
+                _reason = f"not built yet ({path}); run: tbmem snapshot build-recorder"
                 return None
             _tried = True
             if not path.exists():
                 logger.warning("tbmem: compiling the CPU snapshot recorder for this torch, once (a few seconds; "
-                               "`python -m tbmem._internal.snapshot.native` does it ahead of training)")
+                               "`tbmem snapshot build-recorder` does it ahead of training)")
                 build()
             spec = importlib.util.spec_from_file_location(_MODULE, path)
             if spec is None or spec.loader is None:
@@ -171,7 +171,7 @@ def unavailable_reason() -> str | None:
 
 
 def main() -> int:
-    """``python -m tbmem._internal.snapshot.native``: build the recorder now; exit 1 (with the reason) if it cannot be."""
+    """``tbmem snapshot build-recorder``: build the recorder now; exit 1 (with the reason) if it cannot be."""
     t0 = time.perf_counter()
     try:
         path = build()
