@@ -22,7 +22,7 @@ tags renamed since are in :data:`RENAMED` and CHANGELOG.md, and logs written bef
 back under the current names.
 
 Example:
-    >>> from tbmem._internal.tags import TAGS, tag_for
+    >>> from tbmem import TAGS, tag_for
     >>> TAGS["vram_allocated"].tag
     'Memory/GPU/vram_allocated_GB'
     >>> tag_for("census_category", name="parameters")
@@ -110,7 +110,7 @@ _ROWS: tuple[Tag, ...] = (
         when=_EVERY_CUDA + " and torch reads one pool's segments, one per pool"),
     Tag(key="oom_text", tag="Memory/GPU/oom_explained", unit="text",
         meaning="Why a CUDA out-of-memory error happened, in numbers: reserved bytes by kind, the largest free "
-                "block per pool and stream, live bytes by site, the allocator settings, advice (tbmem._internal.oom).",
+                "block per pool and stream, live bytes by site, the allocator settings, advice (docs/snapshots.md).",
         when="MemoryWriter, at an out-of-memory error in monitored_step"),
     Tag(key="vram_alloc_retries", tag="Memory/GPU/vram_alloc_retries", unit="count",
         meaning="cudaMalloc retries after flushing the cache, since start (a sign of memory pressure).",

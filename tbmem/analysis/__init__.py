@@ -53,24 +53,35 @@ _EXPORTS: dict[str, str] = {
     "plot_comparison": "tbmem._internal.analysis.compare_plot",
     "find_spikes": "tbmem._internal.analysis.spikes",
     "SpikeFinding": "tbmem._internal.analysis.spikes",
+    # what docs/ and the notebook show users calling (issue 36: their modules are tbmem's own now)
+    "compare": "tbmem._internal.analysis.compare",
+    "find_hints": "tbmem._internal.analysis.hints",
+    "Hint": "tbmem._internal.analysis.hints",
+    "LogdirReader": "tbmem._internal.logdir",
+    "fit_unit": "tbmem._internal.analysis.axes",
+    "wide": "tbmem._internal.analysis.plot",
+    "format_bytes": "tbmem._internal.analysis.table",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tbmem._internal.analysis.compare import Comparison
+    from tbmem._internal.analysis.axes import fit_unit
+    from tbmem._internal.analysis.compare import Comparison, compare
     from tbmem._internal.analysis.compare_plot import plot_comparison
     from tbmem._internal.analysis.figures import plot_large_tensors, plot_readings
+    from tbmem._internal.analysis.hints import Hint, find_hints
     from tbmem._internal.analysis.leaks import LeakFinding, detect_leaks
     from tbmem._internal.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
-                                     NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
-                                     load_scalars_and_texts, load_texts)
+                                               NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
+                                               load_scalars_and_texts, load_texts)
     from tbmem._internal.analysis.loss import memory_spikes, plot_loss_and_memory
-    from tbmem._internal.analysis.plot import plot_lines, plot_stacked, plot_timeline
+    from tbmem._internal.analysis.plot import plot_lines, plot_stacked, plot_timeline, wide
     from tbmem._internal.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs
     from tbmem._internal.analysis.spikes import SpikeFinding, find_spikes
     from tbmem._internal.analysis.summary import RunSummary, summarize
-    from tbmem._internal.analysis.table import format_leaks, format_table
+    from tbmem._internal.analysis.table import format_bytes, format_leaks, format_table
+    from tbmem._internal.logdir import LogdirReader
     from tbmem._internal.trend import theil_sen
 
 

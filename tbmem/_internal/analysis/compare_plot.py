@@ -50,7 +50,7 @@ def _x(g: "pd.DataFrame", first: int, last: int, phase: bool) -> Any:
 
 
 def plot_comparison(df: "pd.DataFrame", comparison: Any, path: str | os.PathLike[str] | None = None) -> "Figure":
-    """The runs of ``comparison`` (from :func:`tbmem._internal.analysis.compare.compare` of ``df``) on shared axes."""
+    """The runs of ``comparison`` (from :func:`tbmem.analysis.compare` of ``df``) on shared axes."""
     runs, labels = comparison.runs, comparison.labels
     phase = comparison.align == "phase"
     has_census = bool(comparison.points)

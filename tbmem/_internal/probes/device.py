@@ -35,7 +35,7 @@ def fragmentation_percent(allocated: float, reserved: float) -> float:
 
 class CudaProbe(Probe):
     """Reads ``torch.cuda.memory_stats`` of one device; without CUDA, an Intel XPU's or Apple GPU's
-    memory into the same readings (:mod:`tbmem._internal.probes.accel`).
+    memory into the same readings.
 
     Args:
         device: CUDA device index; None means the current device at read time.
