@@ -38,17 +38,23 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tbmem", "trainers")
 #: The readers: they read a logdir (the Memory tab, ``tbmem report`` and the analysis API, forecasts,
 #: the command line). Nothing of the core imports them.
-READERS = ("tbmem._internal.plugin", "tbmem.analysis", "tbmem.forecast", "tbmem._internal.cli")
+READERS = ("tbmem._internal.plugin", "tbmem.analysis", "tbmem._internal.analysis", "tbmem.forecast",
+           "tbmem._internal.forecast", "tbmem._internal.cli", "tbmem.__main__")
 #: Adapters above everything of tbmem: nothing of tbmem imports them but the command lines that run them.
 ADAPTERS = ("trainers", "tbmem.integrations")
 #: What ``tbmem`` runs: may import anything (``tbmem forecast`` builds the trainer of a Hydra config).
-ENTRY_POINTS = ("tbmem._internal.cli", "tbmem._internal.forecast.cli")
+ENTRY_POINTS = ("tbmem._internal.cli", "tbmem._internal.forecast.cli", "tbmem.__main__")
 #: The run layout and its formats: imports nothing of tbmem but itself, the tag table and the
-#: private helpers (``tbmem._*``), and no torch.
+#: private helpers (``tbmem._internal._*``), and no torch.
 LOGDIR = "tbmem._internal.logdir"
 #: Where the complexity limit applies (ruff's C901 with pyproject.toml's max-complexity).
 SIZE_ROOTS = ("tbmem", "trainers", "tests", "benchmarks", "scripts")
 DOC = ROOT / "docs" / "architecture.md"
+#: The public modules besides tbmem.PUBLIC_MODULES: the package itself and ``python -m tbmem``; everything below
+#: these two packages is public too (docs/api.md). Every other module of tbmem lives in tbmem._internal.
+PUBLIC_EXTRA = ("tbmem", "tbmem.__main__")
+PUBLIC_PACKAGES = ("tbmem.console", "tbmem.integrations")
+INTERNAL = "tbmem._internal"
 
 # --- Known remaining violations, removed as the work that fixes them is merged -----------------------
 # Each entry names the issue whose branch changes these files; the test fails on anything not listed
@@ -60,7 +66,8 @@ KNOWN_LAYER_EDGES: dict[tuple[str, str], str] = {}
 
 def module_files() -> dict[str, Path]:
     """Dotted module name -> file, for every module of :data:`PACKAGES`: each ``.py``, and each C
-    extension by its source (``tbmem/_internal/census/_gcwalk.c`` is ``tbmem._internal.census._gcwalk``; it imports nothing)."""
+    extension by its source (``tbmem/_internal/census/_gcwalk.c`` is ``tbmem._internal.census._gcwalk``; it imports
+    nothing)."""
     mods = {}
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")) + sorted((ROOT / pkg).rglob("*.c")):
@@ -197,7 +204,7 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
             elif _under(dep, READERS) and not _under(mod, READERS + ADAPTERS):
                 bad.append(f"{mod} -> {dep}: the core imports a reader")
             elif _under(mod, (LOGDIR,)) and not (_under(dep, (LOGDIR,)) or dep == "tbmem._internal.tags"
-                                                  or dep.startswith("tbmem._")):
+                                                  or dep.startswith("tbmem._internal._")):
                 bad.append(f"{mod} -> {dep}: tbmem._internal.logdir imports above itself")
     return bad
 
@@ -254,6 +261,13 @@ def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, list[st
             if low is not None and rank[low] > rank[high]:
                 bad.append(f"{mod} ({high}) -> {dep} ({low})")
     return bad
+
+
+def outside_internal(modules: list[str], public_modules: tuple[str, ...]) -> list[str]:
+    """The modules of tbmem neither public (``public_modules``, :data:`PUBLIC_EXTRA`, below
+    :data:`PUBLIC_PACKAGES`) nor under tbmem._internal."""
+    return sorted(m for m in modules if m.split(".")[0] == "tbmem" and m not in public_modules + PUBLIC_EXTRA
+                  and not _under(m, PUBLIC_PACKAGES + (INTERNAL,)))
 
 
 def too_complex() -> list[str]:
@@ -315,43 +329,85 @@ def test_no_function_over_the_complexity_limit():
                        "parts do):\n" + "\n".join("  " + f for f in found))
 
 
+def test_every_module_outside_the_public_set_is_internal():
+    import tbmem
+
+    bad = outside_internal(list(module_files()), tuple(tbmem.PUBLIC_MODULES))
+    assert not bad, ("modules neither public (docs/api.md) nor under tbmem._internal (move them: "
+                     "python scripts/move_internal_modules.py --references):\n" + "\n".join("  " + b for b in bad))
+
+
+def test_every_path_the_architecture_doc_names_exists():
+    """docs/architecture.md names files as they are: each backticked ``tbmem/...`` path (a glob too) exists."""
+    paths = sorted(set(re.findall(r"`(tbmem/[^`\s]*)`", DOC.read_text(encoding="utf-8"))))
+    missing = [p for p in paths if not (list(ROOT.glob(p.rstrip("/"))) if any(c in p for c in "*?[")
+                                        else (ROOT / p).exists())]
+    assert len(paths) > 40 and not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+# move_internal_modules: keep (0.1's names, as examples)
+def test_no_reference_to_a_module_at_its_old_path():
+    """Nothing is left for scripts/move_internal_modules.py to move or rewrite: no file at an old path, no
+    ``tbmem.census`` or ``tbmem/census/`` for what lives in tbmem/_internal/ (in code, docs, the Makefile)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (the script reads git's file list)")
+    done = subprocess.run([sys.executable, "scripts/move_internal_modules.py", "--references", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, ("run python scripts/move_internal_modules.py --references:\n" + done.stdout
+                                  + done.stderr)
+
+
 # --- the checker checked: each rule fails where it should ------------------------------------------------
+def test_the_internal_rule_on_made_up_modules():
+    mods = ["tbmem", "tbmem.__main__", "tbmem.console", "tbmem.analysis", "tbmem.integrations.lightning",
+            "tbmem._internal", "tbmem._internal.census.core", "tbmem.census", "tbmem._log", "tbmem.analysis.load",
+            "trainers.config"]
+    assert outside_internal(mods, ("tbmem.console", "tbmem.analysis", "tbmem.integrations")) == [
+        "tbmem._log", "tbmem.analysis.load", "tbmem.census"]
+# move_internal_modules: end
+
+
 def test_rules_on_a_made_up_graph():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    bad = upward_imports({"tbmem._internal.writer": {"tbmem._internal.plugin.paths"}, "tbmem._internal.logdir.x": {"tbmem._internal.snapshot"},
-                          "tbmem._internal.analysis.load": {"tbmem._internal.logdir.x"}, "tbmem._internal.tags": {"trainers.config"},
+    bad = upward_imports({"tbmem._internal.writer": {"tbmem._internal.plugin.paths"},
+                          "tbmem._internal.logdir.x": {"tbmem._internal.snapshot"},
+                          "tbmem._internal.logdir.y": {"tbmem._internal._log", "tbmem._internal.tags"},
+                          "tbmem._internal.analysis.load": {"tbmem._internal.logdir.x"},
+                          "tbmem._internal.tags": {"trainers.config"},
                           "tbmem._internal.forecast.cli": {"trainers.config"}})
-    assert bad == ["tbmem._internal.logdir.x -> tbmem.snapshot: tbmem._internal.logdir imports above itself",
+    assert bad == ["tbmem._internal.logdir.x -> tbmem._internal.snapshot: tbmem._internal.logdir imports above itself",
                    "tbmem._internal.tags -> trainers.config: tbmem imports the trainers",
                    "tbmem._internal.writer -> tbmem._internal.plugin.paths: the core imports a reader"]
 
 
+# move_internal_modules: keep (made-up names: the rules read them as they are)
 def test_layer_rule_on_a_made_up_table():
     table = ("| layer | modules | imports |\n|---|---|---|\n| base | `tbmem/_*.py` | - |\n"
-             "| core | `tbmem/_internal/census/`, `tbmem/_writer_*.py` | - |\n| readers | `tbmem/_internal/cli.py` | - |\n\nafter")
+             "| core | `tbmem/census/`, `tbmem/_writer_*.py` | - |\n| readers | `tbmem/cli.py` | - |\n\nafter")
     layers = doc_layers(table)
-    assert layers == [("base", ["tbmem/_*.py"]), ("core", ["tbmem/_internal/census/", "tbmem/_writer_*.py"]),
-                      ("readers", ["tbmem/_internal/cli.py"])]
-    assert layer_of("tbmem/_internal/_writer_steps.py", layers) == "core"  # the longer pattern wins
-    assert layer_of("tbmem/_internal/_log.py", layers) == "base" and layer_of("tbmem/_internal/writer.py", layers) is None
-    paths = {"tbmem._internal._log": "tbmem/_internal/_log.py", "tbmem._internal.census.core": "tbmem/_internal/census/core.py",
-             "tbmem._internal._writer_steps": "tbmem/_internal/_writer_steps.py", "tbmem.spikes": "tbmem/_internal/spikes.py",
-             "tbmem._internal.cli": "tbmem/_internal/cli.py"}
-    graph = {"tbmem._internal._log": {"tbmem._internal.census.core"}, "tbmem._internal._writer_steps": {"tbmem._internal.census.core", "tbmem._internal._log"},
-             "tbmem._internal.census.core": set(), "tbmem.spikes": set(), "tbmem._internal.cli": {"tbmem._internal.spikes"}}
+    assert layers == [("base", ["tbmem/_*.py"]), ("core", ["tbmem/census/", "tbmem/_writer_*.py"]),
+                      ("readers", ["tbmem/cli.py"])]
+    assert layer_of("tbmem/_writer_steps.py", layers) == "core"  # the longer pattern wins
+    assert layer_of("tbmem/_log.py", layers) == "base" and layer_of("tbmem/writer.py", layers) is None
+    paths = {"tbmem._log": "tbmem/_log.py", "tbmem.census.core": "tbmem/census/core.py",
+             "tbmem._writer_steps": "tbmem/_writer_steps.py", "tbmem.spikes": "tbmem/spikes.py",
+             "tbmem.cli": "tbmem/cli.py"}
+    graph = {"tbmem._log": {"tbmem.census.core"}, "tbmem._writer_steps": {"tbmem.census.core", "tbmem._log"},
+             "tbmem.census.core": set(), "tbmem.spikes": set(), "tbmem.cli": {"tbmem.spikes"}}
     assert layer_violations(graph, layers, paths) == [
-        "tbmem.spikes: in no layer of docs/architecture.md", "tbmem._internal._log (base) -> tbmem._internal.census.core (core)"]
+        "tbmem.spikes: in no layer of docs/architecture.md", "tbmem._log (base) -> tbmem.census.core (core)"]
 
 
 def test_import_rule(tmp_path):
     """Deferred imports count, TYPE_CHECKING ones do not; ``from pkg import name`` is the package
     unless ``name`` is a submodule."""
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tbmem._internal.plugin\n"
-                   "def f():\n    from tbmem._internal.census import take_census\n    from tbmem import tags\n")
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tbmem.plugin\n"
+                   "def f():\n    from tbmem.census import take_census\n    from tbmem import tags\n")
     names = {n.partition("\0")[0] for n in imported_names(src, "tbmem.m")}
-    assert "tbmem._internal.plugin" not in names and {"tbmem._internal.census.take_census", "tbmem._internal.tags"} <= names
+    assert "tbmem.plugin" not in names and {"tbmem.census.take_census", "tbmem.tags"} <= names
+# move_internal_modules: end
 
 
 if __name__ == "__main__":  # the report, by hand

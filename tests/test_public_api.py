@@ -49,6 +49,49 @@ def adapter_files() -> list[Path]:
     return files + (sorted(integrations.rglob("*.py")) if integrations.is_dir() else [])
 
 
+#: What users read and type: the README, docs/ (architecture.md is the developers' map of tbmem/_internal/), the
+#: notebook, the examples, the Makefile and the trainers' configs.
+USER_TEXT = ("README.md", "Makefile", "docs/*.md", "notebooks/*.ipynb", "examples/*.py", "conf/**/*.yaml")
+DEVELOPER_TEXT = ("docs/architecture.md",)
+_TO_TYPE = re.compile(r"tbmem\._internal\.\w|-m tbmem\.\w")
+
+
+def internal_names(text: str) -> list[str]:
+    """The lines of ``text`` that ask for something of tbmem._internal by name (an import, a call, ``python -m``)
+    or run a module of tbmem with ``python -m tbmem.x`` (the ``tbmem`` command does that). A path such as
+    ``tbmem/_internal/census/heap.py`` says where code is and is not something to type."""
+    return [line.strip() for line in text.splitlines() if _TO_TYPE.search(line)]
+
+
+def user_files() -> list[Path]:
+    return sorted({p for pattern in USER_TEXT for p in ROOT.glob(pattern)
+                   if p.is_file() and p.relative_to(ROOT).as_posix() not in DEVELOPER_TEXT})
+
+
+def _read(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return text.split("\n## Moved in 0.2\n", 1)[0]  # api.md's table of 0.1's names, as they were
+
+
+def test_what_users_read_asks_for_nothing_internal():
+    files = user_files()
+    assert len(files) > 20 and ROOT / "README.md" in files and ROOT / "docs" / "snapshots.md" in files
+    bad = [f"{p.relative_to(ROOT)}: {line}" for p in files for line in internal_names(_read(p))]
+    assert not bad, ("what users read names tbmem's own modules (use a public name, docs/api.md, or the tbmem "
+                     "command; a file path is fine):\n" + "\n".join("  " + b for b in bad))
+
+
+def test_examples_import_only_public_names():
+    bad = [line for path in sorted((ROOT / "examples").glob("*.py")) for line in non_public_imports(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_user_text_check_can_fail():
+    text = ("from tbmem._internal.census import heap\nsee tbmem/_internal/census/heap.py\n"
+            "python -m tbmem.cli report runs\npython -m tbmem report runs\nthe tbmem._internal package\n")
+    assert internal_names(text) == ["from tbmem._internal.census import heap", "python -m tbmem.cli report runs"]
+
+
 def test_trainers_and_integrations_import_only_public_names():
     bad = [line for path in adapter_files() for line in non_public_imports(path)]
     assert not bad, "imports of tbmem's own modules (use what tbmem.__all__ or docs/api.md's modules name):\n" + \
