@@ -70,10 +70,12 @@ USER_DOCS = re.compile(r"^(README\.md|docs/(?!architecture\.md).*\.md|notebooks/
 CACHE_ONLY = re.compile(r"(__pycache__|\.pyc|\.so|\.pyd|\.o)$")
 CODE_SUFFIXES = (".py", ".pyi", ".c", ".h", ".cpp")
 KEEP_START, KEEP_END = "move_internal_modules: keep", "move_internal_modules: end"
-#: text that looks like a module name and is not one: the snapshot document's schema name
-PROTECTED = [re.compile(r"""(schema["']?\]?\s*[:=]{1,2}\s*b?["'])tbmem\.snapshot(?=["'])""", re.I),
-             re.compile(r"""(SCHEMA\s*=\s*["'])tbmem\.snapshot(?=["'])"""),
-             re.compile(r"(not a )tbmem\.snapshot\b")]
+#: text that looks like a module name and is not one (group 2, after the context of group 1): the snapshot
+#: document's schema name, the folder of a run's artifacts in MLflow (tbmem/snapshot/)
+PROTECTED = [re.compile(r"""(schema["']?\]?\s*[:=]{1,2}\s*b?["'])(tbmem\.snapshot)(?=["'])""", re.I),
+             re.compile(r"""(SCHEMA\s*=\s*["'])(tbmem\.snapshot)(?=["'])"""),
+             re.compile(r"(not a )(tbmem\.snapshot)\b"),
+             re.compile(r"(artifacts under `)(tbmem/\w+/)")]
 DOTTED = re.compile(r"(?<![\w.~+/-])tbmem((?:\.\w+)+)")
 SLASHED = re.compile(r"(?<![\w/.~-])tbmem((?:/[\w.*-]+)+/?)")
 JOINED = re.compile(r"""(?<!"plugins" / )(["'])tbmem\1(\s*/\s*)(["'])(\w+(?:\.py)?)\3""")
@@ -176,6 +178,7 @@ class Index:
     facade_subs: dict[str, set[str]] = field(default_factory=dict)  # analysis -> {load, load.py, ...}
     public: dict[tuple[str, str], str] = field(default_factory=dict)  # (old module, name) -> public dotted name
     config_keys: set[str] = field(default_factory=set)  # moved names that are also keys of MemoryWriterConfig
+    public_names: set[str] = field(default_factory=set)  # every public dotted name (tbmem.analysis.compare)
     _names: dict[str, set[str]] = field(default_factory=dict)
 
     def names(self, module: str) -> set[str]:
@@ -237,6 +240,7 @@ def _public_names(root: Path, idx: Index) -> None:
             if package != "tbmem" and top.get(name, "").partition(":")[0] == package:
                 public = f"tbmem.{name}"  # tbmem.console.MemoryMonitor is tbmem.MemoryMonitor too
             idx.public.setdefault((_old(module), attr or name), public)
+            idx.public_names.add(f"{package}.{name}")
     for _ in range(3):  # re-exports of re-exports
         for module, path in idx.modules.items():
             if path.suffix != ".py":
@@ -244,8 +248,11 @@ def _public_names(root: Path, idx: Index) -> None:
             for name, target in _exports_table(path).items():
                 src, _, attr = target.partition(":")
                 hit = idx.public.get((_old(src), attr or name))
-                if hit is not None:
+                if hit is not None:  # a re-export of a public name
                     idx.public.setdefault((module, name), hit)
+                hit = idx.public.get((module, name))
+                if hit is not None:  # a public name's definition, where the module re-exporting it got it
+                    idx.public.setdefault((_old(src), attr or name), hit)
 
 
 @dataclass
@@ -269,6 +276,9 @@ class Rewriter:
                 return m.group(0)
             rest = parts[k:]
             before, after = text[max(0, m.start() - 12):m.start()], text[m.end():m.end() + 3]
+            literal = rel.endswith(".py") and before[-1:] in ("'", '"') and after[:1] in (before[-1:], ":")
+            if "tbmem." + ".".join(parts[:2]) in self.idx.public_names and not literal:
+                return m.group(0)  # tbmem.analysis.compare: the facade's public name, not its old submodule
             if rest and rest[0] not in self.idx.names(module) and k == 1 and parts[0] in self.idx.config_keys:
                 return m.group(0)  # tbmem.snapshot.every: a Hydra key, not an attribute of the module
             if k == 1 and parts[0] in self.idx.config_keys and not rest and self._config_key(rel, before, after):
@@ -325,7 +335,8 @@ class Rewriter:
                     return f"{m.group('lead')}from {homes.pop()} import {m.group('names')}{m.group('tail')}"
             if mod == "tbmem" or (mod.count(".") == 1 and mod.split(".")[1] in FACADES):
                 inner = "tbmem" if mod == "tbmem" else f"{mod}"
-                moved = [f"{inner}.{b}" in self.idx.modules for b in bare]
+                moved = [f"{inner}.{b}" in self.idx.modules and f"{inner}.{b}" not in self.idx.public_names
+                         for b in bare]
                 if all(moved):
                     target = f"tbmem.{INTERNAL}" + ("" if mod == "tbmem" else "." + mod.split(".")[1])
                     return f"{m.group('lead')}from {target} import {m.group('names')}{m.group('tail')}"
@@ -353,7 +364,7 @@ class Rewriter:
         text = re.sub(rf"[^\n]*{re.escape(KEEP_START)}.*?{re.escape(KEEP_END)}[^\n]*", lambda m: hold(m.group(0)),
                       text, flags=re.S)
         for rx in PROTECTED:
-            text = rx.sub(lambda m: m.group(1) + hold("tbmem.snapshot"), text)
+            text = rx.sub(lambda m: m.group(1) + hold(m.group(2)), text)
         text = DASH_M.sub(r"\1tbmem", text)
         text = self.from_imports(text, rel, user)
         text = self.dotted(text, rel, user)
@@ -416,9 +427,9 @@ def remove_stale_folders(root: Path, dry: bool) -> list[str]:
     return notes
 
 
-def run(root: Path, *, references: bool = False, dry: bool = False) -> tuple[list[tuple[str, str]], list[str],
-                                                                              list[str]]:
-    """The pass: (moves, files rewritten, notes). ``dry``: compute only."""
+def run(root: Path, *, references: bool = False, dry: bool = False, diff: bool = False
+        ) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """The pass: (moves, files rewritten, notes). ``dry``: compute only; ``diff``: print what would change."""
     if not (root / "tbmem" / "__init__.py").exists():
         raise SystemExit("run from the root of a tbmem checkout")
     if references and not (root / "tbmem" / INTERNAL).is_dir():
@@ -472,6 +483,10 @@ def run(root: Path, *, references: bool = False, dry: bool = False) -> tuple[lis
         new = rw.rewrite(text, rel)
         if new != text:
             changed.append(rel)
+            if diff:
+                import difflib
+
+                sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), rel, rel, n=0))
             if not dry:
                 path.write_text(new, encoding="utf-8")
     return moves, changed, notes + sorted(set(rw.notes))
@@ -482,10 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--references", action="store_true", help="the pass after a merge (the move already done)")
     ap.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything would change")
+    ap.add_argument("--diff", action="store_true", help="with --dry-run or --check: print the rewrites as a diff")
     ap.add_argument("--root", type=Path, default=Path.cwd(), help="the checkout (default: the current folder)")
     args = ap.parse_args(argv)
     dry = args.dry_run or args.check
-    moves, changed, notes = run(args.root.resolve(), references=args.references, dry=dry)
+    moves, changed, notes = run(args.root.resolve(), references=args.references, dry=dry, diff=dry and args.diff)
     print(f"{len(moves)} files {'to move' if dry else 'moved'}, {len(changed)} files "
           f"{'to rewrite' if dry else 'rewritten'}")
     if dry:

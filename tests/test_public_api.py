@@ -86,10 +86,12 @@ def test_examples_import_only_public_names():
     assert not bad, "\n".join(bad)
 
 
+# move_internal_modules: keep (0.1's command, as the example the check must catch)
 def test_the_user_text_check_can_fail():
     text = ("from tbmem._internal.census import heap\nsee tbmem/_internal/census/heap.py\n"
             "python -m tbmem.cli report runs\npython -m tbmem report runs\nthe tbmem._internal package\n")
     assert internal_names(text) == ["from tbmem._internal.census import heap", "python -m tbmem.cli report runs"]
+# move_internal_modules: end
 
 
 def test_trainers_and_integrations_import_only_public_names():
