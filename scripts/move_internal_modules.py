@@ -196,7 +196,8 @@ def build_index(root: Path) -> Index:
             continue
         rel = path.relative_to(base).parts
         if rel[0] in FACADES and len(rel) > 1:
-            idx.facade_subs[rel[0]].update({rel[1], rel[1].split(".")[0]})
+            if rel[1] != "__init__.py":  # the implementation package's own: the facade's path is public
+                idx.facade_subs[rel[0]].update({rel[1], rel[1].split(".")[0]})
         elif len(rel) > 1 or rel[0] not in PUBLIC_FILES:
             idx.top.update({rel[0], rel[0].split(".")[0] if rel[0].endswith(CODE_SUFFIXES) else rel[0]})
         if path.suffix not in (".py", ".c"):

@@ -60,7 +60,7 @@ FILES = {
     "docs/usage.md": "```python\nfrom tbmem.snapshot import SnapshotConfig\nfrom tbmem.census.core import take_census\n```\n"
                      "`tbmem.snapshot.every=5` and `~tbmem.snapshot` in a trainer config.\n"
                      "The heap pass is tbmem/census/_gcwalk.c. `tbmem.analysis.compare(df)`; "
-                     "`tbmem.analysis.load` is its loader.\n",
+                     "`tbmem.analysis.load` is its loader.\nThe facade: tbmem/analysis/__init__.py.\n",
     "tests/test_x.py": 'from tbmem.census.things import Thing\nfrom tbmem import take_census, tags\n'
                        'OVERRIDES = ["tbmem.snapshot.every=3", "~tbmem.snapshot", "tbmem.every=2"]\n'
                        'SCHEMAS = {"tbmem.snapshot": 1}\nDOC = {"schema": "tbmem.snapshot"}\n'
@@ -124,7 +124,7 @@ def test_the_move(move, tree):
         "```python\nfrom tbmem import SnapshotConfig\nfrom tbmem import take_census\n```\n"
         "`tbmem.snapshot.every=5` and `~tbmem.snapshot` in a trainer config.\n"
         "The heap pass is tbmem/_internal/census/_gcwalk.c. `tbmem.analysis.compare(df)`; "
-        "`tbmem._internal.analysis.load` is its loader.\n")
+        "`tbmem._internal.analysis.load` is its loader.\nThe facade: tbmem/analysis/__init__.py.\n")
     assert text("tests/test_x.py") == (
         'from tbmem._internal.census.things import Thing\nfrom tbmem import take_census\n'
         'from tbmem._internal import tags\n'

@@ -130,8 +130,8 @@ for _ in range(2):
 
 def test_the_build_command_compiles_into_the_cache_and_the_next_process_loads_it(tmp_path):
     native_module()  # a compiler is here
-    proc = _child("import sys; from tbmem._internal.snapshot.native import main; sys.exit(main())",
-                  TBMEM_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "build-recorder"], capture_output=True,
+                          text=True, timeout=300, env={**child_env(), "TBMEM_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "CPU allocation recorder ready in" in proc.stdout
     built = [p for p in os.listdir(tmp_path) if p.startswith("_cpu_alloc_recorder-")]
@@ -143,6 +143,15 @@ print(mod is not None and mod.installed(), native.library_path())
 """, TBMEM_CACHE_DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", str(tmp_path / built[0])]
+
+
+def test_the_build_command_says_why_it_cannot_build_and_exits_1(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "build-recorder"], capture_output=True,
+                          text=True, timeout=300, env={**child_env(), "TBMEM_CACHE_DIR": str(tmp_path),
+                                                       "CXX": "/bin/false"})
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith("tbmem: CPU allocation recorder not built: compiling the CPU allocation recorder "
+                                  "failed"), proc.stderr
 
 
 def test_a_process_forked_while_recording_records_nothing_in_the_child():
