@@ -8,6 +8,10 @@ Run from the root of a checkout whose changes are committed (it uses ``git mv``)
                                                           # appeared again at an old path, rewrite what is left
     ... --dry-run    print what would move and which files would change, change nothing
     ... --check      change nothing; exit 1 when something would move or change (tests, CI)
+    ... --diff       with --dry-run or --check: the rewrites as a diff
+    python scripts/move_internal_modules.py --resolve-merge  # during `git merge` of the move's branch, before
+        --references: each conflicted file the branch changed only by its move commit takes the merged tree's
+        side (the --references pass redoes the rewrite on it); the files it lists are merged by hand
 
 Both modes are one idempotent pass (a second run finds nothing to do); ``--references`` also refuses a tree
 where the move has not happened, so that it cannot be run on the wrong branch by mistake.
@@ -98,22 +102,25 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
 
 
+def new_path(rel: str) -> str | None:
+    """Where a file of tbmem/ belongs: ``tbmem/_internal/<same relative path>``, or None (public, or there)."""
+    parts = rel.split("/")
+    if parts[0] != "tbmem" or len(parts) < 2 or parts[1] == INTERNAL:
+        return None
+    head = parts[1]
+    if (len(parts) == 2 and head in PUBLIC_FILES) or (len(parts) > 2 and head in PUBLIC_PACKAGES) or (
+            head in FACADES and len(parts) == 3 and parts[2] == "__init__.py"):
+        return None
+    return "/".join(["tbmem", INTERNAL, *parts[1:]])
+
+
 def plan(root: Path) -> list[tuple[str, str]]:
     """(old path, new path) of every tracked file under tbmem/ outside the public set and not yet internal."""
     moves = []
-    for rel in git(root, "ls-files", "tbmem").splitlines():
-        parts = rel.split("/")
-        if len(parts) < 2 or parts[1] == INTERNAL:
-            continue
-        head = parts[1]
-        if len(parts) == 2:
-            if head in PUBLIC_FILES:
-                continue
-        elif head in PUBLIC_PACKAGES:
-            continue
-        elif head in FACADES and len(parts) == 3 and parts[2] == "__init__.py":
-            continue
-        moves.append((rel, "/".join(["tbmem", INTERNAL, *parts[1:]])))
+    for rel in dict.fromkeys(git(root, "ls-files", "tbmem").splitlines()):  # unmerged paths: once per stage
+        new = new_path(rel)
+        if new is not None:
+            moves.append((rel, new))
     return moves
 
 
@@ -493,14 +500,70 @@ def run(root: Path, *, references: bool = False, dry: bool = False, diff: bool =
     return moves, changed, notes + sorted(set(rw.notes))
 
 
+MOVE_SUBJECT = "issue 36: every module outside the public set moves"
+
+
+def resolve_merge(root: Path, move_commit: str | None = None) -> tuple[list[str], list[str]]:
+    """During ``git merge`` of the branch that moved the modules: each conflicted file that branch changed only
+    mechanically (not after its move commit) takes the merged tree's side (``--ours``), staged; the
+    ``--references`` pass then redoes the mechanical part on it. Returns (taken, left for a hand merge)."""
+    try:
+        git(root, "rev-parse", "-q", "--verify", "MERGE_HEAD")
+    except subprocess.CalledProcessError:
+        raise SystemExit("--resolve-merge: no merge in progress (git merge the move's branch first)") from None
+    if move_commit is None:
+        found = git(root, "log", "MERGE_HEAD", "--format=%H", "--fixed-strings", f"--grep={MOVE_SUBJECT}").split()
+        if not found:
+            raise SystemExit(f"--resolve-merge: no commit '{MOVE_SUBJECT}...' on MERGE_HEAD: name it (--move-commit)")
+        move_commit = found[-1]
+    by_hand_after = set(git(root, "diff", "--name-only", move_commit, "MERGE_HEAD").split("\n"))
+    taken, left = [], []
+    for rel in sorted(set(git(root, "diff", "--name-only", "--diff-filter=U").split())):
+        stages = {line.split()[2] for line in git(root, "ls-files", "-u", "--", rel).splitlines()}
+        new = new_path(rel)
+        if new is not None and stages == {"1", "2"} and (root / new).exists():
+            # edited at its old path, moved by the branch (git saw a deletion: a small file, much rewritten):
+            # the edited text goes to the new path, where the references pass rewrites it
+            if new in by_hand_after:
+                left.append(rel)
+                continue
+            text = subprocess.run(["git", "show", f":2:{rel}"], cwd=root, check=True, capture_output=True).stdout
+            git(root, "rm", "-q", "--cached", "--", rel)
+            (root / rel).unlink(missing_ok=True)
+            (root / new).write_bytes(text)
+            git(root, "add", "--", new)
+            taken.append(f"{rel} -> {new}")
+            continue
+        if rel in by_hand_after:
+            left.append(rel)
+            continue
+        try:
+            git(root, "checkout", "--ours", "--", rel)
+        except subprocess.CalledProcessError:  # no "ours" side (deleted there): the hand merge decides
+            left.append(rel)
+            continue
+        git(root, "add", "--", rel)
+        taken.append(rel)
+    return taken, left
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--references", action="store_true", help="the pass after a merge (the move already done)")
     ap.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything would change")
     ap.add_argument("--diff", action="store_true", help="with --dry-run or --check: print the rewrites as a diff")
+    ap.add_argument("--resolve-merge", action="store_true",
+                    help="during the merge of the move's branch: conflicted files it changed only mechanically "
+                         "take the merged tree's side; lists the files left to merge by hand")
+    ap.add_argument("--move-commit", help="with --resolve-merge: the move's commit (default: found by its subject)")
     ap.add_argument("--root", type=Path, default=Path.cwd(), help="the checkout (default: the current folder)")
     args = ap.parse_args(argv)
+    if args.resolve_merge:
+        taken, left = resolve_merge(args.root.resolve(), args.move_commit)
+        print(f"{len(taken)} conflicted files take the merged tree's side (the --references pass redoes the move's "
+              f"rewrite on them); {len(left)} to merge by hand:" + "".join(f"\n  {f}" for f in left))
+        return 0
     dry = args.dry_run or args.check
     moves, changed, notes = run(args.root.resolve(), references=args.references, dry=dry, diff=dry and args.diff)
     print(f"{len(moves)} files {'to move' if dry else 'moved'}, {len(changed)} files "

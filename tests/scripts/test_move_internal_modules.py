@@ -40,6 +40,8 @@ FILES = {
     "tbmem/census/core.py": "from tbmem import tags, config\nfrom tbmem._lazy import lazy_exports\n"
                             "def take_census():\n    return None\n",
     "tbmem/census/things.py": "class Thing:\n    pass\n",
+    "tbmem/census/big.py": "from tbmem.census.things import Thing\n" + "".join(
+        f"def f{i}():\n    return {i}\n\n\n" for i in range(30)),
     "tbmem/census/_gcwalk.c": "/* the heap pass of tbmem/census/heap.py */\n",
     "tbmem/tags.py": "TAGS = {}\n",
     "tbmem/snapshot/__init__.py": "from tbmem.snapshot.config import SnapshotConfig\n",
@@ -170,3 +172,48 @@ def test_references_after_a_merge(move, tree):
     with pytest.raises(SystemExit, match="tbmem/_internal/tags.py"):
         move.run(tree, references=True)
     assert (tree / "tbmem/_internal/tags.py").read_text() == "TAGS = {}\n"
+
+
+def test_resolve_merge_takes_the_merged_side_where_the_move_was_mechanical(move, tree, monkeypatch):
+    """The lead's merge: main moved on (an import line edited at the old path, a doc line), the move's branch
+    was merged last. Its mechanical conflicts take main's side and the references pass redoes the rewrite;
+    a file the branch edited by hand after the move is left to merge by hand."""
+    for key in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{key}_NAME", "t")
+        monkeypatch.setenv(f"GIT_{key}_EMAIL", "t@t")
+    _git(tree, "commit", "-qm", "0.1")
+    _git(tree, "branch", "-M", "main")
+    _git(tree, "checkout", "-qb", "move")
+    move.run(tree)
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-qm", move.MOVE_SUBJECT + " (the script)")
+    (tree / "docs/usage.md").write_text("By hand after the move.\n")
+    _git(tree, "commit", "-qam", "a hand edit")
+    _git(tree, "checkout", "-q", "main")
+    (tree / "tbmem/census/core.py").write_text(FILES["tbmem/census/core.py"].replace(
+        "from tbmem import tags, config\n", "from tbmem import tags, config  # main's edit\n"))
+    (tree / "tbmem/census/big.py").write_text(FILES["tbmem/census/big.py"].replace(
+        "import Thing\n", "import Thing  # main's edit\n"))
+    (tree / "docs/usage.md").write_text("Main's edit.\n")
+    _git(tree, "commit", "-qam", "main moves on")
+    merged = subprocess.run(["git", "merge", "-q", "move"], cwd=tree, capture_output=True, text=True, check=False)
+    assert merged.returncode != 0
+    # git saw this small, rewritten file as deleted by the move (a modify/delete conflict at the old path)
+    # (a larger one as renamed: a content conflict at the new path)
+    assert set(_git(tree, "diff", "--name-only", "--diff-filter=U").split()) == {
+        "docs/usage.md", "tbmem/census/core.py", "tbmem/_internal/census/big.py"}
+    taken, left = move.resolve_merge(tree)
+    assert (taken, left) == (["tbmem/_internal/census/big.py", "tbmem/census/core.py -> tbmem/_internal/census/core.py"],
+                             ["docs/usage.md"])
+    assert not (tree / "tbmem/census/core.py").exists()
+    _git(tree, "checkout", "--theirs", "--", "docs/usage.md")  # the hand merge
+    _git(tree, "add", "docs/usage.md")
+    move.run(tree, references=True)
+    assert (tree / "tbmem/_internal/census/core.py").read_text().startswith(
+        "from tbmem._internal import tags, config  # main's edit\nfrom tbmem._internal._lazy import lazy_exports\n")
+    assert (tree / "tbmem/_internal/census/big.py").read_text().startswith(
+        "from tbmem._internal.census.things import Thing  # main's edit\n")
+    assert move.run(tree, references=True)[:2] == ([], [])
+    with pytest.raises(SystemExit, match="no merge in progress"):
+        _git(tree, "commit", "-qam", "merged")
+        move.resolve_merge(tree)
