@@ -454,7 +454,8 @@ def run(root: Path, *, references: bool = False, dry: bool = False, diff: bool =
         for pkg in FACADES:
             init = root / "tbmem" / INTERNAL / pkg / "__init__.py"
             if init.parent.is_dir() and not init.exists():
-                init.write_text(f'"""The implementation of the public facade :mod:`tbmem.{pkg}`."""\n')
+                init.write_text(f'"""The implementation of the public facade :mod:`tbmem.{pkg}`."""\n\n'
+                                '__all__: list[str] = []\n')
                 git(root, "add", init.relative_to(root).as_posix())
         main_ = root / "tbmem" / "__main__.py"
         if not main_.exists():
@@ -463,7 +464,7 @@ def run(root: Path, *, references: bool = False, dry: bool = False, diff: bool =
         init = root / "tbmem" / INTERNAL / "__init__.py"
         if not init.exists():
             init.write_text('"""tbmem\'s own modules: not part of the public API (docs/api.md); they may change '
-                            'without notice."""\n')
+                            'without notice."""\n\n__all__: list[str] = []\n')
             git(root, "add", init.relative_to(root).as_posix())
         notes += remove_stale_folders(root, dry)
     if dry and moves:

@@ -102,6 +102,9 @@ def test_the_move(move, tree):
     assert {t for t in tracked if not t.startswith("tbmem/_internal/")} == kept | {"tbmem/__main__.py"}
     assert not (tree / "tbmem" / "census").exists()  # caches and the old extension went with the folder
     assert "from tbmem._internal.cli import main" in (tree / "tbmem/__main__.py").read_text()
+    # the packages it makes declare __all__ as every module must (tests/test_doctests.py)
+    assert (tree / "tbmem/_internal/__init__.py").read_text().endswith("\n__all__: list[str] = []\n")
+    assert (tree / "tbmem/_internal/analysis/__init__.py").read_text().endswith("\n__all__: list[str] = []\n")
 
     def text(rel: str) -> str:
         return (tree / rel).read_text()
