@@ -80,7 +80,7 @@ PROTECTED = [re.compile(r"""(schema["']?\]?\s*[:=]{1,2}\s*b?["'])(tbmem\.snapsho
              re.compile(r"""(SCHEMA\s*=\s*["'])(tbmem\.snapshot)(?=["'])"""),
              re.compile(r"(not a )(tbmem\.snapshot)\b"),
              re.compile(r"(artifacts under `)(tbmem/\w+/)")]
-DOTTED = re.compile(r"(?<![\w.~+/-])tbmem((?:\.\w+)+)")
+DOTTED = re.compile(r"(?<![\w.+/-])(?<![^`]~)tbmem((?:\.\w+)+)")  # ~: Hydra's delete, but :class:`~tbmem.x`
 SLASHED = re.compile(r"(?<![\w/.~-])tbmem((?:/[\w.*-]+)+/?)")
 JOINED = re.compile(r"""(?<!"plugins" / )(["'])tbmem\1(\s*/\s*)(["'])(\w+(?:\.py)?)\3""")
 FROM_IMPORT = re.compile(r"""^(?P<lead>[ \t]*"?(?:>>> |\.\.\. |[-*] )?`*)from (?P<mod>tbmem(?:\.\w+)*) import """

@@ -38,7 +38,7 @@ FILES = {
     "tbmem/cli.py": '"""python -m tbmem.cli"""\n_SUBCOMMANDS = ("tbmem.snapshot.cli", "tbmem.analysis.cli")\n',
     "tbmem/census/__init__.py": "from tbmem.census.core import take_census\nfrom tbmem.census.things import Thing\n",
     "tbmem/census/core.py": "from tbmem import tags, config\nfrom tbmem._lazy import lazy_exports\n"
-                            "def take_census():\n    return None\n",
+                            "def take_census():\n    return None\n# :class:`~tbmem.census.things.Thing`\n",
     "tbmem/census/things.py": "class Thing:\n    pass\n",
     "tbmem/census/big.py": "from tbmem.census.things import Thing\n" + "".join(
         f"def f{i}():\n    return {i}\n\n\n" for i in range(30)),
@@ -112,6 +112,7 @@ def test_the_move(move, tree):
     assert '"take_census": "tbmem._internal.census"' in text("tbmem/__init__.py")
     assert "from tbmem._internal._lazy import lazy_exports" in text("tbmem/__init__.py")
     assert text("tbmem/_internal/census/core.py").startswith("from tbmem._internal import tags, config\n")
+    assert text("tbmem/_internal/census/core.py").endswith("# :class:`~tbmem.Thing`\n")  # a role: the public name
     assert text("tbmem/_internal/cli.py") == ('"""python -m tbmem"""\n_SUBCOMMANDS = ("tbmem._internal.snapshot.cli", '
                                               '"tbmem._internal.analysis.cli")\n')
     assert text("tbmem/_internal/analysis/cli.py") == ("from tbmem._internal.analysis import load\n"
