@@ -5,7 +5,7 @@ Run: ``python benchmarks/bench_recorder.py`` (or ``make bench``).
 
 One thread (``torch.set_num_threads(1)``), an MLP 256 -> 512 -> 512 -> 10 with ReLU, cross-entropy,
 AdamW, batch 64. Rounds alternate: a round of steps with no recorder, then a round with a
-:class:`~tbmem.snapshot.recorder.DispatchRecorder` recording (started before the round, stopped
+:class:`~tbmem._internal.snapshot.recorder.DispatchRecorder` recording (started before the round, stopped
 after it, as a snapshot window does; building the snapshot afterwards is not timed), in an order
 that rotates every round. The recorder runs with its default backend (the CPU allocator recorder,
 :mod:`tbmem._internal.snapshot.native`; the RESULT line) and, for comparison, with the dispatch-mode backend. The ratio is the median over rounds of (recorded round / plain round); the

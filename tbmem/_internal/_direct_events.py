@@ -12,7 +12,7 @@ writer thread would do, on the calling thread, under the same lock that ``flush`
 1. take the asynchronous writer's lock (no other thread can queue an event meanwhile);
 2. wait until the queue is empty, so events queued before (``add_scalar`` calls) are written first;
 3. hand the record to the same record writer the writer thread uses: tbmem's
-   :class:`~tbmem._safe_io.SafeRecordWriter`, which appends it to the event file, never raises, and
+   :class:`~tbmem._internal._safe_io.SafeRecordWriter`, which appends it to the event file, never raises, and
    drops and counts it while the disk refuses writes.
 
 The file holds the same bytes in the same order as through the queue. It is used only where that

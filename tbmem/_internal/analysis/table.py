@@ -1,4 +1,4 @@
-"""Plain-text tables of :class:`~tbmem.analysis.summary.RunSummary` objects for the console.
+"""Plain-text tables of :class:`~tbmem.analysis.RunSummary` objects for the console.
 
 One column per run, one row per metric; with two runs and ``compare=True`` a
 third column holds the difference (second minus first). Missing values are ``n/a``. Given a

@@ -1,6 +1,6 @@
 """Straight lines through a step's measurements: what was alive before it, and the step's aligned points.
 
-:func:`fit_parts` turns :class:`~tbmem.forecast.measure.StepMeasurement` objects (one per probed
+:func:`fit_parts` turns :class:`~tbmem.forecast.StepMeasurement` objects (one per probed
 batch size) into :class:`Parts`: a line per category alive before the step, the upper envelope of
 the lines through the step's aligned points (see :mod:`tbmem._internal.forecast.model`), the categories at
 each envelope line, and on CUDA the allocator's overhead.

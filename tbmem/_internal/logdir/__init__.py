@@ -3,16 +3,16 @@
 Below the writer and the readers alike, and torch-free (tests/test_architecture.py checks both):
 
 * the layout as data, :mod:`tbmem._internal.logdir.layout`: folders, file names, the rank folders, and
-  :data:`~tbmem.logdir.layout.FORMATS`, each file format with its version, the module that writes
+  :data:`~tbmem._internal.logdir.layout.FORMATS`, each file format with its version, the module that writes
   it, the one that reads it and how older runs are read (event tags: :mod:`tbmem._internal.tags`);
 * the writer half, used in the training process by :class:`tbmem.MemoryWriter`, the snapshot
-  store and the ranks: :func:`~tbmem.logdir.census_log.append_census`, the names of
-  :mod:`~tbmem.logdir.layout`;
+  store and the ranks: :func:`~tbmem._internal.logdir.census_log.append_census`, the names of
+  :mod:`~tbmem._internal.logdir.layout`;
 * the reader half, used by the Memory tab (:mod:`tbmem._internal.plugin`), ``tbmem report`` and the
-  analysis API (:mod:`tbmem.analysis`) and the notebook: :class:`~tbmem.logdir.reader.LogdirReader`
-  (censuses, snapshots), :mod:`~tbmem.logdir.runs` (finding and grouping runs),
-  :mod:`~tbmem.logdir.events` (event files, old tag names), :mod:`~tbmem.logdir.census_log`;
-* :mod:`~tbmem.logdir.safe_open`: every file of a logdir opened without following a symlink below it.
+  analysis API (:mod:`tbmem.analysis`) and the notebook: :class:`~tbmem.analysis.LogdirReader`
+  (censuses, snapshots), :mod:`~tbmem._internal.logdir.runs` (finding and grouping runs),
+  :mod:`~tbmem._internal.logdir.events` (event files, old tag names), :mod:`~tbmem._internal.logdir.census_log`;
+* :mod:`~tbmem._internal.logdir.safe_open`: every file of a logdir opened without following a symlink below it.
 
 Example:
     >>> from tbmem._internal.logdir import FORMATS

@@ -24,7 +24,7 @@ __all__ = ["explain_snapshot"]
 def explain_snapshot(snap: Any, *, device_total: int | None = None, retries: int | None = None,
                      census: Mapping[str, int] | None = None, settings: Mapping[str, Any] | None = None,
                      site_of_stack: np.ndarray | None = None) -> list[tuple[Any, OomExplanation]]:
-    """Every ``oom`` event of a :class:`~tbmem.snapshot.model.Snapshot` explained, as (device, explanation).
+    """Every ``oom`` event of a :class:`~tbmem.Snapshot` explained, as (device, explanation).
 
     ``settings`` default to what the snapshot recorded (``meta["allocator_settings"]``).
     """

@@ -6,7 +6,7 @@
   ``driver_allocated_memory`` (what Metal holds for the process, cache included) ``vram_reserved``,
   ``recommended_max_memory`` ``vram_total``; MPS has no peaks, retries, OOM count or free bytes.
 
-A probe returns ``{}`` while its device is not in use, as :class:`~tbmem.probes.device.CudaProbe`
+A probe returns ``{}`` while its device is not in use, as :class:`~tbmem.CudaProbe`
 does; every torch call goes through :mod:`tbmem._internal._torch_private`, which checks each feature first.
 
 Example:

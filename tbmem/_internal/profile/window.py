@@ -3,7 +3,7 @@
 :class:`ProfileWindows` is driven by :class:`tbmem.MemoryWriter`'s step hooks. A window for steps
 ``[s, s + K)`` opens at the end of step ``s - 1`` (its ``log_memory``) or, for a loop that calls
 ``begin_step``, at the start of step ``s``; while it is open every ``log_memory`` writes a record
-(and a census, with :attr:`~tbmem.profile.config.ProfileConfig.census`), every scalar event the writer
+(and a census, with :attr:`~tbmem.ProfileConfig.census`), every scalar event the writer
 writes is kept with its time, and the window is a recorder of :mod:`tbmem._internal.snapshot.markers`, so the
 trainers' step and phase marks reach it. The window closes after the record of step ``s + K - 1``;
 its trace (:mod:`tbmem._internal.profile.merge`) is written then. Outside windows the writer compares one

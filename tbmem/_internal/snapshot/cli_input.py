@@ -93,7 +93,7 @@ def snapshots_in(folder: str) -> tuple[list[str], int]:
 
 
 def for_terminal(snap: Any) -> Any:
-    """A copy of a :class:`~tbmem.snapshot.schema.Snapshot` whose names print safely (escape
+    """A copy of a :class:`~tbmem.Snapshot` whose names print safely (escape
     sequences and newlines written as ``\\x1b``, ``\\n``): frames, categories, devices, markers."""
     devices = [dataclasses.replace(d, name=printable(d.name), markers=[
         dict(m, label=printable(str(m.get("label", "")))) for m in d.markers]) for d in snap.devices]

@@ -7,7 +7,7 @@ costs nothing per operator: an operator that allocates nothing never leaves C++.
 view of, or an in-place write to, a storage allocated before the recording (no allocation happens),
 so those storages' frees are seen only for watched parameters, gradients and optimizer states.
 
-:class:`~tbmem.snapshot.recorder.DispatchRecorder` uses it for CPU recordings where the recorder
+:class:`~tbmem._internal.snapshot.recorder.DispatchRecorder` uses it for CPU recordings where the recorder
 could be built; docs/snapshots.md says when.
 
 Example:

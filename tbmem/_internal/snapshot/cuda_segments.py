@@ -61,7 +61,7 @@ def segment_flags(seg: Mapping[str, Any]) -> int:
 
 @dataclass
 class Pieces:
-    """Segment pieces as columns (:data:`~tbmem.snapshot.model.SEGMENT_COLUMNS`), with the raw
+    """Segment pieces as columns (:data:`~tbmem._internal.snapshot.model.SEGMENT_COLUMNS`), with the raw
     stream ids and pool ids their ``stream``/``pool`` columns index."""
 
     cols: dict[str, np.ndarray]

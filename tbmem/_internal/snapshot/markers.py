@@ -1,7 +1,7 @@
 """Step and phase boundaries in memory snapshots: ``mark("step 12")``, drawn on the viewer's x axis.
 
-Recorders that are recording register here (:class:`~tbmem.snapshot.recorder.DispatchRecorder`
-keeps the marker in its trace; :class:`~tbmem.snapshot.cuda_capture.CudaRecorder` records it
+Recorders that are recording register here (:class:`~tbmem._internal.snapshot.recorder.DispatchRecorder`
+keeps the marker in its trace; :class:`~tbmem._internal.snapshot.cuda_capture.CudaRecorder` records it
 through torch's memory annotations where the running torch has them). With no recorder active
 :func:`mark` is a cheap no-op, so training code and trainer adapters can call it every step.
 
@@ -49,7 +49,7 @@ def mark(label: str, *, kind: str = "step", auto: bool = False) -> None:
     """Mark a step boundary (``kind="step"``) or the start of a phase (``"phase"``) in every
     recording. Never raises: a recorder that fails to mark is skipped.
 
-    ``auto``: a boundary :class:`~tbmem.snapshot.manager.SnapshotManager` infers from
+    ``auto``: a boundary :class:`~tbmem.SnapshotManager` infers from
     ``log_memory(step)``; once any caller marks steps itself, those are no longer recorded.
     """
     global _explicit_steps

@@ -1,6 +1,6 @@
 """Reading a pickle stream for the snapshot reader: buffered input without protocol 4/5 FRAME headers,
 and the decoding of text values, each refusing malformed input with
-:class:`~tbmem.snapshot.pickle_rows.SnapshotRefused`.
+:class:`~tbmem._internal.snapshot.pickle_rows.SnapshotRefused`.
 
 Example:
     >>> from tbmem._internal.snapshot.pickle_input import Unframer, text_int

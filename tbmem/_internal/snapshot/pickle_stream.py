@@ -4,9 +4,9 @@
 hold one small dict per allocator event; a 1 GB pickle holds about ten million of
 them, and unpickling it whole takes 5-6 GB of Python objects. This reader runs the
 pickle opcodes itself (the plain-data subset: no ``GLOBAL``, ``REDUCE``, ``BUILD``
-or persistent ids, refused as :class:`~tbmem.snapshot.safe_pickle.UnsafePickleError`),
+or persistent ids, refused as :class:`~tbmem._internal.snapshot.safe_pickle.UnsafePickleError`),
 and turns trace events straight into rows of integer columns
-(:class:`~tbmem.snapshot.pickle_rows.EventRows`) instead of dicts: the layout of an
+(:class:`~tbmem._internal.snapshot.pickle_rows.EventRows`) instead of dicts: the layout of an
 event's keys is learned from the first events the interpreter builds, then runs of
 further events are read in C (:mod:`tbmem._internal.snapshot.pickle_crun`, where the extension was
 built). Anything the C runs do not cover (a first occurrence of a frame, an ``oom`` event,
@@ -16,10 +16,10 @@ without the extension :func:`tbmem._internal.snapshot.readers.read_snapshot` use
 Unpickler instead). Protocol 4/5 FRAME headers are
 removed while reading, so that no event straddles one.
 
-Limits (:class:`~tbmem.snapshot.pickle_rows.Limits`) bound what a file can make the
+Limits (:class:`~tbmem._internal.snapshot.pickle_rows.Limits`) bound what a file can make the
 reader hold: string and integer sizes, container sizes, objects outside the trace
 rows, events. A file over a limit, truncated or malformed is refused with
-:class:`~tbmem.snapshot.pickle_rows.SnapshotRefused`, which says why.
+:class:`~tbmem._internal.snapshot.pickle_rows.SnapshotRefused`, which says why.
 
 Example:
     >>> import io, pickle

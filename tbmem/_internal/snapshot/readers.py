@@ -8,8 +8,8 @@ tbmem's C extension was not built (a clone without ``setup.py build_ext``; wheel
 a pickle the user named (the CLI) is unpickled whole by the restricted Unpickler of :mod:`tbmem._internal.snapshot.safe_pickle`
 (which refuses the same files) and converted from plain data: the same snapshot, about 10 times
 slower and with about 3 times the memory.
-Every reader is bounded (:class:`~tbmem.snapshot.pickle_rows.Limits`): a file over a limit,
-truncated or malformed raises :class:`~tbmem.snapshot.pickle_rows.SnapshotRefused` (a
+Every reader is bounded (:class:`~tbmem._internal.snapshot.pickle_rows.Limits`): a file over a limit,
+truncated or malformed raises :class:`~tbmem._internal.snapshot.pickle_rows.SnapshotRefused` (a
 ValueError) saying why. Nothing here imports torch. Summaries: :mod:`tbmem._internal.snapshot.stats`.
 
 Example:

@@ -5,7 +5,7 @@ On CPU, where the compiled recorder can be built (:mod:`tbmem._internal.snapshot
 recorded by a wrapper around torch's CPU allocator (:mod:`tbmem._internal.snapshot.cpu_recorder`): every block the
 recording thread allocates, at no cost per operator. Otherwise (another device, ``backend="dispatch"``,
 no C++ compiler) every torch operator call passes through a dispatch mode
-(:class:`~tbmem.snapshot.dispatch_mode.RecordingMode`);
+(:class:`~tbmem._internal.snapshot.dispatch_mode.RecordingMode`);
 each output tensor whose storage the recorder has not seen is an allocation
 (size, category, Python stack, time), and a weak reference on that storage
 records the free when PyTorch releases it. Storages keep their Python object

@@ -55,7 +55,7 @@ _USER, _LIBRARY, _CPP, _GENERATED, _INTERNAL = range(len(KINDS))
 
 
 def frame_kinds(snap: Snapshot, *, site_packages_are_library: bool = False) -> np.ndarray:
-    """Kind code (index into :data:`~tbmem.snapshot.frames.KINDS`) of every frame of ``snap``."""
+    """Kind code (index into :data:`~tbmem._internal.snapshot.frames.KINDS`) of every frame of ``snap``."""
     roots = snap.meta.get("library_roots")
     stdlibs = snap.meta.get("stdlib_roots")
     fc = FrameClassifier.for_paths((snap.strings[f[0]] for f in snap.frames),
