@@ -503,6 +503,8 @@ def run(root: Path, *, references: bool = False, dry: bool = False, diff: bool =
 
 MOVE_SUBJECT = "issue 36: every module outside the public set moves"
 GENERATED = {"docs/api.md"}
+#: in the subject of a commit that holds only what this script wrote (its move commit says so too)
+MECHANICAL = "nothing by hand"
 
 
 def resolve_merge(root: Path, move_commit: str | None = None) -> tuple[list[str], list[str]]:
@@ -518,7 +520,11 @@ def resolve_merge(root: Path, move_commit: str | None = None) -> tuple[list[str]
         if not found:
             raise SystemExit(f"--resolve-merge: no commit '{MOVE_SUBJECT}...' on MERGE_HEAD: name it (--move-commit)")
         move_commit = found[-1]
-    by_hand_after = set(git(root, "diff", "--name-only", move_commit, "MERGE_HEAD").split("\n"))
+    by_hand_after: set[str] = set()  # what the commits after the move changed, but this script's own passes
+    for line in git(root, "log", "--format=%H %s", f"{move_commit}..MERGE_HEAD").splitlines():
+        commit, _, subject = line.partition(" ")
+        if MECHANICAL not in subject:
+            by_hand_after.update(git(root, "diff-tree", "--no-commit-id", "--name-only", "-r", commit).split())
     taken, left = [], []
     for rel in sorted(set(git(root, "diff", "--name-only", "--diff-filter=U").split())):
         stages = {line.split()[2] for line in git(root, "ls-files", "-u", "--", rel).splitlines()}
