@@ -293,7 +293,8 @@ class Rewriter:
                 self.notes.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: left alone: {m.group(0)} "
                                   "(a trainer config key here, or the module: check)")
                 return m.group(0)
-            if rest and (user or ROLE.search(before)):
+            line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+            if rest and (user or (ROLE.search(before) and ">>> " not in line)):  # a doctest's output: as is
                 public = self.idx.public.get((module, rest[0]))
                 if public is not None:
                     return public + "".join("." + p for p in rest[1:])

@@ -58,7 +58,7 @@ def plain_text(text: str) -> str:
 
     Example:
         >>> plain_text("a ``.json.gz`` file read by :func:`tbmem.load_snapshot`")
-        'a .json.gz file read by tbmem._internal.snapshot.load_snapshot'
+        'a .json.gz file read by tbmem.load_snapshot'
     """
     return _LITERAL.sub(r"\1", _ROLES.sub(r"\1", text))
 
