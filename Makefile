@@ -16,11 +16,11 @@ TORCH_INDEX ?=
 # -c constraints.txt pins the versions (torch 2.13.0); which torch build pip picks depends on its indexes:
 # PyPI's Linux wheel is the multi-GB CUDA build, PyTorch's CPU index (TORCH_INDEX) or a local wheel (pip's
 # find-links) the CPU build. README.md.
-# tbmem/census/_gcwalk.c and the snapshot reader's compiled parts (tbmem/snapshot/_creader.h, _creader.c,
+# tbmem/_internal/census/_gcwalk.c and the snapshot reader's compiled parts (tbmem/_internal/snapshot/_creader.h, _creader.c,
 # _pickle_run.c, _pair.c) are compiled by the install (optional C extensions, setup.py): rebuilt
 # when they change.
-# The CPU allocation recorder (tbmem/snapshot/_cpu_alloc_recorder.cpp) needs torch's headers, so it is
-# compiled after the install, into ~/.cache/tbmem (tbmem.snapshot.native); without a C++ compiler CPU
+# The CPU allocation recorder (tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp) needs torch's headers, so it is
+# compiled after the install, into ~/.cache/tbmem (`tbmem snapshot build-recorder`); without a C++ compiler CPU
 # snapshots use the slower dispatch-mode recorder.
 # Each phase says what it does and how long it usually takes (scripts/phase.py; the times are those of
 # benchmarks/install.json): pip is quiet for most of a phase, while it unpacks the wheels it collected
@@ -32,14 +32,14 @@ PIP := $(BIN)/python -m pip install --no-compile --progress-bar on -c constraint
 PHASE := $(PYTHON) scripts/phase.py
 PIP_PHASE := $(PHASE) --quiet-note "pip is quiet while it resolves, builds and unpacks"
 DEMO_STAMP := $(VENV)/.installed-demo
-$(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/census/_gcwalk.c tbmem/snapshot/_creader.h \
-          tbmem/snapshot/_creader.c tbmem/snapshot/_pickle_run.c tbmem/snapshot/_pair.c \
-          tbmem/snapshot/_cpu_alloc_recorder.cpp
+$(DEMO_STAMP): pyproject.toml setup.py constraints.txt tbmem/_internal/census/_gcwalk.c tbmem/_internal/snapshot/_creader.h \
+          tbmem/_internal/snapshot/_creader.c tbmem/_internal/snapshot/_pickle_run.c tbmem/_internal/snapshot/_pair.c \
+          tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp
 	@echo "== make demo: 4 install phases, then the two trainings (about 120 s of CPU and 1.14 GB the first time; README.md)"
 	@$(PHASE) "1/4" "creating $(VENV)" 10 -- $(PYTHON) -m venv $(VENV)
 	@$(PIP_PHASE) "2/4" "installing torch 2.13.0 (the CPU build: 190 MB, 750 MB unpacked) and setuptools" 25 -- $(PIP) torch 'setuptools>=68' wheel
 	@$(PIP_PHASE) "3/4" "installing tbmem (compiling its C extensions) with TensorBoard, PhiFlow, SciPy and Hydra" 35 -- $(PIP) --no-build-isolation -e '.[demo]'
-	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 8 -- $(BIN)/python -m tbmem.snapshot.native || true
+	@$(PHASE) "4/4" "compiling the CPU snapshot recorder against torch's headers" 8 -- $(BIN)/tbmem snapshot build-recorder || true
 	touch $@
 
 # make test's install: make demo's, then the test stack

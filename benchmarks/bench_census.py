@@ -16,7 +16,7 @@ bootstrap interval that resamples rounds, then calls within each.
 
 Columns: heap objects, tensors, memlab ms, census ms (full heap scans, each numpy_scan
 mode), census ms right after another census (the incremental scan, see
-tbmem/census/heap.py), the full census's heap pass alone (``gc.get_objects()``, the
+tbmem/_internal/census/heap.py), the full census's heap pass alone (``gc.get_objects()``, the
 selection of the wanted types, the list released: what the census pays before it looks at
 one tensor), two references (``gc.get_objects()`` alone, the floor of any complete scan;
 ``gc.get_referrers(torch.Tensor, nn.Parameter)``, the traversal the full scan used before
@@ -90,7 +90,7 @@ def _worker(seed: int, repeats: int, targets: list[int]) -> dict[str, Any]:
         from phi.torch import flow  # noqa: F401
     import torch
 
-    from tbmem.census import heap, take_census
+    from tbmem._internal.census import heap, take_census
 
     rng = random.Random(seed)
     # Not a local variable: the census's walk of the frames' locals would examine its items.

@@ -63,7 +63,7 @@ def _state() -> dict[str, Any]:
 def _census_worker(tensors: int, censuses: int) -> dict[str, Any]:
     import torch
 
-    from tbmem.census import take_census
+    from tbmem._internal.census import take_census
 
     warm = [torch.zeros(1) for _ in range(25_000)]  # the first census of a process pages in its code (numpy's
     take_census()  # sorts of large arrays among it) and builds its caches: on a quarter of the tensors, freed after

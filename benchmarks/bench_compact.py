@@ -46,7 +46,7 @@ def bench_record() -> None:
                                ranks={"layout": "compact"})
         # local rank 0 of the node: another process, as under torchrun
         receiver = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from tbmem.ranks.compact import NodeChannel; ch = NodeChannel("
+            [sys.executable, "-c", "import sys; from tbmem._internal.ranks.compact import NodeChannel; ch = NodeChannel("
              "sys.argv[1], rank=0, local_rank=0, local_world=2, instance=int(sys.argv[2])); ch.close(wait_s=600); "
              "print(ch._table.rows)", os.path.join(logdir, "b"), str(compact._ranks.instance)],
             stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -68,11 +68,11 @@ def bench_receiver(records: int = 50_000) -> None:
     """Local rank 0's CPU per record it receives (decode, table, Parquet), its receiver in a process of its own."""
     job = tempfile.mkdtemp()
     receiver = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from tbmem.ranks.channel import NodeChannel; ch = NodeChannel("
+        [sys.executable, "-c", "import sys, time; from tbmem._internal.ranks.channel import NodeChannel; ch = NodeChannel("
          "sys.argv[1], rank=0, local_rank=0, local_world=2, instance=1); t = time.process_time(); "
          "ch.close(wait_s=600); print(ch._table.rows, time.process_time() - t)", job],
         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    from tbmem.ranks.channel import NodeChannel
+    from tbmem._internal.ranks.channel import NodeChannel
 
     time.sleep(2)  # the receiver up
     peer = NodeChannel(job, rank=1, local_rank=1, local_world=2, instance=1)
@@ -144,8 +144,8 @@ def bench_big_job() -> None:
 
 
 def bench_job32() -> None:
-    from tbmem.logdir.rank_table import read_rank_table
-    from tbmem.logdir.runs import find_runs, group_runs
+    from tbmem._internal.logdir.rank_table import read_rank_table
+    from tbmem._internal.logdir.runs import find_runs, group_runs
 
     logdir = tempfile.mkdtemp()
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import result_line  # noqa: E402
 
-import tbmem.writer as writer_module  # noqa: E402
+import tbmem._internal.writer as writer_module  # noqa: E402
 from tbmem import MemoryWriter  # noqa: E402
 
 

@@ -112,7 +112,7 @@ def _rss_check(name: str, cache: str, n: int) -> int | None:
 def _rss_child(name: str, cache: str, n: int) -> None:
     import torch
 
-    from tbmem.probes.host import read_peak_rss, reset_peak_rss
+    from tbmem._internal.probes.host import read_peak_rss, reset_peak_rss
 
     torch.set_num_threads(1)
     _, step, make = _mlp() if name == "mlp" else _unet(cache)

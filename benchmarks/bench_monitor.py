@@ -19,7 +19,7 @@ from _common import interleaved, result_line  # noqa: E402
 import torch  # noqa: E402
 
 from tbmem import MemoryWriter  # noqa: E402
-from tbmem.monitor import EpochMemoryMonitor, EpochPerformanceMonitor, PerformanceMonitor  # noqa: E402
+from tbmem._internal.monitor import EpochMemoryMonitor, EpochPerformanceMonitor, PerformanceMonitor  # noqa: E402
 
 
 def _per_call_us(base: Callable[[], None], cand: Callable[[], None], repeat: int) -> tuple[float, float, float]:

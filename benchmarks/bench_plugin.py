@@ -58,10 +58,10 @@ def write_run(logdir: Path, steps: int, censuses: int) -> Path:
     """Write the benchmark run with tbmem's writer path (batched Summary per record)."""
     import math
 
-    from tbmem.census.report import Census, TensorRecord
-    from tbmem.logdir.census_log import append_census
-    from tbmem.snapshot.schema import SnapshotBuilder, encode_json_gz
-    from tbmem.writer import MemoryWriter
+    from tbmem._internal.census.report import Census, TensorRecord
+    from tbmem._internal.logdir.census_log import append_census
+    from tbmem._internal.snapshot.schema import SnapshotBuilder, encode_json_gz
+    from tbmem._internal.writer import MemoryWriter
 
     run = logdir / RUN
     every = max(1, steps // censuses)
@@ -103,8 +103,8 @@ def _python_loader(logdir: Path, rounds: int) -> dict[str, float]:
     from tensorboard.plugins.scalar.scalars_plugin import ScalarsPlugin
     from werkzeug.test import Client
 
-    from tbmem._fastcrc import install_reader
-    from tbmem.plugin.plugin import MemoryPlugin
+    from tbmem._internal._fastcrc import install_reader
+    from tbmem._internal.plugin.plugin import MemoryPlugin
 
     install_reader()  # only to load the benchmark's logdir faster; the timed requests do not read files
     mux = plugin_event_multiplexer.EventMultiplexer(

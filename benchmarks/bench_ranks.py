@@ -112,7 +112,7 @@ def _job(world: int) -> list[dict]:
 def _probes() -> None:
     from torch.utils.data import DataLoader
 
-    from tbmem.probes import HostProbe, ProcessTreeProbe
+    from tbmem._internal.probes import HostProbe, ProcessTreeProbe
 
     loader = DataLoader(list(range(64)), batch_size=8, num_workers=2, persistent_workers=True)
     it = iter(loader)

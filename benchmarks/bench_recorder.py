@@ -5,10 +5,10 @@ Run: ``python benchmarks/bench_recorder.py`` (or ``make bench``).
 
 One thread (``torch.set_num_threads(1)``), an MLP 256 -> 512 -> 512 -> 10 with ReLU, cross-entropy,
 AdamW, batch 64. Rounds alternate: a round of steps with no recorder, then a round with a
-:class:`~tbmem.snapshot.recorder.DispatchRecorder` recording (started before the round, stopped
+:class:`~tbmem._internal.snapshot.recorder.DispatchRecorder` recording (started before the round, stopped
 after it, as a snapshot window does; building the snapshot afterwards is not timed), in an order
 that rotates every round. The recorder runs with its default backend (the CPU allocator recorder,
-:mod:`tbmem.snapshot.native`; the RESULT line) and, for comparison, with the dispatch-mode backend. The ratio is the median over rounds of (recorded round / plain round); the
+:mod:`tbmem._internal.snapshot.native`; the RESULT line) and, for comparison, with the dispatch-mode backend. The ratio is the median over rounds of (recorded round / plain round); the
 spread of the per-round ratios says how stable it is. Rounds are timed by the thread's CPU time
 (the step runs on this one thread, so on a quiet machine that is its wall time; on a shared one it
 leaves out the time the thread waited for a core); wall time is printed too.
@@ -44,7 +44,7 @@ def measure(*, rounds: int = 21, steps: int = 20, batch: int = 64) -> dict[str, 
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from tbmem.snapshot.recorder import DispatchRecorder
+    from tbmem._internal.snapshot.recorder import DispatchRecorder
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -41,7 +41,7 @@ from benchmarks._snapshot_pickle import PickleWriter, simulate, write_torch_pick
 _RUNNER = ("import atexit, runpy, sys; "
            "atexit.register(lambda: print('MAXRSS_KB=%s' % [l.split()[1] for l in open('/proc/self/status') "
            "if l.startswith('VmHWM:')][0], file=sys.stderr)); "
-           "sys.argv = ['tbmem'] + sys.argv[1:]; runpy.run_module('tbmem.cli', run_name='__main__')")
+           "sys.argv = ['tbmem'] + sys.argv[1:]; runpy.run_module('tbmem._internal.cli', run_name='__main__')")
 
 
 def _run(args: list[str]) -> tuple[float, float, float, str]:

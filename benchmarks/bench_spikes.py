@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import interleaved, result_line  # noqa: E402
 
 from tbmem import MemoryWriter  # noqa: E402
-from tbmem.spikes import SpikeConfig, SpikeDetector  # noqa: E402
+from tbmem._internal.spikes import SpikeConfig, SpikeDetector  # noqa: E402
 
 #: write_scalars with the detector may cost at most this much more than without it (a write is ~15-30 us
 #: here; the detector adds 1-7 us to it on this shared VM, docs/benchmarks.md).

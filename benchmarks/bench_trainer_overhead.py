@@ -121,11 +121,11 @@ class _NoBar:
 
 def _count_censuses() -> tuple[list[str], list[float]]:
     """Record how each census scanned the heap and how long it took (the writer imports it per call)."""
-    import tbmem.census
+    import tbmem._internal.census
 
     scans: list[str] = []
     durations: list[float] = []
-    real = tbmem.census.take_census
+    real = tbmem._internal.census.take_census
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         census = real(*args, **kwargs)
@@ -133,7 +133,7 @@ def _count_censuses() -> tuple[list[str], list[float]]:
         durations.append(census.duration_s)
         return census
 
-    tbmem.census.take_census = counting
+    tbmem._internal.census.take_census = counting
     return scans, durations
 
 

@@ -60,7 +60,7 @@ def by_hand_vs_due(writer: MemoryWriter, *, rounds: int = 15, repeat: int = 40) 
 
     from tensorboard.summary.writer import record_writer
 
-    from tbmem._fastcrc import masked_crc32c
+    from tbmem._internal._fastcrc import masked_crc32c
 
     proc = psutil.Process()
     proc.cpu_percent()  # psutil's first call only sets the baseline
@@ -151,11 +151,11 @@ def main() -> int:
         ratio = by_hand_vs_due(writer)
         print(result_line("writer.due_record_vs_by_hand", ratio, DUE_VS_BY_HAND_LIMIT))
 
-    # The custom-scalars layout follows the tags written (tbmem.layout.LayoutTracker): once every tag
+    # The custom-scalars layout follows the tags written (tbmem._internal.layout.LayoutTracker): once every tag
     # has been seen, each write_scalars adds one LayoutTracker.see, a set lookup per tag. Two writers
     # differ by up to 50% from each other on this machine (their writer threads), so one writer writes
     # with and without the tracker's call: the ratio is the call's share of a record of 25 readings.
-    from tbmem.layout import LayoutTracker
+    from tbmem._internal.layout import LayoutTracker
 
     readings = {f"Memory/RAM/reading_{i}_GB": float(i) for i in range(25)}
     tracker = LayoutTracker()

@@ -1,7 +1,7 @@
 """Where an incremental census spends its time inside a training loop: each phase timed in place.
 
 One SyntheticTrainer process with a census every 50 steps (``bench_trainer_overhead.py``'s
-``census_50`` variant); the census's phases (``tbmem.census.core._guarded``), its heap pass,
+``census_50`` variant); the census's phases (``tbmem._internal.census.core._guarded``), its heap pass,
 ``take_census`` and ``CensusComponent.take`` (the census plus what the writer writes: scalars,
 the markdown table's text event, the Memory tab's ``census.jsonl`` line) are wrapped with
 ``perf_counter``. They run with the caches a training step leaves them, at two to three times what
@@ -56,15 +56,15 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     trainer, _ = _trainer(VARIANTS["census_50"], Path(tempfile.mkdtemp()), "run", 4, args.epochs)
 
-    import tbmem.census
-    from tbmem.census import core, heap
-    from tbmem._writer_components import CensusComponent
+    import tbmem._internal.census
+    from tbmem._internal.census import core, heap
+    from tbmem._internal._writer_components import CensusComponent
 
     times: dict[str, list[float]] = defaultdict(list)
     _wrap(times, core, "_guarded", None)
     _wrap(times, heap, "find_instances", "heap pass (find_instances)")
     _wrap(times, core, "take_census", "take_census")
-    tbmem.census.take_census = core.take_census  # the writer imports it from the package per call
+    tbmem._internal.census.take_census = core.take_census  # the writer imports it from the package per call
     _wrap(times, CensusComponent, "take", "CensusComponent.take")
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.train()

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
         mon.before_zero_grad = before_zero_grad
         mon.on_batch_end = _timed(times, "on_batch_end (all monitors)", mon.on_batch_end)
-        from tbmem._writer_components import ProbesComponent  # slotted: timed on its class, in this process
+        from tbmem._internal._writer_components import ProbesComponent  # slotted: timed on its class, in this process
 
         ProbesComponent.read = _timed(times, "  due: probes read", ProbesComponent.read)  # type: ignore[method-assign]
         writer._write_record = _timed(times, "  due: the record written", writer._write_record)
@@ -158,7 +158,7 @@ def _cuda_reads() -> None:
 
     import torch
 
-    from tbmem import _torch_private as tp
+    from tbmem._internal import _torch_private as tp
 
     dev = torch.cuda.current_device()
     for name, fn in (("torch.cuda.memory_stats (flattened in Python)", lambda: torch.cuda.memory_stats(dev)),

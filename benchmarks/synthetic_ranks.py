@@ -4,7 +4,7 @@
 
 Writes ``LOGDIR/job/rank0`` (rank 0's run: its records and the cross-rank aggregates, as
 events, through :class:`tbmem.MemoryWriter`) and ``LOGDIR/job/ranks/node<n>.parquet`` (8 ranks
-per node, 10 values per record, in :func:`tbmem.logdir.rank_table.rank_table_schema`). Values: rank r's VRAM grows with the step, with a rank-dependent level; rank
+per node, 10 values per record, in :func:`tbmem._internal.logdir.rank_table.rank_table_schema`). Values: rank r's VRAM grows with the step, with a rank-dependent level; rank
 ``RANKS * 3 // 4`` holds 2 GB more from the middle of the run on (the one to find).
 """
 
@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 
 __all__ = ["build", "KEYS", "HOT_RANK"]
 
@@ -50,8 +50,8 @@ def build(logdir: str, ranks: int = 1000, records: int = 1000, every: int = 10) 
     import pyarrow.parquet as pq
 
     from tbmem import MemoryWriter
-    from tbmem.logdir.rank_table import rank_table_path, rank_table_schema
-    from tbmem.ranks.aggregate import aggregate_rows
+    from tbmem._internal.logdir.rank_table import rank_table_path, rank_table_schema
+    from tbmem._internal.ranks.aggregate import aggregate_rows
 
     job = os.path.join(logdir, "job")
     hot = HOT_RANK(ranks)

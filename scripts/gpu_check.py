@@ -64,7 +64,7 @@ def _environment(device: str) -> dict[str, Any]:
 
 def _stats_json(path: str) -> dict[str, Any]:
     """``tbmem snapshot stats --json PATH``, as a user would run it."""
-    proc = subprocess.run([sys.executable, "-m", "tbmem.cli", "snapshot", "stats", "--json", path],
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "stats", "--json", path],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"tbmem snapshot stats {path} exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -200,7 +200,7 @@ def oom(out: Path, device: str) -> int:
     import torch
 
     from tbmem import MemoryWriter
-    from tbmem.snapshot import SnapshotConfig
+    from tbmem._internal.snapshot import SnapshotConfig
 
     checks = Checks("oom", out)
     checks.facts.update(_environment(device))
@@ -281,7 +281,7 @@ def forecast(out: Path, device: str) -> int:
     if device == "cuda":
         # The allocator's own history of one more step at the largest size: what the forecast's
         # recorder saw against every block the caching allocator handed out.
-        from tbmem import _torch_private as tp
+        from tbmem._internal import _torch_private as tp
 
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)

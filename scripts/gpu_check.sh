@@ -58,7 +58,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 step build 60 "$PY" setup.py -q build_ext --inplace
-step recorder 90 "$PY" -m tbmem.snapshot.native
+step recorder 90 "$PY" -m tbmem snapshot build-recorder
 
 # 1. every test marked gpu (only the files that hold one: the others may import what this image lacks)
 mapfile -t GPU_TESTS < <(grep -rl "mark.gpu" tests --include='test_*.py' | sort)

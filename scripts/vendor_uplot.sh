@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild tbmem/plugin/static/vendor/uplot/ from the npm registry: uPlot's own built files
+# Rebuild tbmem/_internal/plugin/static/vendor/uplot/ from the npm registry: uPlot's own built files
 # (dist/uPlot.iife.min.js, dist/uPlot.min.css) and its MIT licence, unchanged.
 #
 #   scripts/vendor_uplot.sh            # the pinned version below

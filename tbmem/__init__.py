@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tbmem._lazy import lazy_exports
+from tbmem._internal._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -26,45 +26,45 @@ PUBLIC_MODULES = ("tbmem.console", "tbmem.analysis", "tbmem.forecast", "tbmem.in
 # public name -> module that defines it ("module:name" where it is called otherwise there)
 _EXPORTS: dict[str, str] = {
     # the recorder and its configuration
-    "MemoryWriter": "tbmem.writer",
-    "MemoryWriterConfig": "tbmem.config",
-    "SnapshotConfig": "tbmem.snapshot.config",
-    "RanksConfig": "tbmem.ranks.config",
-    "AlertConfig": "tbmem.alerts",
-    "SpikeConfig": "tbmem.spikes",
-    "ProfileConfig": "tbmem.profile.config",
-    "Sink": "tbmem.sinks.base",
-    "BackgroundSink": "tbmem.sinks.base",
-    "WandbSink": "tbmem.sinks.wandb_sink",
-    "MlflowSink": "tbmem.sinks.mlflow_sink",
-    "TensorBoardSink": "tbmem.sinks.tensorboard",
-    "HostProbe": "tbmem.probes",
-    "CudaProbe": "tbmem.probes",
-    "NvmlProbe": "tbmem.probes",
-    "ProcessTreeProbe": "tbmem.probes",
-    "MissingExtraError": "tbmem._extras",
-    "require_extra": "tbmem._extras",
-    "report_once": "tbmem._log",
-    "deferred_interrupt": "tbmem._signals",
+    "MemoryWriter": "tbmem._internal.writer",
+    "MemoryWriterConfig": "tbmem._internal.config",
+    "SnapshotConfig": "tbmem._internal.snapshot.config",
+    "RanksConfig": "tbmem._internal.ranks.config",
+    "AlertConfig": "tbmem._internal.alerts",
+    "SpikeConfig": "tbmem._internal.spikes",
+    "ProfileConfig": "tbmem._internal.profile.config",
+    "Sink": "tbmem._internal.sinks.base",
+    "BackgroundSink": "tbmem._internal.sinks.base",
+    "WandbSink": "tbmem._internal.sinks.wandb_sink",
+    "MlflowSink": "tbmem._internal.sinks.mlflow_sink",
+    "TensorBoardSink": "tbmem._internal.sinks.tensorboard",
+    "HostProbe": "tbmem._internal.probes",
+    "CudaProbe": "tbmem._internal.probes",
+    "NvmlProbe": "tbmem._internal.probes",
+    "ProcessTreeProbe": "tbmem._internal.probes",
+    "MissingExtraError": "tbmem._internal._extras",
+    "require_extra": "tbmem._internal._extras",
+    "report_once": "tbmem._internal._log",
+    "deferred_interrupt": "tbmem._internal._signals",
     # tags
-    "TAGS": "tbmem.tags",
-    "Tag": "tbmem.tags",
-    "tag_for": "tbmem.tags",
+    "TAGS": "tbmem._internal.tags",
+    "Tag": "tbmem._internal.tags",
+    "tag_for": "tbmem._internal.tags",
     # the census
-    "Census": "tbmem.census",
-    "take_census": "tbmem.census",
+    "Census": "tbmem._internal.census",
+    "take_census": "tbmem._internal.census",
     # snapshots
-    "SnapshotManager": "tbmem.snapshot.manager",
-    "Snapshot": "tbmem.snapshot.model",
-    "load_snapshot": "tbmem.snapshot.readers",
-    "load_torch_pickle": "tbmem.snapshot.readers",
-    "snapshot_stats": "tbmem.snapshot.readers",
-    "mark_snapshot": "tbmem.snapshot.markers:mark",
-    "snapshot_recording": "tbmem.snapshot.markers:recording",
+    "SnapshotManager": "tbmem._internal.snapshot.manager",
+    "Snapshot": "tbmem._internal.snapshot.model",
+    "load_snapshot": "tbmem._internal.snapshot.readers",
+    "load_torch_pickle": "tbmem._internal.snapshot.readers",
+    "snapshot_stats": "tbmem._internal.snapshot.readers",
+    "mark_snapshot": "tbmem._internal.snapshot.markers:mark",
+    "snapshot_recording": "tbmem._internal.snapshot.markers:recording",
     # ranks of a distributed job
-    "RankInfo": "tbmem.ranks.context",
-    "detect_rank": "tbmem.ranks.context",
-    "JobStore": "tbmem.ranks.store",
+    "RankInfo": "tbmem._internal.ranks.context",
+    "detect_rank": "tbmem._internal.ranks.context",
+    "JobStore": "tbmem._internal.ranks.store",
     # the console API of the design documents (tbmem.console)
     "MemoryMonitor": "tbmem.console",
     "MemoryTracker": "tbmem.console",
@@ -81,33 +81,33 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["PUBLIC_MODULES", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from tbmem._extras import MissingExtraError, require_extra
-    from tbmem._log import report_once
-    from tbmem._signals import deferred_interrupt
-    from tbmem.alerts import AlertConfig
-    from tbmem.census import Census, take_census
-    from tbmem.config import MemoryWriterConfig
+    from tbmem._internal._extras import MissingExtraError, require_extra
+    from tbmem._internal._log import report_once
+    from tbmem._internal._signals import deferred_interrupt
+    from tbmem._internal.alerts import AlertConfig
+    from tbmem._internal.census import Census, take_census
+    from tbmem._internal.config import MemoryWriterConfig
     from tbmem.console import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryMonitor,
                                MemoryTracker, PerformanceMonitor, monitor_memory, monitor_performance,
                                track_memory, track_performance)
-    from tbmem.probes import CudaProbe, HostProbe, NvmlProbe, ProcessTreeProbe
-    from tbmem.profile.config import ProfileConfig
-    from tbmem.ranks.config import RanksConfig
-    from tbmem.ranks.context import RankInfo, detect_rank
-    from tbmem.ranks.store import JobStore
-    from tbmem.sinks.base import BackgroundSink, Sink
-    from tbmem.sinks.mlflow_sink import MlflowSink
-    from tbmem.sinks.tensorboard import TensorBoardSink
-    from tbmem.sinks.wandb_sink import WandbSink
-    from tbmem.snapshot.config import SnapshotConfig
-    from tbmem.snapshot.manager import SnapshotManager
-    from tbmem.snapshot.markers import mark as mark_snapshot
-    from tbmem.snapshot.markers import recording as snapshot_recording
-    from tbmem.snapshot.readers import load_snapshot, load_torch_pickle, snapshot_stats
-    from tbmem.snapshot.model import Snapshot
-    from tbmem.spikes import SpikeConfig
-    from tbmem.tags import TAGS, Tag, tag_for
-    from tbmem.writer import MemoryWriter
+    from tbmem._internal.probes import CudaProbe, HostProbe, NvmlProbe, ProcessTreeProbe
+    from tbmem._internal.profile.config import ProfileConfig
+    from tbmem._internal.ranks.config import RanksConfig
+    from tbmem._internal.ranks.context import RankInfo, detect_rank
+    from tbmem._internal.ranks.store import JobStore
+    from tbmem._internal.sinks.base import BackgroundSink, Sink
+    from tbmem._internal.sinks.mlflow_sink import MlflowSink
+    from tbmem._internal.sinks.tensorboard import TensorBoardSink
+    from tbmem._internal.sinks.wandb_sink import WandbSink
+    from tbmem._internal.snapshot.config import SnapshotConfig
+    from tbmem._internal.snapshot.manager import SnapshotManager
+    from tbmem._internal.snapshot.markers import mark as mark_snapshot
+    from tbmem._internal.snapshot.markers import recording as snapshot_recording
+    from tbmem._internal.snapshot.readers import load_snapshot, load_torch_pickle, snapshot_stats
+    from tbmem._internal.snapshot.model import Snapshot
+    from tbmem._internal.spikes import SpikeConfig
+    from tbmem._internal.tags import TAGS, Tag, tag_for
+    from tbmem._internal.writer import MemoryWriter
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

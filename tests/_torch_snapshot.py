@@ -29,7 +29,7 @@ def record_torch_snapshot(*, origin: str = "train.py", steps: int = 2) -> dict[s
     """
     import torch
 
-    from tbmem.snapshot.recorder import DispatchRecorder
+    from tbmem._internal.snapshot.recorder import DispatchRecorder
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))

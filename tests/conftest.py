@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tbmem._log import forget_reports
+from tbmem._internal._log import forget_reports
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem.alerts import ALERTS_TEXT_TAG, AlertConfig, AlertMonitor
+from tbmem._internal.alerts import ALERTS_TEXT_TAG, AlertConfig, AlertMonitor
 from tests._events import texts
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 
@@ -138,7 +138,7 @@ def test_snapshot_on_alert_without_a_snapshot_schedule(tmp_path):
             w.log_memory(step)
     folder = tmp_path / "plugins" / "tbmem"
     assert sorted(os.listdir(folder)) == ["alert_rank0_step000000000.html", "alert_rank0_step000000000.json.gz"]
-    from tbmem.snapshot.schema import read_json_gz
+    from tbmem._internal.snapshot.schema import read_json_gz
 
     snap = read_json_gz(str(folder / "alert_rank0_step000000000.json.gz"))
     assert snap.kind == "alert" and snap.step == 0
@@ -153,7 +153,7 @@ def test_snapshot_on_alert_with_a_recording_running(tmp_path):
         for step in range(6):
             kept = torch.ones(1024) * step
             w.log_memory(step)
-    from tbmem.snapshot.schema import read_json_gz
+    from tbmem._internal.snapshot.schema import read_json_gz
 
     snap = read_json_gz(str(tmp_path / "plugins" / "tbmem" / "alert_rank0_step000000000.json.gz"))
     assert snap.kind == "alert" and snap.n_events > 0  # the recording so far, not only the watched tensors

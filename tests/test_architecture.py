@@ -1,6 +1,6 @@
 """The structure of tbmem read from its source with ``ast``: no import cycle, each module in the layer
 docs/architecture.md's table files it in and importing only its own layer and those below,
-``tbmem.logdir`` torch-free, and no function over the complexity limit of pyproject.toml.
+``tbmem._internal.logdir`` torch-free, and no function over the complexity limit of pyproject.toml.
 
 What counts as an import (the rule docs/architecture.md states):
 
@@ -17,7 +17,7 @@ What counts as an import (the rule docs/architecture.md states):
   package exists before its submodules run). A submodule that imports a *name* from its own
   package's ``__init__`` is an edge, and the cycle it makes with a re-exporting ``__init__`` is
   a real one (which of the two runs first decides whether the name exists yet);
-* names resolved at run time from strings (``tbmem._lazy.lazy_exports`` tables,
+* names resolved at run time from strings (``tbmem._internal._lazy.lazy_exports`` tables,
   ``importlib.import_module``, ``sys.modules`` lookups) are not imports.
 
 Run ``python tests/test_architecture.py`` for the whole report (cycles, upward imports, layers).
@@ -38,24 +38,30 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tbmem", "trainers")
 #: The readers: they read a logdir (the Memory tab, ``tbmem report`` and the analysis API, forecasts,
 #: the command line). Nothing of the core imports them.
-READERS = ("tbmem.plugin", "tbmem.analysis", "tbmem.forecast", "tbmem.cli")
+READERS = ("tbmem._internal.plugin", "tbmem.analysis", "tbmem._internal.analysis", "tbmem.forecast",
+           "tbmem._internal.forecast", "tbmem._internal.cli", "tbmem.__main__")
 #: Adapters above everything of tbmem: nothing of tbmem imports them but the command lines that run them.
 ADAPTERS = ("trainers", "tbmem.integrations")
 #: What ``tbmem`` runs: may import anything (``tbmem forecast`` builds the trainer of a Hydra config).
-ENTRY_POINTS = ("tbmem.cli", "tbmem.forecast.cli")
+ENTRY_POINTS = ("tbmem._internal.cli", "tbmem._internal.forecast.cli", "tbmem.__main__")
 #: The run layout and its formats: imports nothing of tbmem but itself, the tag table and the
-#: private helpers (``tbmem._*``), and no torch.
-LOGDIR = "tbmem.logdir"
+#: private helpers (``tbmem._internal._*``), and no torch.
+LOGDIR = "tbmem._internal.logdir"
 #: Where the complexity limit applies (ruff's C901 with pyproject.toml's max-complexity).
 SIZE_ROOTS = ("tbmem", "trainers", "tests", "benchmarks", "scripts")
 DOC = ROOT / "docs" / "architecture.md"
 #: The writer's components and what they wrap (docs/architecture.md, "the recorder"): they emit through
-#: ``tbmem._emit.Emitter`` and never import, name or hold the writer.
-COMPONENT_MODULES = ("tbmem._writer_components", "tbmem._emit", "tbmem.alerts", "tbmem.spikes", "tbmem.profile",
-                     "tbmem.snapshot", "tbmem.ranks", "tbmem.census", "tbmem.probes", "tbmem.sinks")
+#: ``tbmem._internal._emit.Emitter`` and never import, name or hold the writer.
+COMPONENT_MODULES = ("tbmem._internal._writer_components", "tbmem._internal._emit", "tbmem._internal.alerts", "tbmem._internal.spikes", "tbmem._internal.profile",
+                     "tbmem._internal.snapshot", "tbmem._internal.ranks", "tbmem._internal.census", "tbmem._internal.probes", "tbmem._internal.sinks")
 #: The writer: its modules and classes.
-WRITER_MODULES = ("tbmem.writer", "tbmem._writer_base", "tbmem._writer_record", "tbmem._writer_steps")
+WRITER_MODULES = ("tbmem._internal.writer", "tbmem._internal._writer_base", "tbmem._internal._writer_record", "tbmem._internal._writer_steps")
 WRITER_NAMES = frozenset({"MemoryWriter", "WriterBase", "RecordPipeline", "StepHooks"})
+#: The public modules besides tbmem.PUBLIC_MODULES: the package itself and ``python -m tbmem``; everything below
+#: these two packages is public too (docs/api.md). Every other module of tbmem lives in tbmem._internal.
+PUBLIC_EXTRA = ("tbmem", "tbmem.__main__")
+PUBLIC_PACKAGES = ("tbmem.console", "tbmem.integrations")
+INTERNAL = "tbmem._internal"
 
 # --- Known remaining violations, removed as the work that fixes them is merged -----------------------
 # Each entry names the issue whose branch changes these files; the test fails on anything not listed
@@ -67,7 +73,8 @@ KNOWN_LAYER_EDGES: dict[tuple[str, str], str] = {}
 
 def module_files() -> dict[str, Path]:
     """Dotted module name -> file, for every module of :data:`PACKAGES`: each ``.py``, and each C
-    extension by its source (``tbmem/census/_gcwalk.c`` is ``tbmem.census._gcwalk``; it imports nothing)."""
+    extension by its source (``tbmem/_internal/census/_gcwalk.c`` is ``tbmem._internal.census._gcwalk``; it imports
+    nothing)."""
     mods = {}
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")) + sorted((ROOT / pkg).rglob("*.c")):
@@ -203,9 +210,9 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{mod} -> {dep}: tbmem imports the trainers")
             elif _under(dep, READERS) and not _under(mod, READERS + ADAPTERS):
                 bad.append(f"{mod} -> {dep}: the core imports a reader")
-            elif _under(mod, (LOGDIR,)) and not (_under(dep, (LOGDIR,)) or dep == "tbmem.tags"
-                                                  or dep.startswith("tbmem._")):
-                bad.append(f"{mod} -> {dep}: tbmem.logdir imports above itself")
+            elif _under(mod, (LOGDIR,)) and not (_under(dep, (LOGDIR,)) or dep == "tbmem._internal.tags"
+                                                  or dep.startswith("tbmem._internal._")):
+                bad.append(f"{mod} -> {dep}: tbmem._internal.logdir imports above itself")
     return bad
 
 
@@ -261,6 +268,13 @@ def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, list[st
             if low is not None and rank[low] > rank[high]:
                 bad.append(f"{mod} ({high}) -> {dep} ({low})")
     return bad
+
+
+def outside_internal(modules: list[str], public_modules: tuple[str, ...]) -> list[str]:
+    """The modules of tbmem neither public (``public_modules``, :data:`PUBLIC_EXTRA`, below
+    :data:`PUBLIC_PACKAGES`) nor under tbmem._internal."""
+    return sorted(m for m in modules if m.split(".")[0] == "tbmem" and m not in public_modules + PUBLIC_EXTRA
+                  and not _under(m, PUBLIC_PACKAGES + (INTERNAL,)))
 
 
 def too_complex() -> list[str]:
@@ -344,26 +358,26 @@ def test_no_component_module_references_the_writer():
     mods = module_files()
     files = [(m, p) for m, p in mods.items() if p.suffix == ".py"
              and any(m == c or m.startswith(c + ".") for c in COMPONENT_MODULES)]
-    assert len(files) > 40 and any(m == "tbmem._writer_components" for m, _ in files)
+    assert len(files) > 40 and any(m == "tbmem._internal._writer_components" for m, _ in files)
     bad = [line for m, p in files for line in writer_references(p.read_text(encoding="utf-8"), m)]
-    assert not bad, ("the writer's components reference the writer (they emit through tbmem._emit.Emitter, "
+    assert not bad, ("the writer's components reference the writer (they emit through tbmem._internal._emit.Emitter, "
                      "docs/architecture.md):\n" + "\n".join("  " + b for b in bad))
     # the check can fail
-    assert writer_references("from tbmem.writer import MemoryWriter\n", "x") == [
-        "x:1: tbmem.writer", "x:1: tbmem.writer.MemoryWriter", "x:1: MemoryWriter"]
+    assert writer_references("from tbmem._internal.writer import MemoryWriter\n", "x") == [
+        "x:1: tbmem._internal.writer", "x:1: tbmem._internal.writer.MemoryWriter", "x:1: MemoryWriter"]
     assert writer_references("if TYPE_CHECKING:\n    from tbmem import _writer_base\n", "x") == [
-        "x:2: tbmem._writer_base"]
+        "x:2: tbmem._internal._writer_base"]
     assert writer_references('def f(w: "MemoryWriter"):\n    """a MemoryWriter"""\n', "x") == ["x:1: MemoryWriter"]
 
 
 def test_the_writer_reaches_tensorboard_only_through_its_sink(graph):
     """One output path: the writer's modules write events through the sinks (TensorBoard's first,
-    tbmem/sinks/tensorboard.py), never through TensorBoard's internals or the event encoders (the
-    writer's fault ledger, ``tbmem._safe_io.FaultLedger``, counts what any part could not write)."""
-    internals = {"tbmem._tensorboard_private", "tbmem._direct_events", "tbmem._fastcrc"}
+    tbmem/_internal/sinks/tensorboard.py), never through TensorBoard's internals or the event encoders (the
+    writer's fault ledger, ``tbmem._internal._safe_io.FaultLedger``, counts what any part could not write)."""
+    internals = {"tbmem._internal._tensorboard_private", "tbmem._internal._direct_events", "tbmem._internal._fastcrc"}
     bad = sorted(f"{m} -> {d}" for m in WRITER_MODULES for d in graph[m] & internals)
     assert not bad, "the writer reaches TensorBoard besides its sink:\n" + "\n".join("  " + b for b in bad)
-    assert internals & graph["tbmem.sinks.tensorboard"]  # the check can fail: the sink does
+    assert internals & graph["tbmem._internal.sinks.tensorboard"]  # the check can fail: the sink does
 
 
 def test_no_function_over_the_complexity_limit():
@@ -372,18 +386,59 @@ def test_no_function_over_the_complexity_limit():
                        "parts do):\n" + "\n".join("  " + f for f in found))
 
 
+def test_every_module_outside_the_public_set_is_internal():
+    import tbmem
+
+    bad = outside_internal(list(module_files()), tuple(tbmem.PUBLIC_MODULES))
+    assert not bad, ("modules neither public (docs/api.md) nor under tbmem._internal (move them: "
+                     "python scripts/move_internal_modules.py --references):\n" + "\n".join("  " + b for b in bad))
+
+
+def test_every_path_the_architecture_doc_names_exists():
+    """docs/architecture.md names files as they are: each backticked ``tbmem/...`` path (a glob too) exists."""
+    paths = sorted(set(re.findall(r"`(tbmem/[^`\s]*)`", DOC.read_text(encoding="utf-8"))))
+    missing = [p for p in paths if not (list(ROOT.glob(p.rstrip("/"))) if any(c in p for c in "*?[")
+                                        else (ROOT / p).exists())]
+    assert len(paths) > 40 and not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+# move_internal_modules: keep (0.1's names, as examples)
+def test_no_reference_to_a_module_at_its_old_path():
+    """Nothing is left for scripts/move_internal_modules.py to move or rewrite: no file at an old path, no
+    ``tbmem.census`` or ``tbmem/census/`` for what lives in tbmem/_internal/ (in code, docs, the Makefile)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (the script reads git's file list)")
+    done = subprocess.run([sys.executable, "scripts/move_internal_modules.py", "--references", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, ("run python scripts/move_internal_modules.py --references:\n" + done.stdout
+                                  + done.stderr)
+
+
 # --- the checker checked: each rule fails where it should ------------------------------------------------
+def test_the_internal_rule_on_made_up_modules():
+    mods = ["tbmem", "tbmem.__main__", "tbmem.console", "tbmem.analysis", "tbmem.integrations.lightning",
+            "tbmem._internal", "tbmem._internal.census.core", "tbmem.census", "tbmem._log", "tbmem.analysis.load",
+            "trainers.config"]
+    assert outside_internal(mods, ("tbmem.console", "tbmem.analysis", "tbmem.integrations")) == [
+        "tbmem._log", "tbmem.analysis.load", "tbmem.census"]
+# move_internal_modules: end
+
+
 def test_rules_on_a_made_up_graph():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    bad = upward_imports({"tbmem.writer": {"tbmem.plugin.paths"}, "tbmem.logdir.x": {"tbmem.snapshot"},
-                          "tbmem.analysis.load": {"tbmem.logdir.x"}, "tbmem.tags": {"trainers.config"},
-                          "tbmem.forecast.cli": {"trainers.config"}})
-    assert bad == ["tbmem.logdir.x -> tbmem.snapshot: tbmem.logdir imports above itself",
-                   "tbmem.tags -> trainers.config: tbmem imports the trainers",
-                   "tbmem.writer -> tbmem.plugin.paths: the core imports a reader"]
+    bad = upward_imports({"tbmem._internal.writer": {"tbmem._internal.plugin.paths"},
+                          "tbmem._internal.logdir.x": {"tbmem._internal.snapshot"},
+                          "tbmem._internal.logdir.y": {"tbmem._internal._log", "tbmem._internal.tags"},
+                          "tbmem._internal.analysis.load": {"tbmem._internal.logdir.x"},
+                          "tbmem._internal.tags": {"trainers.config"},
+                          "tbmem._internal.forecast.cli": {"trainers.config"}})
+    assert bad == ["tbmem._internal.logdir.x -> tbmem._internal.snapshot: tbmem._internal.logdir imports above itself",
+                   "tbmem._internal.tags -> trainers.config: tbmem imports the trainers",
+                   "tbmem._internal.writer -> tbmem._internal.plugin.paths: the core imports a reader"]
 
 
+# move_internal_modules: keep (made-up names: the rules read them as they are)
 def test_layer_rule_on_a_made_up_table():
     table = ("| layer | modules | imports |\n|---|---|---|\n| base | `tbmem/_*.py` | - |\n"
              "| core | `tbmem/census/`, `tbmem/_writer_*.py` | - |\n| readers | `tbmem/cli.py` | - |\n\nafter")
@@ -409,6 +464,7 @@ def test_import_rule(tmp_path):
                    "def f():\n    from tbmem.census import take_census\n    from tbmem import tags\n")
     names = {n.partition("\0")[0] for n in imported_names(src, "tbmem.m")}
     assert "tbmem.plugin" not in names and {"tbmem.census.take_census", "tbmem.tags"} <= names
+# move_internal_modules: end
 
 
 if __name__ == "__main__":  # the report, by hand
@@ -416,6 +472,6 @@ if __name__ == "__main__":  # the report, by hand
     print("cycles:", *([" <-> ".join(c) for c in cycles(g)] or ["none"]), sep="\n  ")
     print("upward imports:", *(upward_imports(g) or ["none"]), sep="\n  ")
     print("against the layers:", *(layer_violations(g, doc_layers()) or ["none"]), sep="\n  ")
-    print("torch below tbmem.logdir:", torch_reached(g, LOGDIR) or "none")
+    print("torch below tbmem._internal.logdir:", torch_reached(g, LOGDIR) or "none")
     print("too complex:", *(too_complex() or ["none"]), sep="\n  ")
     sys.exit(0)

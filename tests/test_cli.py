@@ -1,8 +1,8 @@
 import subprocess
 import sys
 
-from tbmem.cli import main
-from tbmem.tags import TAGS
+from tbmem._internal.cli import main
+from tbmem._internal.tags import TAGS
 
 
 def test_tags_command_prints_the_table(capsys):
@@ -18,7 +18,7 @@ def test_tags_grep(capsys):
 
 
 def test_console_script_is_installed():
-    out = subprocess.run([sys.executable, "-m", "tbmem.cli", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "tbmem", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "tags" in out.stdout
 
 
@@ -29,7 +29,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tbmem.cli import EXIT_BROKEN_PIPE, plain_text  # noqa: E402
+from tbmem._internal.cli import EXIT_BROKEN_PIPE, plain_text  # noqa: E402
 
 
 
@@ -37,7 +37,7 @@ def _with_closed_stdout(*argv: str) -> tuple[int, str]:
     """Run ``tbmem ARGV`` with its stdout a pipe whose reader is gone before the first write."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                        os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-m", "tbmem.cli", *argv], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "tbmem", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # the reader is gone: every write the child makes fails with EPIPE
     with proc:
@@ -81,19 +81,19 @@ def test_head_reads_the_first_line_of_a_long_output(logdir):
     """The shell case: `tbmem tags | head -1` prints one line and nothing on stderr."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                        os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run(["bash", "-c", f'"{sys.executable}" -m tbmem.cli tags | head -1'],
+    out = subprocess.run(["bash", "-c", f'"{sys.executable}" -m tbmem tags | head -1'],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout == "| tag | unit | meaning | when |\n"
     assert out.stderr == ""
 
 
 def test_help_has_no_markup():
-    parser_help = subprocess.run([sys.executable, "-m", "tbmem.cli", "--help"], capture_output=True, text=True)
+    parser_help = subprocess.run([sys.executable, "-m", "tbmem", "--help"], capture_output=True, text=True)
     assert parser_help.returncode == 0
     assert "``" not in parser_help.stdout and ":class:" not in parser_help.stdout
     assert "examples:" in parser_help.stdout
     for command in ("snapshot", "report", "forecast", "tags"):
-        sub = subprocess.run([sys.executable, "-m", "tbmem.cli", command, "--help"], capture_output=True, text=True)
+        sub = subprocess.run([sys.executable, "-m", "tbmem", command, "--help"], capture_output=True, text=True)
         assert sub.returncode == 0, sub.stderr
         assert "``" not in sub.stdout and ":func:" not in sub.stdout, sub.stdout
 

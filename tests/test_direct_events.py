@@ -1,4 +1,4 @@
-"""tbmem._direct_events: events encoded by hand are byte-identical to protobuf's."""
+"""tbmem._internal._direct_events: events encoded by hand are byte-identical to protobuf's."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 import random
 import struct
 
-from tbmem._direct_events import encode_event, make_event
+from tbmem._internal._direct_events import encode_event, make_event
 from tests._events import read_events
 
 

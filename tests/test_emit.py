@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 
 from tbmem import MemoryWriter
-from tbmem._emit import Emitter
-from tbmem.alerts import ALERTS_TEXT_TAG
-from tbmem.spikes import SPIKES_TEXT_TAG, read_spikes
+from tbmem._internal._emit import Emitter
+from tbmem._internal.alerts import ALERTS_TEXT_TAG
+from tbmem._internal.spikes import SPIKES_TEXT_TAG, read_spikes
 from tests._events import texts
 
 QUIET = {"device_percent": None, "growth_mb_per_1k": None, "rss_growth_mb_per_1k": None, "alloc_retries": False}

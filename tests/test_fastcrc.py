@@ -2,7 +2,7 @@ import os
 
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as pure_python_crc32c
 
-from tbmem._fastcrc import available, install_reader, masked_crc32c
+from tbmem._internal._fastcrc import available, install_reader, masked_crc32c
 
 
 def reference(data: bytes) -> int:

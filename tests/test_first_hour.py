@@ -123,7 +123,7 @@ def test_what_is_said_about_smoothing_is_true_for_each_tab():
     demo = "\n".join(re.findall(r'^\t@echo "(.*)"$', makefile.split("\ndemo: $(DEMO_STAMP)", 1)[1].split("\n\n")[0],
                                 re.MULTILINE))
     note = re.search(r"id: 'smoothing-note', text: ((?:'[^']*'\s*\+?\s*)+)",
-                     (ROOT / "tbmem/plugin/static/index.js").read_text().replace("\\'", "’"))
+                     (ROOT / "tbmem/_internal/plugin/static/index.js").read_text().replace("\\'", "’"))
     assert note
     note_text = "".join(re.findall(r"'([^']*)'", note[1]))
     readme = (ROOT / "README.md").read_text()

@@ -7,8 +7,8 @@ import json
 import torch
 
 from tbmem import MemoryWriter
-from tbmem._large import AUTO_CAP_BYTES, LargeThreshold
-from tbmem.tags import TAGS
+from tbmem._internal._large import AUTO_CAP_BYTES, LargeThreshold
+from tbmem._internal.tags import TAGS
 from tests._events import scalars, texts
 
 

@@ -13,8 +13,8 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from tbmem import MemoryWriter
-from tbmem.layout import MAX_SEPARATE, LayoutTracker, custom_scalars_layout
-from tbmem.tags import TAGS
+from tbmem._internal.layout import MAX_SEPARATE, LayoutTracker, custom_scalars_layout
+from tbmem._internal.tags import TAGS
 from tests.fake_cuda import install_fake_cuda
 
 LAYOUT_TAG = "custom_scalars__config__"
@@ -22,7 +22,7 @@ UNIT = re.compile(r"\((GB|MB|ms|s|%|count|rank)\)$|\((GB|MB|ms|s|%|count|rank);"
 
 
 def _reading_order(charts: dict) -> dict:
-    """A section as written (tbmem.layout.display_order: margin charts reversed) in reading order."""
+    """A section as written (tbmem._internal.layout.display_order: margin charts reversed) in reading order."""
     margins = [(t, c) for t, c in charts.items() if c[0] == "Margin"]
     return {**{t: c for t, c in charts.items() if c[0] != "Margin"}, **dict(reversed(margins))}
 

@@ -1,4 +1,4 @@
-"""tbmem._safe_io's own appends write exactly the bytes TensorBoard's RecordWriter writes."""
+"""tbmem._internal._safe_io's own appends write exactly the bytes TensorBoard's RecordWriter writes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 from tensorboard.compat.tensorflow_stub.io.gfile import GFile
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from tbmem._safe_io import FaultLedger, SafeRecordWriter
+from tbmem._internal._safe_io import FaultLedger, SafeRecordWriter
 
 
 def _started(path) -> RecordWriter:
@@ -71,7 +71,7 @@ def test_held_records_reach_the_file_in_batches_and_at_close_byte_identical(tmp_
 
 
 def test_held_records_lost_to_a_failing_write_are_counted_and_the_file_kept_whole(tmp_path, monkeypatch):
-    import tbmem._safe_io as safe_io
+    import tbmem._internal._safe_io as safe_io
 
     ours = _started(tmp_path / "ours")
     ledger = FaultLedger(str(tmp_path))

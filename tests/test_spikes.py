@@ -1,4 +1,4 @@
-"""Loss spikes (tbmem.spikes): the rule, and a real training loop whose loss is made to spike at a known
+"""Loss spikes (tbmem._internal.spikes): the rule, and a real training loop whose loss is made to spike at a known
 step: found at that step, the text entry read back from the event file, the side file's line, the snapshot
 written; a failing detector is switched off, never training."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem.spikes import SPIKES_LOG, SPIKES_TEXT_TAG, SpikeConfig, SpikeDetector, SpikeMonitor, read_spikes
+from tbmem._internal.spikes import SPIKES_LOG, SPIKES_TEXT_TAG, SpikeConfig, SpikeDetector, SpikeMonitor, read_spikes
 from tests._events import read_events, texts
 
 SPIKE_STEP = 37
@@ -112,7 +112,7 @@ def test_an_injected_spike_is_found_at_its_step_with_text_side_file_and_snapshot
     assert line["step"] == SPIKE_STEP and line["tag"] == "Loss/batch" and line["value"] == pytest.approx(found[0].value)
     snap = os.path.join(tmp_path, "plugins", "tbmem", f"spike_rank0_step{SPIKE_STEP:09d}.json.gz")
     assert os.path.isfile(snap) and line["snapshot"][0] == snap
-    from tbmem.snapshot.schema import read_json_gz
+    from tbmem._internal.snapshot.schema import read_json_gz
 
     assert read_json_gz(snap).kind == "spike" and read_json_gz(snap).step == SPIKE_STEP
     warnings = [r.getMessage() for r in tbmem_log.records if "tbmem spike at step 37" in r.getMessage()]

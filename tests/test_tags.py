@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tbmem.tags import TAGS, markdown_table, tag_for, to_unit
+from tbmem._internal.tags import TAGS, markdown_table, tag_for, to_unit
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -44,7 +44,7 @@ def test_readme_shows_the_table_from_the_code():
 
 
 def test_no_host_reading_under_a_gpu_name():
-    from tbmem.tags import x_axis  # noqa: F401 - the table's helpers import
+    from tbmem._internal.tags import x_axis  # noqa: F401 - the table's helpers import
 
     for t in TAGS.values():
         if re.search(r"gpu|vram", t.tag, re.I):
@@ -85,7 +85,7 @@ def test_what_a_user_looks_for_first_is_on_the_first_page_of_the_memory_group(tm
 
 
 def test_renamed_tags_map_to_current_ones():
-    from tbmem.tags import RENAMED, current_tag
+    from tbmem._internal.tags import RENAMED, current_tag
 
     current = {t.tag for t in TAGS.values()}
     for old, new in RENAMED.items():

@@ -6,7 +6,7 @@ import urllib.request
 import pytest
 
 from tbmem import MemoryWriter
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 from tests._servers import Server
 
 

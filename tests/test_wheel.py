@@ -114,14 +114,28 @@ def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(t
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"tbmem", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, tops
-    assert "tbmem/snapshot/_cpu_alloc_recorder.cpp" in names
+    assert "tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp" in names
     ext = sysconfig.get_config_var("EXT_SUFFIX")
-    assert {f"tbmem/census/_gcwalk{ext}", f"tbmem/snapshot/_creader{ext}"} <= set(names)
+    assert {f"tbmem/_internal/census/_gcwalk{ext}", f"tbmem/_internal/snapshot/_creader{ext}"} <= set(names)
     assert not [n for n in names if n.endswith((".c", ".h"))]
+    # every file of the package the clone tracks (tbmem/_internal/: the viewer's and the plugin's static files,
+    # the CPU recorder's source) but the C sources the wheel holds compiled
+    tracked = subprocess.run(["git", "ls-files", "tbmem"], cwd=ROOT, check=True, capture_output=True,
+                             text=True).stdout.split()
+    assert {"tbmem/__main__.py", "tbmem/_internal/snapshot/viewer.html", "tbmem/_internal/plugin/static/index.js",
+            "tbmem/_internal/plugin/static/vendor/uplot/uPlot.iife.min.js"} <= set(tracked)
+    assert sorted(set(t for t in tracked if not t.endswith((".c", ".h"))) - set(names)) == []
+    assert not [n for n in names if n.startswith("tbmem/") and n.endswith(".py")
+                and not n.startswith(("tbmem/_internal/", "tbmem/console/", "tbmem/integrations/"))
+                and n not in ("tbmem/__init__.py", "tbmem/__main__.py", "tbmem/analysis/__init__.py",
+                              "tbmem/forecast/__init__.py")]
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))
+    assert "tbmem = tbmem._internal.cli:main" in entry_points.decode()
+    assert "tbmem = tbmem._internal.plugin.loader:MemoryPluginLoader" in entry_points.decode()
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-    assert {"setup.py", "pyproject.toml", "tbmem/census/_gcwalk.c", "tbmem/snapshot/_creader.h",
-            "tbmem/snapshot/_pickle_run.c", "tbmem/snapshot/_cpu_alloc_recorder.cpp"} <= members
+    assert {"setup.py", "pyproject.toml", "tbmem/_internal/census/_gcwalk.c", "tbmem/_internal/snapshot/_creader.h",
+            "tbmem/_internal/snapshot/_pickle_run.c", "tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp"} <= members
     assert not [m for m in members if m.startswith("trainers/")]
 
     # a fresh venv outside the clone, the wheel alone in it
@@ -145,6 +159,7 @@ def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(t
     assert list((work / "runs" / "exp").glob("events.out.tfevents.*"))
     report = _run([str(bindir / "tbmem"), "report", "runs"], cwd=work, env=env)
     assert "exp" in report and "MiB" in report, report
+    assert _run([str(py), "-m", "tbmem", "report", "runs"], cwd=work, env=env) == report  # python -m tbmem
 
     # tbmem snapshot html on a torch snapshot pickle
     from benchmarks.bench_snapshot import write_torch_pickle
@@ -156,7 +171,7 @@ def test_the_wheel_and_sdist_build_and_the_wheel_works_alone_outside_the_clone(t
 
     # the CPU recorder, compiled from the wheel's source for the installed torch
     if shutil.which("c++") or shutil.which("g++"):
-        built = _run([str(py), "-m", "tbmem.snapshot.native"], cwd=work, env=env)
+        built = _run([str(bindir / "tbmem"), "snapshot", "build-recorder"], cwd=work, env=env)
         assert "CPU allocation recorder ready" in built and str(tmp_path / "cache") in built, built
 
     # tbmem forecast names what it needs in one line (the demo trainers are the clone's)

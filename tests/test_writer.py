@@ -11,9 +11,9 @@ from tensorboard.backend.event_processing import event_file_loader
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem.probes.base import Probe
-from tbmem.probes.guard import ProbeGuard
-from tbmem.tags import TAGS
+from tbmem._internal.probes.base import Probe
+from tbmem._internal.probes.guard import ProbeGuard
+from tbmem._internal.tags import TAGS
 from tests._events import read_events, scalars
 from tests.fake_cuda import install_fake_cuda
 
@@ -62,7 +62,7 @@ def test_system_memory_is_written_once_per_system_every_s_and_at_every_record_wi
 
 
 def test_begin_step_says_whether_log_memory_is_due_and_every_step_while_snapshots_need_them(tmp_path):
-    from tbmem.snapshot import SnapshotConfig
+    from tbmem._internal.snapshot import SnapshotConfig
 
     with MemoryWriter(tmp_path / "plain", every=10, census_every=25) as writer:
         assert [s for s in range(60) if writer.begin_step(s)] == [0, 10, 20, 25, 30, 40, 50]
@@ -202,7 +202,7 @@ class _Clock:
 
 def test_failing_probe_is_retried_with_backoff_then_switched_off_naming_it(tmp_path, tbmem_log, monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr("tbmem._retry._now", clock)
+    monkeypatch.setattr("tbmem._internal._retry._now", clock)
 
     class Broken(Probe):
         name = "broken"
@@ -230,10 +230,10 @@ def test_failing_probe_is_retried_with_backoff_then_switched_off_naming_it(tmp_p
 def test_a_transient_probe_error_costs_one_record_not_the_probe(tmp_path, tbmem_log, monkeypatch):
     import errno
 
-    from tbmem.probes import host
+    from tbmem._internal.probes import host
 
     clock = _Clock()
-    monkeypatch.setattr("tbmem._retry._now", clock)
+    monkeypatch.setattr("tbmem._internal._retry._now", clock)
     real_fields = host._proc_fields
     failures = iter([False, True])  # one EIO while reading /proc (step 1), as a flaky filesystem gives
 
@@ -257,10 +257,10 @@ def test_a_transient_probe_error_costs_one_record_at_ten_records_a_second(tmp_pa
     # at 0.1 s per step the first retry used to wait a second: ten records lost their RSS, not one
     import errno
 
-    from tbmem.probes import host
+    from tbmem._internal.probes import host
 
     clock = _Clock()
-    monkeypatch.setattr("tbmem._retry._now", clock)
+    monkeypatch.setattr("tbmem._internal._retry._now", clock)
     real_fields = host._proc_fields
     failures = iter([False, True])
 
@@ -299,7 +299,7 @@ def test_writes_after_close_are_ignored_with_one_warning(tmp_path, tbmem_log):
 def test_psutil_access_denied_degrades_like_any_failing_probe(tmp_path, tbmem_log, monkeypatch):
     import psutil
 
-    from tbmem.probes import host
+    from tbmem._internal.probes import host
 
     def denied(*args, **kwargs):
         raise psutil.AccessDenied(os.getpid())

@@ -1,4 +1,4 @@
-"""The writer's step path loops over the configured components only (tbmem._writer_components): an
+"""The writer's step path loops over the configured components only (tbmem._internal._writer_components): an
 unconfigured one is not in the loop, each hook's tuple holds the components that implement it in the
 order they run, a failing one is reported once and leaves every tuple, ``begin_step`` lets a loop skip
 steps once no component needs every step, and no component can reach the writer."""
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem._emit import Emitter
-from tbmem.snapshot import SnapshotConfig, SnapshotManager
-from tbmem.tags import TAGS
+from tbmem._internal._emit import Emitter
+from tbmem._internal.snapshot import SnapshotConfig, SnapshotManager
+from tbmem._internal.tags import TAGS
 from tests._events import scalars, texts
 
 _SNAPSHOTS = SnapshotConfig(every=0, html=False, pickle=False)
@@ -71,12 +71,12 @@ def test_a_failing_component_is_reported_once_and_leaves_the_loop(tmp_path, monk
 
 
 def test_a_failing_census_is_switched_off_and_undoes_its_heap_capture(tmp_path, monkeypatch, tbmem_log):
-    from tbmem.census import heap
+    from tbmem._internal.census import heap
 
     def broken(**kwargs):
         raise RuntimeError("census broke")
 
-    monkeypatch.setattr("tbmem.census.take_census", broken)
+    monkeypatch.setattr("tbmem._internal.census.take_census", broken)
     users = heap._capture_users
     with MemoryWriter(tmp_path, every=1, census_every=2) as w:
         assert heap._capture_users == users + 1

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.snapshot import SnapshotConfig
+from tbmem._internal.snapshot import SnapshotConfig
 from tests._events import read_events
 
 pytestmark = pytest.mark.gpu

@@ -12,7 +12,8 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as pure_
 from tensorboard.summary.writer import record_writer
 from torch.utils.tensorboard import SummaryWriter
 
-from tbmem import MemoryWriter, _fastcrc
+from tbmem import MemoryWriter
+from tbmem._internal import _fastcrc
 from tests._events import read_events, scalars
 
 

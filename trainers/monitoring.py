@@ -76,7 +76,7 @@ class TrainerMonitoring:
         # Snapshot markers are made only while a recorder records (checked when a step starts and
         # after each record, where a recording window opens or closes): a mark() call costs a few
         # microseconds even when it does nothing. The first step marks anyway, which tells the
-        # snapshot manager that this trainer marks its own steps (see tbmem.snapshot.markers).
+        # snapshot manager that this trainer marks its own steps (see tbmem.mark_snapshot).
         self._marking = False
         self._first_step = True
         # Whether log_memory has anything to do at the step in progress (what begin_step said): the
@@ -404,7 +404,7 @@ def evaluation_line(index: int, reading: Any) -> str:
     (``n/a`` where CUDA is not initialised: never a zero that was not read).
 
     Example:
-        >>> from tbmem.monitor.readings import Reading
+        >>> from tbmem.console import Reading
         >>> evaluation_line(0, Reading(cpu=853.2 * 2**20, gpu_allocated=0.8 * 2**20))
         'Loss evaluation 0: CPU: 853.2 MB | GPU: 0.8 MB'
     """

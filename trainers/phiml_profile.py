@@ -8,7 +8,7 @@ evaluation runs inside ``phiml.backend.profile(trace=False)``: every call PhiML 
 ran (``profile_memory``). PhiFlow's field operations (:data:`FIELD_OPERATIONS`: ``diffuse.explicit``,
 ``advect.differential``, ``math.l2_loss``, ...) are wrapped, for the evaluation only, in torch.profiler
 ranges named ``phiflow::<module>.<function>``: each call's time and the bytes allocated inside it
-(:func:`tbmem.profile.external.field_operations`). One trace then shows which PhiFlow operation costs
+(a window's summary lists them by name, under ``field_operations``). One trace then shows which PhiFlow operation costs
 time and memory.
 
 Why not PhiML's own grouping of backend calls by function (``trace=True``): it takes a Python stack per

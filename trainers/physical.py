@@ -14,7 +14,7 @@ forever. So monitoring there goes through the non-raising
 before ``minimize``, where an error in the physics still raises normally.
 
 The escape, for an error in a later evaluation and for Ctrl-C: during ``minimize``
-the first Ctrl-C only sets a flag (:func:`tbmem._signals.deferred_interrupt`); an
+the first Ctrl-C only sets a flag (:func:`tbmem.deferred_interrupt`); an
 exception inside the objective is caught and kept. From then on the loss returns
 a very low, flat value (gradient zero) without evaluating anything, so L-BFGS-B's
 line search accepts it and its projected-gradient test ends the run within an

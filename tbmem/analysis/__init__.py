@@ -19,60 +19,71 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tbmem._lazy import lazy_exports
+from tbmem._internal._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "load_scalars": "tbmem.analysis.load",
-    "load_texts": "tbmem.analysis.load",
-    "load_scalars_and_texts": "tbmem.analysis.load",
-    "find_runs": "tbmem.analysis.load",
-    "run_loss_tags": "tbmem.analysis.load",
-    "AnalysisError": "tbmem.analysis.load",
-    "LogdirNotFoundError": "tbmem.analysis.load",
-    "NoEventFilesError": "tbmem.analysis.load",
-    "NoTbmemTagsError": "tbmem.analysis.load",
-    "CorruptEventFileError": "tbmem.analysis.load",
-    "detect_leaks": "tbmem.analysis.leaks",
-    "LeakFinding": "tbmem.analysis.leaks",
-    "theil_sen": "tbmem.trend",
-    "summarize": "tbmem.analysis.summary",
-    "RunSummary": "tbmem.analysis.summary",
-    "rank_jobs": "tbmem.analysis.ranks",
-    "RankJob": "tbmem.analysis.ranks",
-    "RankMetric": "tbmem.analysis.ranks",
-    "format_rank_jobs": "tbmem.analysis.ranks",
-    "format_table": "tbmem.analysis.table",
-    "format_leaks": "tbmem.analysis.table",
-    "plot_timeline": "tbmem.analysis.plot",
-    "plot_stacked": "tbmem.analysis.plot",
-    "plot_lines": "tbmem.analysis.plot",
-    "plot_readings": "tbmem.analysis.figures",
-    "plot_large_tensors": "tbmem.analysis.figures",
-    "plot_loss_and_memory": "tbmem.analysis.loss",
-    "memory_spikes": "tbmem.analysis.loss",
-    "Comparison": "tbmem.analysis.compare",
-    "plot_comparison": "tbmem.analysis.compare_plot",
-    "find_spikes": "tbmem.analysis.spikes",
-    "SpikeFinding": "tbmem.analysis.spikes",
+    "load_scalars": "tbmem._internal.analysis.load",
+    "load_texts": "tbmem._internal.analysis.load",
+    "load_scalars_and_texts": "tbmem._internal.analysis.load",
+    "find_runs": "tbmem._internal.analysis.load",
+    "run_loss_tags": "tbmem._internal.analysis.load",
+    "AnalysisError": "tbmem._internal.analysis.load",
+    "LogdirNotFoundError": "tbmem._internal.analysis.load",
+    "NoEventFilesError": "tbmem._internal.analysis.load",
+    "NoTbmemTagsError": "tbmem._internal.analysis.load",
+    "CorruptEventFileError": "tbmem._internal.analysis.load",
+    "detect_leaks": "tbmem._internal.analysis.leaks",
+    "LeakFinding": "tbmem._internal.analysis.leaks",
+    "theil_sen": "tbmem._internal.trend",
+    "summarize": "tbmem._internal.analysis.summary",
+    "RunSummary": "tbmem._internal.analysis.summary",
+    "rank_jobs": "tbmem._internal.analysis.ranks",
+    "RankJob": "tbmem._internal.analysis.ranks",
+    "RankMetric": "tbmem._internal.analysis.ranks",
+    "format_rank_jobs": "tbmem._internal.analysis.ranks",
+    "format_table": "tbmem._internal.analysis.table",
+    "format_leaks": "tbmem._internal.analysis.table",
+    "plot_timeline": "tbmem._internal.analysis.plot",
+    "plot_stacked": "tbmem._internal.analysis.plot",
+    "plot_lines": "tbmem._internal.analysis.plot",
+    "plot_readings": "tbmem._internal.analysis.figures",
+    "plot_large_tensors": "tbmem._internal.analysis.figures",
+    "plot_loss_and_memory": "tbmem._internal.analysis.loss",
+    "memory_spikes": "tbmem._internal.analysis.loss",
+    "Comparison": "tbmem._internal.analysis.compare",
+    "plot_comparison": "tbmem._internal.analysis.compare_plot",
+    "find_spikes": "tbmem._internal.analysis.spikes",
+    "SpikeFinding": "tbmem._internal.analysis.spikes",
+    # what docs/ and the notebook show users calling (issue 36: their modules are tbmem's own now)
+    "compare": "tbmem._internal.analysis.compare",
+    "find_hints": "tbmem._internal.analysis.hints",
+    "Hint": "tbmem._internal.analysis.hints",
+    "LogdirReader": "tbmem._internal.logdir",
+    "fit_unit": "tbmem._internal.analysis.axes",
+    "wide": "tbmem._internal.analysis.plot",
+    "format_bytes": "tbmem._internal.analysis.table",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tbmem.analysis.compare import Comparison
-    from tbmem.analysis.compare_plot import plot_comparison
-    from tbmem.analysis.figures import plot_large_tensors, plot_readings
-    from tbmem.analysis.leaks import LeakFinding, detect_leaks
-    from tbmem.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
-                                     NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
-                                     load_scalars_and_texts, load_texts, run_loss_tags)
-    from tbmem.analysis.loss import memory_spikes, plot_loss_and_memory
-    from tbmem.analysis.plot import plot_lines, plot_stacked, plot_timeline
-    from tbmem.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs
-    from tbmem.analysis.spikes import SpikeFinding, find_spikes
-    from tbmem.analysis.summary import RunSummary, summarize
-    from tbmem.analysis.table import format_leaks, format_table
-    from tbmem.trend import theil_sen
+    from tbmem._internal.analysis.axes import fit_unit
+    from tbmem._internal.analysis.compare import Comparison, compare
+    from tbmem._internal.analysis.compare_plot import plot_comparison
+    from tbmem._internal.analysis.figures import plot_large_tensors, plot_readings
+    from tbmem._internal.analysis.hints import Hint, find_hints
+    from tbmem._internal.analysis.leaks import LeakFinding, detect_leaks
+    from tbmem._internal.analysis.load import (AnalysisError, CorruptEventFileError, LogdirNotFoundError,
+                                               NoEventFilesError, NoTbmemTagsError, find_runs, load_scalars,
+                                               load_scalars_and_texts, load_texts, run_loss_tags)
+    from tbmem._internal.analysis.loss import memory_spikes, plot_loss_and_memory
+    from tbmem._internal.analysis.plot import plot_lines, plot_stacked, plot_timeline, wide
+    from tbmem._internal.analysis.ranks import RankJob, RankMetric, format_rank_jobs, rank_jobs
+    from tbmem._internal.analysis.spikes import SpikeFinding, find_spikes
+    from tbmem._internal.analysis.summary import RunSummary, summarize
+    from tbmem._internal.analysis.table import format_bytes, format_leaks, format_table
+    from tbmem._internal.logdir import LogdirReader
+    from tbmem._internal.trend import theil_sen
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -22,15 +22,15 @@ Example:
     ['load']
 """
 
-from tbmem.monitor import (AggregateStats, BatchMemoryProfiler, Checkpoint, EpochMemoryMonitor,
+from tbmem._internal.monitor import (AggregateStats, BatchMemoryProfiler, Checkpoint, EpochMemoryMonitor,
                            EpochPerformanceMonitor, MemoryMonitor, MemoryTracker, PerformanceMetric,
                            PerformanceMonitor, Tracked, emit, monitor_memory, monitor_performance,
                            redirect_output, set_output, set_silent, silence_output, track_memory,
                            track_performance)
-from tbmem.monitor.formatting import format_mb
-from tbmem.monitor.memory import usage_line
-from tbmem.monitor.readings import Reading
-from tbmem.monitor.readings import read as read_memory
+from tbmem._internal.monitor.formatting import format_mb
+from tbmem._internal.monitor.memory import usage_line
+from tbmem._internal.monitor.readings import Reading
+from tbmem._internal.monitor.readings import read as read_memory
 
 __all__ = [
     "AggregateStats", "BatchMemoryProfiler", "Checkpoint", "EpochMemoryMonitor", "EpochPerformanceMonitor",

@@ -19,29 +19,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tbmem._lazy import lazy_exports
+from tbmem._internal._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "fit": "tbmem.forecast.core",
-    "Forecast": "tbmem.forecast.core",
-    "FitQuality": "tbmem.forecast.core",
-    "ForecastError": "tbmem.forecast.probe",
-    "StepMeasurement": "tbmem.forecast.measure",
-    "measure_step": "tbmem.forecast.measure",
-    "Budget": "tbmem.forecast.budget",
-    "default_budget": "tbmem.forecast.budget",
-    "format_bytes": "tbmem.forecast.report",
-    "FORECAST_TEXT_TAG": "tbmem.forecast.report",
+    "fit": "tbmem._internal.forecast.core",
+    "Forecast": "tbmem._internal.forecast.core",
+    "FitQuality": "tbmem._internal.forecast.core",
+    "ForecastError": "tbmem._internal.forecast.probe",
+    "StepMeasurement": "tbmem._internal.forecast.measure",
+    "measure_step": "tbmem._internal.forecast.measure",
+    "Budget": "tbmem._internal.forecast.budget",
+    "default_budget": "tbmem._internal.forecast.budget",
+    "format_bytes": "tbmem._internal.forecast.report",
+    "FORECAST_TEXT_TAG": "tbmem._internal.forecast.report",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tbmem.forecast.budget import Budget, default_budget
-    from tbmem.forecast.core import FitQuality, Forecast, fit
-    from tbmem.forecast.probe import ForecastError
-    from tbmem.forecast.measure import StepMeasurement, measure_step
-    from tbmem.forecast.report import FORECAST_TEXT_TAG, format_bytes
+    from tbmem._internal.forecast.budget import Budget, default_budget
+    from tbmem._internal.forecast.core import FitQuality, Forecast, fit
+    from tbmem._internal.forecast.probe import ForecastError
+    from tbmem._internal.forecast.measure import StepMeasurement, measure_step
+    from tbmem._internal.forecast.report import FORECAST_TEXT_TAG, format_bytes
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tbmem.cli import main
+from tbmem._internal.cli import main
 from tests.analysis._logdirs import CATEGORY, write_run
 
 
@@ -142,7 +142,7 @@ def test_missing_pandas_names_the_extra(logdir, capsys, monkeypatch):
 
 
 def test_importing_the_package_needs_neither_pandas_nor_matplotlib():
-    code = ("import sys, tbmem.analysis, tbmem.analysis.cli; "
+    code = ("import sys, tbmem.analysis, tbmem._internal.analysis.cli; "
             "print(sorted(m for m in ('pandas', 'matplotlib', 'torch') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
@@ -152,7 +152,7 @@ def test_report_on_a_logdir_with_symlink_loops_finishes_and_lists_each_run_once(
     os.symlink(".", logdir / "a")
     os.symlink(".", logdir / "b")
     os.symlink(".", logdir / "clean" / "loop")
-    proc = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", str(logdir), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "report", str(logdir), "--json"],
                           capture_output=True, text=True, timeout=120)  # the old walk never finished
     assert proc.returncode == 0, proc.stderr
     runs = [entry["run"] for entry in json.loads(proc.stdout)["runs"]]

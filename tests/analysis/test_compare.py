@@ -11,8 +11,8 @@ import re
 import numpy as np
 import pytest
 
-from tbmem.analysis.table import format_value
-from tbmem.cli import main
+from tbmem._internal.analysis.table import format_value
+from tbmem._internal.cli import main
 from tests._events import read_events
 
 RUNS = ["heat", "burgers", "unet_f8", "unet_f16"]

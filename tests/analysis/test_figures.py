@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tbmem.analysis import load_scalars
-from tbmem.analysis.figures import plot_large_tensors, plot_readings
-from tbmem.tags import TAGS
+from tbmem._internal.analysis.figures import plot_large_tensors, plot_readings
+from tbmem._internal.tags import TAGS
 from tests.analysis._logdirs import write_run
 
 pytest.importorskip("matplotlib")

@@ -14,11 +14,11 @@ import torch
 
 from tbmem import MemoryWriter
 from tbmem.analysis import load_scalars
-from tbmem.analysis.hints import HINT_KINDS, find_hints, format_hints
-from tbmem.analysis.table import format_bytes
-from tbmem.cli import main
-from tbmem.forecast.budget import cpu_budget, cuda_budget
-from tbmem.forecast.report import FORECAST_TEXT_TAG
+from tbmem._internal.analysis.hints import HINT_KINDS, find_hints, format_hints
+from tbmem._internal.analysis.table import format_bytes
+from tbmem._internal.cli import main
+from tbmem._internal.forecast.budget import cpu_budget, cuda_budget
+from tbmem._internal.forecast.report import FORECAST_TEXT_TAG
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 
 GiB = 2**30
@@ -203,7 +203,7 @@ def test_clean_run_has_no_hints_but_says_so(tmp_path):
 
 
 def test_hints_import_no_torch():
-    code = "import sys, tbmem.analysis.hints; print('torch' in sys.modules)"
+    code = "import sys, tbmem._internal.analysis.hints; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False"]
     assert set(HINT_KINDS) == {"activation_checkpointing", "optimizer_precision", "expandable_segments",

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tbmem.analysis import detect_leaks
-from tbmem.analysis.leaks import leak_tag_kind
+from tbmem._internal.analysis.leaks import leak_tag_kind
 from tests.analysis._loops import LEAKS, train
 
 ACT = "Memory/Tensor_Category/activations_MB"

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tbmem.analysis import load_scalars, plot_loss_and_memory
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 from tests.analysis._logdirs import write_run
 
 pytest.importorskip("matplotlib")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tbmem.analysis import load_scalars, plot_timeline
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 from tests.analysis._logdirs import CATEGORY, write_run
 
 pytest.importorskip("matplotlib")
@@ -85,10 +85,10 @@ def test_plot_lines_and_stacked_center_a_single_step(tmp_path):
 
 
 def test_categories_have_the_memory_tabs_colours(demo_like):
-    """One palette (tbmem.palette): report.png's category colours are the Memory tab's."""
+    """One palette (tbmem._internal.palette): report.png's category colours are the Memory tab's."""
     from matplotlib.colors import to_hex
 
-    from tbmem.palette import CATEGORY_COLORS
+    from tbmem._internal.palette import CATEGORY_COLORS
 
     census_ax = plot_timeline(load_scalars(demo_like)).axes[0]
     handles, labels = census_ax.get_legend_handles_labels()

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tbmem.analysis import rank_jobs, summarize
-from tbmem.analysis.ranks import split_rank_run
-from tbmem.cli import main
+from tbmem._internal.analysis.ranks import split_rank_run
+from tbmem._internal.cli import main
 from tests.analysis._logdirs import write_run
 
 RSS = "Memory/RAM/process_rss_GB"

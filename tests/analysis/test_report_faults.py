@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tbmem.cli import main
+from tbmem._internal.cli import main
 from tests.analysis._logdirs import CATEGORY, write_run
 
 HOSTILE = ["clear\x1b[2J\x1b[H", "clip\x1b]52;c;cHduZWQ=\x07", "two\nforged line: no leak found", "bidi\u202egnp.exe"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tbmem.cli import main
+from tbmem._internal.cli import main
 from tests.analysis._logdirs import CATEGORY, write_run
 
 NAMES = ["burgers_physical_quick_test/2026-11-26_00-35-09", "burgers_quick_test/2026-11-26_00-35-02",

@@ -8,8 +8,8 @@ import json
 import os
 
 from tbmem.analysis import load_scalars
-from tbmem.cli import main
-from tbmem.spikes import SPIKES_LOG, SpikeConfig, SpikeDetector
+from tbmem._internal.cli import main
+from tbmem._internal.spikes import SPIKES_LOG, SpikeConfig, SpikeDetector
 from tests._spiked_run import SPIKE_STEP
 from tests.analysis._logdirs import write_run
 

@@ -93,8 +93,8 @@ def test_no_tbmem_tags_is_a_clear_error(logdir):
 
 def test_census_cost_is_its_share_of_the_run(tmp_path):
     from tbmem.analysis import summarize
-    from tbmem.analysis.table import format_table
-    from tbmem.tags import TAGS
+    from tbmem._internal.analysis.table import format_table
+    from tbmem._internal.tags import TAGS
     from tests.analysis._logdirs import write_run
 
     # records every 10 steps of 10 ms each (100 ms between records); a 5 ms census at steps 0, 20, 40

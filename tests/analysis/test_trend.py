@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tbmem.trend import MAX_POINTS, theil_sen
+from tbmem._internal.trend import MAX_POINTS, theil_sen
 
 
 def test_exact_line_and_outliers():

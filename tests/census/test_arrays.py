@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 class Holder:
@@ -72,7 +72,7 @@ def test_all_mode_finds_arrays_held_only_by_function_locals() -> None:
 def test_the_all_search_leaves_out_tbmem_s_own_arrays() -> None:
     """``numpy_scan="all"`` counted tbmem's lookup tables (16 B always, 65,600 B after the first census)
     and a census's own columns as the user's arrays."""
-    from tbmem.census import heap, layout, walk
+    from tbmem._internal.census import heap, layout, walk
 
     kept = take_census(numpy_scan="all")  # after a census: its lookup tables are cached
     tables = [layout._SHIFT, layout._MASK, *layout._lookup(frozenset(heap.tensor_types()))]

@@ -7,7 +7,7 @@ import gc
 import torch
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 def _cacheable_bytes(low_precision_bytes: int) -> int:

@@ -8,7 +8,7 @@ import gc
 import numpy as np
 import torch
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 def test_the_foreign_memory_sentence_says_counted_once_only() -> None:

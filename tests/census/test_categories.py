@@ -7,7 +7,7 @@ import gc
 import torch
 import torch.nn.functional as F
 
-from tbmem.census import CATEGORIES, take_census
+from tbmem._internal.census import CATEGORIES, take_census
 from tests.census._model import VOCAB, TiedNet, storage_bytes, storage_ptrs
 
 F32 = torch.tensor(0.0).element_size()

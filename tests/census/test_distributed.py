@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 from tests.census._model import tensors_in
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or sys.platform == "win32",

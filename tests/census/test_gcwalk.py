@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from tbmem.census import heap
+from tbmem._internal.census import heap
 from tests._extensions import not_built
 
 
@@ -31,8 +31,8 @@ def _walk():
     """The C walk; skipped where the install had no C compiler, except under
     ``TBMEM_REQUIRE_C_EXTENSION=1`` (set by .ci/run), where that is a failure."""
     if not heap.C_HEAP_PASS:
-        not_built("tbmem/census/_gcwalk.c was not built: the install found no C compiler")
-    from tbmem.census._gcwalk import select_tracked
+        not_built("tbmem/_internal/census/_gcwalk.c was not built: the install found no C compiler")
+    from tbmem._internal.census._gcwalk import select_tracked
 
     return select_tracked
 
@@ -95,7 +95,7 @@ def test_objects_of_garbage_cycles_survive_the_collection_the_result_list_can_st
 
     code = textwrap.dedent("""
         import gc, torch
-        from tbmem.census._gcwalk import select_tracked
+        from tbmem._internal.census._gcwalk import select_tracked
         gc.disable()
         for i in range(50):  # garbage: each tensor only in a reference cycle
             box = {"t": torch.full((4,), float(i))}
@@ -119,12 +119,12 @@ def test_objects_of_garbage_cycles_survive_the_collection_the_result_list_can_st
 
 def _module():
     _walk()
-    from tbmem.census import _gcwalk
+    from tbmem._internal.census import _gcwalk
 
     missing = {"select_listed", "subclasses", "instances_below", "walk_graph", "select_tracked_from", "own_anchors",
                "select_frozen", "weak_refs", "tensor_facts", "storage_facts"} - set(dir(_gcwalk))
     if missing:  # a build of an older _gcwalk.c: `make install` (or build_ext --inplace) rebuilds it
-        not_built(f"tbmem/census/_gcwalk.c was built before {sorted(missing)} existed: rebuild it")
+        not_built(f"tbmem/_internal/census/_gcwalk.c was built before {sorted(missing)} existed: rebuild it")
     return _gcwalk
 
 
@@ -158,7 +158,7 @@ def _graphs() -> list[object]:
 def test_instances_below_in_c_finds_what_python_finds_and_spends_the_same_budget(depth, budget) -> None:
     import numpy as np
 
-    from tbmem.census import walk
+    from tbmem._internal.census import walk
 
     instances_below = _module().instances_below
     atypes = {np.ndarray}
@@ -173,7 +173,7 @@ def test_instances_below_in_c_finds_what_python_finds_and_spends_the_same_budget
 def test_instances_below_shares_one_budget_between_calls() -> None:
     import numpy as np
 
-    from tbmem.census import walk
+    from tbmem._internal.census import walk
 
     instances_below = _module().instances_below
     objs, budget, python_budget = _graphs(), [60], [60]
@@ -201,7 +201,7 @@ def test_select_listed_picks_by_exact_type_in_order_and_sees_the_marker() -> Non
 
 
 def test_subclasses_in_c_lists_what_python_lists(monkeypatch) -> None:
-    from tbmem.census import kinds
+    from tbmem._internal.census import kinds
 
     subclasses = _module().subclasses
 
@@ -277,7 +277,7 @@ def _fake_graph() -> list[_Node]:
 
 
 def test_the_graph_walk_in_c_reads_what_python_reads(monkeypatch) -> None:
-    from tbmem.census import scan
+    from tbmem._internal.census import scan
 
     _module()
     nodes = _fake_graph()
@@ -300,7 +300,7 @@ def test_the_graph_walk_in_c_reads_what_python_reads(monkeypatch) -> None:
 
 
 def test_the_graph_walk_in_c_lets_interrupts_through() -> None:
-    from tbmem import _torch_private as tp
+    from tbmem._internal import _torch_private as tp
 
     walk_graph = _module().walk_graph
 
@@ -361,8 +361,8 @@ def _odd_tensors() -> list[torch.Tensor]:
 
 def test_tensor_facts_in_c_are_what_python_reads() -> None:
     module = _module()
-    from tbmem import _torch_private_census as tpc
-    from tbmem.census import facts
+    from tbmem._internal import _torch_private_census as tpc
+    from tbmem._internal.census import facts
 
     layout = tpc.storage_layout()
     if layout is None:
@@ -387,7 +387,7 @@ def test_tensor_facts_in_c_are_what_python_reads() -> None:
 
 def test_instances_below_with_stop_types_and_object_arrays_finds_what_python_finds() -> None:
     module = _module()
-    from tbmem.census import walk
+    from tbmem._internal.census import walk
 
     inner = np.zeros(11)
     holder = np.empty(3, dtype=object)

@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-from tbmem.census import heap
+from tbmem._internal.census import heap
 from tests.census.test_gcwalk import _module, _types
 
 

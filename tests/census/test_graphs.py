@@ -13,7 +13,7 @@ from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
 from torch.utils.checkpoint import checkpoint
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 from tests.census._model import storage_ptrs
 
 
@@ -144,7 +144,7 @@ def test_checkpointed_graphs_give_no_spurious_notes(no_automatic_gc, tbmem_log, 
 
 @pytest.fixture
 def capture() -> Any:
-    from tbmem.census import heap
+    from tbmem._internal.census import heap
 
     heap.start_capture()
     try:
@@ -193,7 +193,7 @@ def _conv_net_loss(x: torch.Tensor, net: nn.Module) -> torch.Tensor:
 def test_a_graph_is_counted_whole_before_backward_and_empty_after_without_notes(no_automatic_gc) -> None:
     """The walk reads every node of a released graph cheaply: nothing counted, nothing noted; the
     same graph before backward counts every saved tensor."""
-    from tbmem.census import scan
+    from tbmem._internal.census import scan
 
     torch.manual_seed(0)
     net, x = nn.Conv1d(4, 6, 3), torch.randn(2, 4, 32)

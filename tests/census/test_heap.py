@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from tbmem.census import heap, take_census
+from tbmem._internal.census import heap, take_census
 
 pytestmark = pytest.mark.skipif(not heap.INCREMENTAL_SUPPORTED, reason="needs CPython's generational gc")
 
@@ -251,11 +251,11 @@ def test_subclass_instances_are_found_after_another_reference_to_the_class_was_d
     assert [(r.name, r.bytes) for r in _records_of(census, expected)] == [("scarce", expected)]
 
 
-# --- the types are listed once and kept while no class is defined (tbmem.census.kinds) -----------
+# --- the types are listed once and kept while no class is defined (tbmem._internal.census.kinds) -----------
 @pytest.fixture
 def listings(monkeypatch) -> list[bool]:
     """Each listing of the types the scan looks for."""
-    from tbmem.census import kinds
+    from tbmem._internal.census import kinds
 
     made: list[bool] = []
     real = kinds.list_kinds
@@ -303,7 +303,7 @@ def test_the_types_are_listed_again_only_when_a_class_that_may_be_one_was_define
     class Holder:  # PhiML imported since: its holder class is a root of its own, no subclass of any
         pass
 
-    from tbmem.census import kinds
+    from tbmem._internal.census import kinds
 
     for module in (heap, kinds):
         monkeypatch.setattr(module, "holder_types", lambda: {Holder})

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 def _storage_bytes(tensors: list[torch.Tensor]) -> int:

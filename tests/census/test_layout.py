@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-from tbmem.census import heap, layout
+from tbmem._internal.census import heap, layout
 
 
 class Disguised(torch.Tensor):

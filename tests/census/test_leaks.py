@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_a_wrapper_subclass_leaves_no_placeholder_storage_behind(tbmem_log) -> N
 _TEN_CENSUSES = textwrap.dedent("""
     import gc, json, sys
     import torch
-    from tbmem.census import take_census
+    from tbmem._internal.census import take_census
 
     def rss_kb():
         fields = dict(line.split(":", 1) for line in open("/proc/self/status") if line.startswith("Rss"))

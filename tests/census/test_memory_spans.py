@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import torch
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 def _union(spans: list[tuple[int, int]]) -> int:

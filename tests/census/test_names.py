@@ -11,7 +11,7 @@ import gc
 import torch
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 class Trainer:

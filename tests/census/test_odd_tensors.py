@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 from tests.census._model import storage_ptrs, tensors_in
 
 

@@ -9,7 +9,7 @@ import weakref
 import pytest
 import torch
 
-from tbmem.census import categorize, core, take_census
+from tbmem._internal.census import categorize, core, take_census
 
 
 class Raising:

@@ -8,7 +8,7 @@ import weakref
 import numpy as np
 import torch
 
-from tbmem.census import take_census, walk
+from tbmem._internal.census import take_census, walk
 
 
 def test_a_census_keeps_no_local_variable_of_its_caller_alive() -> None:

@@ -8,8 +8,8 @@ import gc
 import pytest
 import torch
 
-from tbmem.census import take_census
-from tbmem.census.names import unwrapped, wrapper_prefix
+from tbmem._internal.census import take_census
+from tbmem._internal.census.names import unwrapped, wrapper_prefix
 
 
 class _Net(torch.nn.Module):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tbmem.census import take_census
+from tbmem._internal.census import take_census
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tbmem import MemoryWriter
-from tbmem.tags import tag_for
+from tbmem._internal.tags import tag_for
 from tests._events import read_events, scalars, texts
 from tests.census._model import VOCAB, TiedNet
 

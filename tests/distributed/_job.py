@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from tbmem import MemoryWriter
-from tbmem.probes import HostProbe
+from tbmem._internal.probes import HostProbe
 
 
 def _hold_mb(mb: int) -> bytearray:

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from tbmem.layout import custom_scalars_layout
-from tbmem.ranks.aggregate import aggregate_rows
-from tbmem.tags import TAGS, GiB, ranks_tag
+from tbmem._internal.layout import custom_scalars_layout
+from tbmem._internal.ranks.aggregate import aggregate_rows
+from tbmem._internal.tags import TAGS, GiB, ranks_tag
 
 RSS = TAGS["ram_rss"].tag
 ALLOC = TAGS["vram_allocated"].tag
@@ -78,10 +78,10 @@ class _NeverDone:
 
 
 def _support_with_open_gather():  # noqa: ANN202
-    from tbmem.config import MemoryWriterConfig
-    from tbmem.ranks.aggregate import _Open
-    from tbmem.ranks.context import RankInfo
-    from tbmem.ranks.support import RankSupport
+    from tbmem._internal.config import MemoryWriterConfig
+    from tbmem._internal.ranks.aggregate import _Open
+    from tbmem._internal.ranks.context import RankInfo
+    from tbmem._internal.ranks.support import RankSupport
 
     support = RankSupport(RankInfo(rank=0, world_size=2, source="dist"), MemoryWriterConfig(ranks={"timeout_s": 1}))
     support.aggregator._open = _Open(10, None, None, _NeverDone())

@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the compact layout needs pyarrow (tbmem[ranks])")
 
-from tbmem.logdir.rank_table import rank_table_paths, read_rank_table  # noqa: E402
-from tbmem.logdir.runs import find_runs  # noqa: E402
+from tbmem._internal.logdir.rank_table import rank_table_paths, read_rank_table  # noqa: E402
+from tbmem._internal.logdir.runs import find_runs  # noqa: E402
 from tests._events import read_events  # noqa: E402
 from tests.distributed._torchrun import torchrun  # noqa: E402
 
@@ -121,10 +121,10 @@ def test_tensorboard_lists_the_job_and_the_chosen_ranks_only(jobs, tmp_path):
 
 
 def test_report_reads_every_rank_of_a_compact_job_from_its_rank_table(jobs):
-    from tbmem.analysis.rank_table import table_summaries
-    from tbmem.analysis.summary import summarize
+    from tbmem._internal.analysis.rank_table import table_summaries
+    from tbmem._internal.analysis.summary import summarize
 
-    proc = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "--json", str(jobs["compact"])],
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "report", "--json", str(jobs["compact"])],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (job,) = json.loads(proc.stdout)["jobs"]

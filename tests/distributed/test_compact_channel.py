@@ -1,4 +1,4 @@
-"""tbmem.ranks.compact.NodeChannel: a peer's records reach its node's rank table whole, in batches."""
+"""tbmem._internal.ranks.compact.NodeChannel: a peer's records reach its node's rank table whole, in batches."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the rank table needs pyarrow (tbmem[ranks])")
 
-from tbmem.logdir.rank_table import read_rank_table  # noqa: E402
-from tbmem.ranks import channel, compact  # noqa: E402
-from tbmem.ranks.compact import NodeChannel  # noqa: E402
+from tbmem._internal.logdir.rank_table import read_rank_table  # noqa: E402
+from tbmem._internal.ranks import channel, compact  # noqa: E402
+from tbmem._internal.ranks.compact import NodeChannel  # noqa: E402
 
 
 def _records(rank: int, n: int) -> list[tuple[int, dict[str, float]]]:

@@ -1,4 +1,4 @@
-"""The compact layout's settings: RanksConfig.layout and compact_above, and the trainers' tbmem.ranks node."""
+"""The compact layout's settings: RanksConfig.layout and compact_above, and the trainers' tbmem._internal.ranks node."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from tbmem.config import MemoryWriterConfig
-from tbmem.ranks import RanksConfig
-from tbmem.ranks.context import RankInfo
-from tbmem.ranks.support import RankSupport
+from tbmem._internal.config import MemoryWriterConfig
+from tbmem._internal.ranks import RanksConfig
+from tbmem._internal.ranks.context import RankInfo
+from tbmem._internal.ranks.support import RankSupport
 
 
 def test_auto_is_compact_above_compact_above_ranks_only():

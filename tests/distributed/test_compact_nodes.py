@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the compact layout needs pyarrow (tbmem[ranks])")
 
-from tbmem.logdir.rank_table import rank_table_paths, read_rank_table  # noqa: E402
+from tbmem._internal.logdir.rank_table import rank_table_paths, read_rank_table  # noqa: E402
 from tests.distributed._torchrun import ROOT  # noqa: E402
 
 JOB = Path(__file__).with_name("_compact_job.py")
@@ -58,7 +58,7 @@ def test_each_node_writes_its_own_ranks_table_and_the_report_reads_one_job(tmp_p
         # STEPS records and STEPS readings at steps 1000+ per rank
         assert sorted(pairs) == sorted((r, s) for r in ranks for s in (*range(STEPS), *range(1000, 1000 + STEPS)))
     assert sorted(set(read_rank_table(str(job), columns=[]).column("rank").to_pylist())) == list(range(2 * PER_NODE))
-    proc = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "--json", str(job)],
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "report", "--json", str(job)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (summary,) = json.loads(proc.stdout)["jobs"]

@@ -6,8 +6,8 @@ import pytest
 import torch.distributed as dist
 
 from tbmem import MemoryWriter
-from tbmem.ranks import RankInfo, RanksConfig, detect_rank
-from tbmem.tags import TAGS, ranks_tag
+from tbmem._internal.ranks import RankInfo, RanksConfig, detect_rank
+from tbmem._internal.tags import TAGS, ranks_tag
 from tests._events import read_events
 
 RSS = TAGS["ram_rss"].tag
@@ -87,7 +87,7 @@ def test_rank0_writes_the_margin_charts_only(tmp_path, torchrun_env):
                         out |= {cat.title for cat in layout.category}
         return out
 
-    # the layout follows what a rank writes (tbmem.layout): rank 0 writes the aggregates, so only its
+    # the layout follows what a rank writes (tbmem._internal.layout): rank 0 writes the aggregates, so only its
     # layout gets their margin charts (tests/distributed/test_torchrun.py checks a real job's)
     for rank in (0, 1):
         torchrun_env(rank)
@@ -115,7 +115,7 @@ def test_ranks_config_from_a_mapping_names_unknown_keys():
     message = r"unknown RanksConfig key 'timeout' \(did you mean 'timeout_s'\?\); valid keys: "
     with pytest.raises(ValueError, match=message):
         RanksConfig.from_mapping({"timeout": 3})
-    from tbmem.config import MemoryWriterConfig
+    from tbmem._internal.config import MemoryWriterConfig
 
     assert MemoryWriterConfig(ranks={"timeout_s": 5}).ranks.timeout_s == 5.0
     with pytest.raises(ValueError, match="ranks must be a RanksConfig"):

@@ -8,11 +8,11 @@ import time
 import pytest
 import torch.distributed as dist
 
-from tbmem.config import MemoryWriterConfig
-from tbmem.ranks.context import RankInfo
-from tbmem.ranks.oom import OomSignal
-from tbmem.ranks.store import JobStore
-from tbmem.ranks.support import RankSupport
+from tbmem._internal.config import MemoryWriterConfig
+from tbmem._internal.ranks.context import RankInfo
+from tbmem._internal.ranks.oom import OomSignal
+from tbmem._internal.ranks.store import JobStore
+from tbmem._internal.ranks.support import RankSupport
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_store_operations_go_on_while_the_watcher_waits(job_env):
 def test_the_training_thread_writes_the_picture_when_it_comes_by(job_env, monkeypatch):
     for key, value in job_env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr("tbmem.ranks.support.distributed_ready", lambda: True)
+    monkeypatch.setattr("tbmem._internal.ranks.support.distributed_ready", lambda: True)
     threads: list[str] = []
 
     class Snapshots:
@@ -108,7 +108,7 @@ def test_the_training_thread_writes_the_picture_when_it_comes_by(job_env, monkey
 def test_writers_of_one_process_share_one_watcher(job_env, monkeypatch):
     for key, value in job_env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr("tbmem.ranks.support.distributed_ready", lambda: True)
+    monkeypatch.setattr("tbmem._internal.ranks.support.distributed_ready", lambda: True)
     config = MemoryWriterConfig(ranks={"aggregate": False})
     calls: list[int] = []
     supports = []
@@ -134,9 +134,9 @@ def test_writers_of_one_process_share_one_watcher(job_env, monkeypatch):
 def test_a_peer_picture_from_the_watcher_thread_keeps_the_recorder_running(tmp_path):
     import torch
 
-    from tbmem.ranks.oom import PeerOutOfMemoryError
-    from tbmem.snapshot import SnapshotConfig, SnapshotManager
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.ranks.oom import PeerOutOfMemoryError
+    from tbmem._internal.snapshot import SnapshotConfig, SnapshotManager
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     mgr = SnapshotManager(SnapshotConfig(every=100, html=False, recorder="dispatch", rank=0), log_dir=str(tmp_path))
     x = torch.ones(256) * 2  # recorded by the training thread's dispatch mode

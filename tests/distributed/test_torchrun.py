@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tbmem.tags import TAGS, ranks_tag
+from tbmem._internal.tags import TAGS, ranks_tag
 from tests._events import read_events
 from tests.distributed._torchrun import JOB, torchrun
 
@@ -111,7 +111,7 @@ def test_a_rank_with_a_failing_probe_does_not_hang_the_job(tmp_path):
 
 
 def test_simulated_oom_on_rank_1_leaves_snapshots_from_both_ranks(tmp_path):
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     proc = torchrun(2, JOB, "oom", str(tmp_path), str(STEPS), timeout=300)
     assert proc.returncode != 0  # rank 1's error reached the user and ended the job

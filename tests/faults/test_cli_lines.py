@@ -14,7 +14,7 @@ def test_forecast_with_a_missing_config_is_one_line(tmp_path):
     pytest.importorskip("hydra", reason="tbmem forecast reads Hydra configs (tbmem[trainers])")
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "small.yaml").write_text("a: 1\n")
-    done = subprocess.run([sys.executable, "-m", "tbmem.cli", "forecast", "--config-dir", str(tmp_path / "conf"),
+    done = subprocess.run([sys.executable, "-m", "tbmem", "forecast", "--config-dir", str(tmp_path / "conf"),
                            "--config-name", "no_such_config"], check=False, capture_output=True, text=True,
                           timeout=120, env=child_env(), cwd=str(REPO))
     assert done.returncode != 0

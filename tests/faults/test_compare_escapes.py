@@ -27,7 +27,7 @@ def test_compare_prints_names_from_files_only_as_visible_escapes(tmp_path):
     runs = [tmp_path / "a", tmp_path / f"b{HOSTILE}"]
     for i, run in enumerate(runs):
         _run(run, 1.0 + i)
-    done = subprocess.run([sys.executable, "-m", "tbmem.cli", "compare", *map(str, runs)], check=False,
+    done = subprocess.run([sys.executable, "-m", "tbmem", "compare", *map(str, runs)], check=False,
                           capture_output=True, text=True, timeout=180, env=child_env(), cwd=str(REPO))
     assert done.returncode == 0, done.stderr
     out = done.stdout + done.stderr

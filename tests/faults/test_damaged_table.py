@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("pyarrow", reason="the rank table needs pyarrow (tbmem[ranks])")
 
 from tbmem import MemoryWriter
-from tbmem.logdir.rank_table import RankTableWriter, rank_table_path
+from tbmem._internal.logdir.rank_table import RankTableWriter, rank_table_path
 from tests.faults._child import REPO, child_env
 
 
@@ -29,7 +29,7 @@ def test_report_names_the_damaged_node_table_and_reads_the_others(tmp_path):
     with open(damaged, "r+b") as fh:  # its footer overwritten: "Parquet magic bytes not found"
         fh.seek(-8, 2)
         fh.write(b"\0" * 8)
-    done = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", str(tmp_path / "logs")], check=False,
+    done = subprocess.run([sys.executable, "-m", "tbmem", "report", str(tmp_path / "logs")], check=False,
                           capture_output=True, text=True, timeout=180, env=child_env(), cwd=str(REPO))
     assert done.returncode == 0, done.stderr
     assert "node1.parquet" in done.stderr and "left out" in done.stderr

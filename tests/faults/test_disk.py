@@ -10,8 +10,8 @@ import os
 import textwrap
 
 from tbmem.analysis import load_scalars
-from tbmem.snapshot import load_snapshot
-from tbmem.snapshot.store import PLUGIN_DIR
+from tbmem._internal.snapshot import load_snapshot
+from tbmem._internal.snapshot.store import PLUGIN_DIR
 from tests.faults._child import event_records, run_child, steps_of, tbmem_lines
 
 RSS = "Memory/RAM/process_rss_GB"
@@ -42,11 +42,11 @@ def test_full_disk_training_finishes_and_recovers_when_space_returns(mounts):
     disk = mounts("tmpfs", size_kb=512)
     proc = run_child(_script("""
         import os, sys
-        import tbmem._retry
+        import tbmem._internal._retry
         from tbmem import MemoryWriter
         # FILL
-        clock = [0.0]  # the retries' clock (tbmem._retry._now): 5 ms a step, and the wait below, without sleeping
-        tbmem._retry._now = lambda: clock[0]
+        clock = [0.0]  # the retries' clock (tbmem._internal._retry._now): 5 ms a step, and the wait below, without sleeping
+        tbmem._internal._retry._now = lambda: clock[0]
         disk = sys.argv[1]
         w = MemoryWriter(os.path.join(disk, "run"), every=1, census_every=0, custom_layout=False)
         for step in range(120):

@@ -155,7 +155,8 @@ def test_writes_in_a_forked_child_are_ignored_with_one_line(tmp_path):
 _DATALOADER_JOB = """
     import os, sys, time, torch
     from torch.utils.data import DataLoader, Dataset
-    from tbmem import MemoryWriter, _signals
+    from tbmem import MemoryWriter
+    from tbmem._internal import _signals
 
     # a finish that takes a while (a slow network filesystem): a worker dies of the same SIGTERM meanwhile
     finish = _signals.finish_writer

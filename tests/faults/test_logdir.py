@@ -19,7 +19,7 @@ def test_a_relative_logdir_stays_where_it_was_after_chdir(tmp_path):
     done = run_child("""
         import os, sys, torch
         from tbmem import MemoryWriter
-        from tbmem.snapshot import SnapshotConfig
+        from tbmem._internal.snapshot import SnapshotConfig
         os.chdir(os.path.join(sys.argv[1], "a"))
         model = torch.nn.Linear(8, 8)
         with MemoryWriter("runs/x", every=1, census_every=2, custom_layout=False,
@@ -84,7 +84,7 @@ def test_a_census_line_cut_short_by_a_full_disk_is_removed(tmp_path, mounts):
     done = run_child("""
         import errno, os, sys, torch
         from tbmem import MemoryWriter
-        from tbmem.logdir.census_log import CensusLog
+        from tbmem._internal.logdir.census_log import CensusLog
         run = os.path.join(sys.argv[1], "run")
         layers = [torch.nn.Linear(16, 16) for _ in range(40)]  # 80 tensors: lines of about 9 KiB
         side = os.path.join(run, "plugins", "tbmem", "census.jsonl")
@@ -122,7 +122,7 @@ def test_a_census_line_cut_short_by_a_full_disk_is_removed(tmp_path, mounts):
 _SLOW_SNAPSHOT_WRITE = """
     import os, sys, time
     from tbmem import MemoryWriter
-    from tbmem.snapshot.store import SnapshotStore
+    from tbmem._internal.snapshot.store import SnapshotStore
     run = os.path.join(sys.argv[1], "run")
     w = MemoryWriter(run, every=1, census_every=0, custom_layout=False)  # tbmem's SIGTERM handler
     w.log_memory(0)
@@ -160,7 +160,7 @@ def test_temp_files_of_a_snapshot_write_ended_by_a_signal_are_removed(tmp_path, 
     done = run_child("""
         import os, sys
         from tbmem import MemoryWriter
-        from tbmem.snapshot import SnapshotConfig
+        from tbmem._internal.snapshot import SnapshotConfig
         with MemoryWriter(os.path.join(sys.argv[1], "run"), every=1, census_every=0,
                           snapshot=SnapshotConfig(steps=(1,), window=1, html=False)) as w:
             for step in range(3):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from tbmem.logdir.traces import list_traces
+from tbmem._internal.logdir.traces import list_traces
 from tests.faults._child import run_child, steps_of, tbmem_lines
 
 RSS = "Memory/RAM/process_rss_GB"

@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the rank table needs pyarrow (tbmem[ranks])")
 
-from tbmem.logdir.rank_table import RankTableWriter, read_rank_table
+from tbmem._internal.logdir.rank_table import RankTableWriter, read_rank_table
 from tests.faults._child import finish, start_child
 
 GROUPS = 40
 
 _JOB = """
 import sys
-from tbmem.logdir.rank_table import RankTableWriter
+from tbmem._internal.logdir.rank_table import RankTableWriter
 path, rank, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 table = RankTableWriter(path)
 for step in range(%d):
@@ -59,7 +59,7 @@ def test_the_part_a_killed_writer_left_is_removed_by_the_next_flush(tmp_path):
     path = str(tmp_path / "job" / "ranks" / "node0.parquet")
     code = f"""
 import os, signal
-from tbmem.logdir import rank_table
+from tbmem._internal.logdir import rank_table
 table = rank_table.RankTableWriter({path!r})
 table.add(0, 1, 0.0, {{"Memory/A_GB": 1.0}})
 table.flush()

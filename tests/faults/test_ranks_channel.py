@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the rank table needs pyarrow (tbmem[ranks])")
 
-from tbmem.logdir.rank_table import read_rank_table
-from tbmem.ranks import channel
-from tbmem.ranks.channel import NodeChannel
+from tbmem._internal.logdir.rank_table import read_rank_table
+from tbmem._internal.ranks import channel
+from tbmem._internal.ranks.channel import NodeChannel
 
 TAG = "Memory/RAM/process_rss_GB"
 

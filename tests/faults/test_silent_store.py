@@ -51,7 +51,7 @@ def silent_store(monkeypatch):
 
 
 def test_close_keeps_one_deadline_and_names_the_kept_folder(silent_store, tmp_path, monkeypatch, caplog):
-    from tbmem.logdir import fs
+    from tbmem._internal.logdir import fs
 
     monkeypatch.setenv("TBMEM_REMOTE_TIMEOUT_S", "30")  # a round outlasts close()'s deadline
     local = tmp_path / "mirror"
@@ -68,7 +68,7 @@ def test_close_keeps_one_deadline_and_names_the_kept_folder(silent_store, tmp_pa
 
 
 def test_an_upload_round_that_overruns_is_one_line(silent_store, tmp_path, monkeypatch, caplog):
-    from tbmem.logdir import fs
+    from tbmem._internal.logdir import fs
 
     monkeypatch.setattr(fs, "ROUND_WARN_S", 0.5)
     local = tmp_path / "mirror"
@@ -85,7 +85,7 @@ def test_report_on_a_silent_store_ends_with_a_message_and_leaves_no_copy(silent_
     temp.mkdir()
     env = dict(child_env(), **silent_store, TMPDIR=str(temp))
     try:
-        done = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "s3://bucket/runs"], check=False,
+        done = subprocess.run([sys.executable, "-m", "tbmem", "report", "s3://bucket/runs"], check=False,
                               capture_output=True, text=True, timeout=120, env=env, cwd=str(REPO))
     except subprocess.TimeoutExpired:
         pytest.fail("tbmem report on a silent store ran past 120 s")
@@ -117,7 +117,7 @@ def test_report_on_s3_leaves_nothing_in_the_temporary_folder(tmp_path):
         temp.mkdir()
         env = dict(child_env(), **server.env, TMPDIR=str(temp))
         for _ in range(2):
-            done = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "s3://bucket/runs"], check=False,
+            done = subprocess.run([sys.executable, "-m", "tbmem", "report", "s3://bucket/runs"], check=False,
                                   capture_output=True, text=True, timeout=180, env=env, cwd=str(REPO))
             assert done.returncode == 0 and "exp" in done.stdout, done.stderr[-2000:]
         assert os.listdir(temp) == [], "a copy of the logdir was left in the temporary folder"

@@ -21,12 +21,12 @@ pa = pytest.importorskip("pyarrow", reason="the rank tables need pyarrow (tbmem[
 pq = pytest.importorskip("pyarrow.parquet", reason="the rank tables need pyarrow (tbmem[ranks])")
 
 from tbmem import MemoryWriter
-from tbmem.logdir.rank_table import rank_table_path, rank_table_schema
-from tbmem.logdir.traces import trace_name, trace_path
+from tbmem._internal.logdir.rank_table import rank_table_path, rank_table_schema
+from tbmem._internal.logdir.traces import trace_name, trace_path
 from tests.plugin._logdir import Server, get
 
 VRAM = "Memory/GPU/vram_allocated_GB"
-ROWS = 3_000_000  # more than the tab reads (tbmem.plugin.rank_table.MAX_ROWS), in a file of kilobytes
+ROWS = 3_000_000  # more than the tab reads (tbmem._internal.plugin.rank_table.MAX_ROWS), in a file of kilobytes
 
 
 def _run(folder: Path) -> None:

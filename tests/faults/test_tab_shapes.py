@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.logdir.traces import trace_name, trace_path
+from tbmem._internal.logdir.traces import trace_name, trace_path
 from tests._browser import open_tab, wait_until
 from tests.plugin._logdir import Server, get
 

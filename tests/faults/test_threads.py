@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tbmem.snapshot import load_snapshot
-from tbmem.snapshot.store import PLUGIN_DIR
+from tbmem._internal.snapshot import load_snapshot
+from tbmem._internal.snapshot.store import PLUGIN_DIR
 from tests.faults._child import run_child, tbmem_lines
 from tests.snapshot._helpers import require_backend
 
@@ -15,7 +15,7 @@ from tests.snapshot._helpers import require_backend
 # run_child dedents).
 _PROBE = """
         from torch.utils._python_dispatch import _get_current_dispatch_mode
-        from tbmem.snapshot import native
+        from tbmem._internal.snapshot import native
         def recording_here(recorder):
             if recorder == "dispatch":
                 mode = _get_current_dispatch_mode()

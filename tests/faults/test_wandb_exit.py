@@ -16,7 +16,7 @@ pytest.importorskip("wandb", reason="the W&B sink needs wandb (tbmem[wandb])")
 _TRAIN = """
 import sys
 from tbmem import MemoryWriter
-from tbmem.sinks.wandb_sink import WandbSink
+from tbmem._internal.sinks.wandb_sink import WandbSink
 sink = WandbSink(project="tbmem-test", close_timeout_s=5)
 with MemoryWriter(sys.argv[1], every=1, census_every=0, custom_layout=False, sinks=[sink]) as w:
     for step in range(3):

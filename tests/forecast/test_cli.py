@@ -18,7 +18,7 @@ def forecast(tmp_path, *args: str) -> subprocess.CompletedProcess:
     base = ["--config-dir", str(ROOT / "conf")]
     common = [f"data.cache_dir={tmp_path / 'cache'}", "data.progress=false", "trainer_params.progress=false",
               "data.num_sims=3", "data.num_frames=20", "trainer_params.train_sim=[0,1]", "trainer_params.val_sim=[2]"]
-    cmd = [sys.executable, "-m", "tbmem.cli", "forecast", *base, *args]
+    cmd = [sys.executable, "-m", "tbmem", "forecast", *base, *args]
     if "burgers_quick_test" in args:
         cmd += common
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tbmem.forecast import default_budget, fit
-from tbmem.forecast.budget import CUDA_LIBRARY_BYTES, cpu_budget, cuda_budget
+from tbmem._internal.forecast.budget import CUDA_LIBRARY_BYTES, cpu_budget, cuda_budget
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 
 GiB = 2**30

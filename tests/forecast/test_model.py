@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tbmem.forecast.model import Envelope, fit_lines, phase_points
+from tbmem._internal.forecast.model import Envelope, fit_lines, phase_points
 
 
 def test_fit_lines_recovers_lines_and_reports_residuals():

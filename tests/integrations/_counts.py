@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tbmem.logdir.census_log import CensusLog, census_log_path
+from tbmem._internal.logdir.census_log import CensusLog, census_log_path
 from tests._events import read_events
 
 __all__ = ["CATEGORIES", "censuses", "count", "run_dirs", "scalar_steps", "storage_bytes"]

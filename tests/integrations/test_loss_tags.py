@@ -12,13 +12,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import MemoryWriter, MemoryWriterConfig
 from tbmem.analysis import load_scalars, summarize
-from tbmem.analysis.spikes import find_spikes
-from tbmem.cli import main
-from tbmem.logdir.settings import SETTINGS_LOG, RunSettings, read_settings
-from tbmem.logdir.spikes import read_spikes
-from tbmem.plugin.charts import is_step_loss
-from tbmem.spikes import SpikeConfig
-from tbmem.tags import is_loss_tag
+from tbmem._internal.analysis.spikes import find_spikes
+from tbmem._internal.cli import main
+from tbmem._internal.logdir.settings import SETTINGS_LOG, RunSettings, read_settings
+from tbmem._internal.logdir.spikes import read_spikes
+from tbmem._internal.plugin.charts import is_step_loss
+from tbmem._internal.spikes import SpikeConfig
+from tbmem._internal.tags import is_loss_tag
 from tests.integrations._counts import censuses
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tbmem.logdir.layout import PLUGIN_DIR
-from tbmem.snapshot import load_snapshot
+from tbmem._internal.logdir.layout import PLUGIN_DIR
+from tbmem._internal.snapshot import load_snapshot
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 from tests.integrations._counts import run_dirs, scalar_steps
 from tests.snapshot._helpers import torch_dict

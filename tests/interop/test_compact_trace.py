@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the compact layout needs pyarrow (tbmem[ranks])")
 
-from tbmem.cli import main  # noqa: E402
-from tbmem.logdir.rank_table import read_rank_table  # noqa: E402
-from tbmem.logdir.runs import find_runs  # noqa: E402
+from tbmem._internal.cli import main  # noqa: E402
+from tbmem._internal.logdir.rank_table import read_rank_table  # noqa: E402
+from tbmem._internal.logdir.runs import find_runs  # noqa: E402
 from tests.distributed._torchrun import torchrun  # noqa: E402
 from tests.interop._trace_rules import check_trace  # noqa: E402
 
@@ -68,7 +68,7 @@ def test_rank_tables_hold_every_rank_s_loss_and_step_time_per_step(job):
 
 def test_a_damaged_rank_table_stops_the_trace_or_is_left_out_with_allow_truncated(tmp_path, capsys):
     from tbmem import MemoryWriter
-    from tbmem.logdir.rank_table import RankTableWriter
+    from tbmem._internal.logdir.rank_table import RankTableWriter
 
     with MemoryWriter(tmp_path / "rank0", every=1, census_every=0) as w:
         w.log_memory(0)

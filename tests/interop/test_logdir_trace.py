@@ -9,7 +9,7 @@ import json
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.cli import main
+from tbmem._internal.cli import main
 from tests.interop._trace_rules import check_trace
 
 

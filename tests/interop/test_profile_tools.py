@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tbmem.logdir.traces import list_traces, trace_path
+from tbmem._internal.logdir.traces import list_traces, trace_path
 from tests.interop._trace_rules import check_trace, violations
 from trainers.experiment import run_experiment
 

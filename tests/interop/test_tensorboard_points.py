@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tbmem import MemoryWriter
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 from tests._servers import Server
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugin.md"

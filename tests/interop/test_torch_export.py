@@ -25,7 +25,7 @@ _NAMING = {"GLOBAL", "STACK_GLOBAL", "REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tbmem.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "tbmem", *args], capture_output=True, text=True, timeout=300)
 
 
 def _stats(path: Path) -> list[dict[str, Any]]:

@@ -10,8 +10,8 @@ import torch
 
 from tbmem import MemoryWriter
 from tbmem.analysis import load_scalars, load_texts
-from tbmem.census.report import Census, TensorRecord
-from tbmem.logdir.census_log import CensusLog, append_census, census_log_path, parse_census_markdown
+from tbmem._internal.census.report import Census, TensorRecord
+from tbmem._internal.logdir.census_log import CensusLog, append_census, census_log_path, parse_census_markdown
 
 
 def _train(log_dir, steps=6, census_every=2):

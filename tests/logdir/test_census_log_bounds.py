@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from tbmem.logdir import census_log
-from tbmem.logdir.census_log import CensusLog
+from tbmem._internal.logdir import census_log
+from tbmem._internal.logdir.census_log import CensusLog
 
 
 def _line(step: int, **extra) -> bytes:

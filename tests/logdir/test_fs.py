@@ -1,4 +1,4 @@
-"""tbmem.logdir.fs.RemoteMirror: what reaches the store, and how often a growing file is sent again.
+"""tbmem._internal.logdir.fs.RemoteMirror: what reaches the store, and how often a growing file is sent again.
 
 fsspec's in-memory file system stands in for the store here (tests/remote/test_s3.py runs the same
 writer against a real S3 server).
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("fsspec", reason="remote logdirs need fsspec (tbmem[remote])")
 
-from tbmem.logdir import fs as remote  # noqa: E402
+from tbmem._internal.logdir import fs as remote  # noqa: E402
 
 
 @pytest.fixture

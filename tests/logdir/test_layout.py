@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 
-from tbmem.logdir.layout import (CENSUS_LOG, FORMATS, SNAPSHOT_FILE, TEMP_FILE, census_log_path, plugin_dir,
+from tbmem._internal.logdir.layout import (CENSUS_LOG, FORMATS, SNAPSHOT_FILE, TEMP_FILE, census_log_path, plugin_dir,
                                  split_rank, temp_prefix)
 
 
 def test_formats_name_the_versions_and_modules_that_handle_them():
-    from tbmem.snapshot.schema import VERSION
+    from tbmem._internal.snapshot.schema import VERSION
 
     formats = {f.name: f for f in FORMATS}
     assert formats["snapshot"].version == VERSION  # the schema module reads this version and the ones before
@@ -21,7 +21,7 @@ def test_formats_name_the_versions_and_modules_that_handle_them():
 
 
 def test_the_store_names_snapshots_as_the_readers_parse_them(tmp_path):
-    from tbmem.snapshot.store import SnapshotStore
+    from tbmem._internal.snapshot.store import SnapshotStore
 
     store = SnapshotStore(str(tmp_path), rank=3, max_snapshots=0, max_disk_mb=0)
     files = [("json.gz", lambda fh: fh.write(b"{}")), ("html", lambda fh: fh.write(b"<html>"))]
@@ -37,9 +37,9 @@ def test_the_store_names_snapshots_as_the_readers_parse_them(tmp_path):
 
 
 def test_rank_folders_are_written_and_grouped_by_one_rule():
-    from tbmem.analysis.ranks import split_rank_run
-    from tbmem.logdir.runs import group_runs
-    from tbmem.ranks.context import detect_rank
+    from tbmem._internal.analysis.ranks import split_rank_run
+    from tbmem._internal.logdir.runs import group_runs
+    from tbmem._internal.ranks.context import detect_rank
 
     run = os.path.relpath(detect_rank(environ={"RANK": "2", "WORLD_SIZE": "4"}).run_dir("exp/a"))
     assert run == os.path.join("exp", "a", "rank2")

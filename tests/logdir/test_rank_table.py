@@ -1,4 +1,4 @@
-"""tbmem.logdir.rank_table.RankTableWriter: rows and column blocks in one table, every value where it belongs."""
+"""tbmem._internal.logdir.rank_table.RankTableWriter: rows and column blocks in one table, every value where it belongs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 pa = pytest.importorskip("pyarrow", reason="the rank table needs pyarrow (tbmem[ranks])")
 np = pytest.importorskip("numpy")
 
-from tbmem.logdir.rank_table import RankTableWriter, rank_table_path, read_rank_table  # noqa: E402
+from tbmem._internal.logdir.rank_table import RankTableWriter, rank_table_path, read_rank_table  # noqa: E402
 
 
 def test_rows_and_blocks_of_different_tags_make_one_table_with_nulls_where_a_record_lacks_a_tag(tmp_path):

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from tbmem import MemoryWriter
-from tbmem.logdir import LogdirReader
-from tbmem.logdir.events import CPU_EPOCH_TAG, OLD_EPOCH_TAG, current_name, event_files, read_columns
+from tbmem._internal.logdir import LogdirReader
+from tbmem._internal.logdir.events import CPU_EPOCH_TAG, OLD_EPOCH_TAG, current_name, event_files, read_columns
 
 
 def _run(path, steps=4, **options):

@@ -7,8 +7,8 @@ import json
 import os
 
 from tbmem import MemoryWriter
-from tbmem.logdir import LogdirReader
-from tbmem.logdir.settings import (MAX_PATTERN_CHARS, MAX_PATTERNS, SETTINGS_LOG, RunSettings, append_settings,
+from tbmem._internal.logdir import LogdirReader
+from tbmem._internal.logdir.settings import (MAX_PATTERN_CHARS, MAX_PATTERNS, SETTINGS_LOG, RunSettings, append_settings,
                                    read_settings)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
-from tbmem.monitor import output
+from tbmem._internal.monitor import output
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 
 MiB = 2**20

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tbmem import MemoryWriter
-from tbmem import _torch_private as tp
-from tbmem.monitor import readings
-from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryTracker,
+from tbmem._internal import _torch_private as tp
+from tbmem._internal.monitor import readings
+from tbmem._internal.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryTracker,
                            PerformanceMonitor, monitor_memory, track_memory, track_performance)
 from tests.monitor.conftest import value_events
 

@@ -104,7 +104,7 @@ def test_examples_on_a_gpu(tmp_path):
 
 
 def test_the_memory_writer_quickstart_example_writes_what_the_tab_reads(tmp_path):
-    from tbmem.logdir import CensusLog, census_log_path
+    from tbmem._internal.logdir import CensusLog, census_log_path
 
     proc = _run("memory_writer_quickstart.py", "--logdir", str(tmp_path), "--steps", "21")
     assert proc.returncode == 0, proc.stderr

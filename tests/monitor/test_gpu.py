@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from tbmem.monitor import EpochMemoryMonitor, PerformanceMonitor, track_memory
+from tbmem._internal.monitor import EpochMemoryMonitor, PerformanceMonitor, track_memory
 
 pytestmark = pytest.mark.gpu
 MiB = 2**20

@@ -13,9 +13,9 @@ import psutil
 import pytest
 import torch
 
-from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, MemoryMonitor, MemoryTracker,
+from tbmem._internal.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, MemoryMonitor, MemoryTracker,
                            monitor_memory, track_memory)
-from tbmem.probes.host import reset_peak_rss
+from tbmem._internal.probes.host import reset_peak_rss
 
 MiB = 2**20
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tbmem.monitor import MemoryMonitor, emit, redirect_output, set_output, silence_output
-from tbmem.monitor.formatting import NA, format_delta, format_loss, format_mb, loss_value, tag_name
+from tbmem._internal.monitor import MemoryMonitor, emit, redirect_output, set_output, silence_output
+from tbmem._internal.monitor.formatting import NA, format_delta, format_loss, format_mb, loss_value, tag_name
 
 
 def test_default_goes_to_stdout_at_call_time(capsys):

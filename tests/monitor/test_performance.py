@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from tbmem.monitor import EpochPerformanceMonitor, PerformanceMonitor, monitor_performance, track_performance
+from tbmem._internal.monitor import EpochPerformanceMonitor, PerformanceMonitor, monitor_performance, track_performance
 
 MiB = 2**20
 SLACK = 0.05  # a loaded 2-core machine can oversleep; the monitor adds microseconds

@@ -9,7 +9,7 @@ import io
 import pytest
 
 from tbmem import console
-from tbmem.writer import MemoryWriter
+from tbmem._internal.writer import MemoryWriter
 
 MONITORS = ["MemoryTracker", "EpochMemoryMonitor", "BatchMemoryProfiler", "PerformanceMonitor",
             "EpochPerformanceMonitor"]

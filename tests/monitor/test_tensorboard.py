@@ -12,7 +12,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from tbmem import MemoryWriter
-from tbmem.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryTracker,
+from tbmem._internal.monitor import (BatchMemoryProfiler, EpochMemoryMonitor, EpochPerformanceMonitor, MemoryTracker,
                            PerformanceMonitor, track_memory, track_performance)
 from tests._events import read_events, scalars
 from tests.monitor.conftest import value_events

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.snapshot.config import SnapshotConfig
+from tbmem._internal.snapshot.config import SnapshotConfig
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 from tests.oom.test_runtime import MESSAGE, _segments
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem import _torch_private as tp
-from tbmem.probes.accel import MpsProbe, XpuProbe
-from tbmem.tags import TAGS, GiB
+from tbmem._internal import _torch_private as tp
+from tbmem._internal.probes.accel import MpsProbe, XpuProbe
+from tbmem._internal.tags import TAGS, GiB
 from tests._events import scalars
 
 MiB = 2**20
@@ -99,8 +99,8 @@ def test_xpu_memory_history_where_torch_records_it(tmp_path, fake_xpu, monkeypat
     monkeypatch.setattr(torch.xpu, "current_device", lambda: 0)
     monkeypatch.setattr(torch.xpu.memory, "_record_memory_history", lambda *a, **k: calls.append(k.get("enabled")))
     monkeypatch.setattr(torch.xpu.memory, "_snapshot", _xpu_trace)
-    from tbmem.snapshot.config import SnapshotConfig
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.snapshot.config import SnapshotConfig
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     with MemoryWriter(tmp_path, every=1, census_every=0, snapshot=SnapshotConfig(every=2, html=False)) as w:
         for step in range(3):
@@ -119,7 +119,7 @@ def test_an_xpu_without_memory_history_says_so(tmp_path, fake_xpu, monkeypatch, 
 
     monkeypatch.delattr(torch.xpu.memory, "_record_memory_history")
     assert tp.xpu_has_memory_history() is False and tp.xpu_snapshot() is None
-    from tbmem.snapshot.config import SnapshotConfig
+    from tbmem._internal.snapshot.config import SnapshotConfig
 
     with caplog.at_level(logging.WARNING, logger="tbmem"), \
             MemoryWriter(tmp_path, every=1, census_every=0, snapshot=SnapshotConfig(every=2, html=False)) as w:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tbmem.oom.snapshot import explain_snapshot
-from tbmem.snapshot.readers import load_snapshot
-from tbmem.snapshot.safe_pickle import load_plain
-from tbmem.snapshot.stats import stats_doc
+from tbmem._internal.oom.snapshot import explain_snapshot
+from tbmem._internal.snapshot.readers import load_snapshot
+from tbmem._internal.snapshot.safe_pickle import load_plain
+from tbmem._internal.snapshot.stats import stats_doc
 from tests._shared import REAL, require_shared
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200" / "oom.pickle"

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem import _torch_private as tp
-from tbmem.oom.census import on_device, take_at_oom
-from tbmem.oom.runtime import explain_now
-from tbmem.snapshot import readers
-from tbmem.tags import TAGS
+from tbmem._internal import _torch_private as tp
+from tbmem._internal.oom.census import on_device, take_at_oom
+from tbmem._internal.oom.runtime import explain_now
+from tbmem._internal.snapshot import readers
+from tbmem._internal.tags import TAGS
 from tests._events import texts
 
 pytestmark = pytest.mark.gpu
@@ -107,8 +107,8 @@ def test_outside_allocator_pinned_host_and_pool_series_on_a_real_device():
     """The series of issue 38 against torch's own numbers on the device: outside the allocator is the driver's
     used bytes minus reserved (the CUDA context at least), a pinned staging buffer is in the pinned-host series,
     a MemPool's reserved and allocated bytes are its own series."""
-    from tbmem.probes.device import CudaProbe
-    from tbmem.tags import named_reading, pool_name
+    from tbmem._internal.probes.device import CudaProbe
+    from tbmem._internal.tags import named_reading, pool_name
 
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.empty(MiB, device=dev)  # the context exists

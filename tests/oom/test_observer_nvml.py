@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem import _torch_private as tp
-from tbmem.oom.runtime import explain_now
-from tbmem.oom.text import explanation_text
-from tbmem.probes.device import CudaProbe, NvmlProbe
-from tbmem.tags import TAGS, GiB
+from tbmem._internal import _torch_private as tp
+from tbmem._internal.oom.runtime import explain_now
+from tbmem._internal.oom.text import explanation_text
+from tbmem._internal.probes.device import CudaProbe, NvmlProbe
+from tbmem._internal.tags import TAGS, GiB
 from tests._events import scalars
 from tests.oom.test_runtime import MESSAGE, fake_device  # noqa: F401 - the fixture
 

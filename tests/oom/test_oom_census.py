@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tbmem.oom.census import census_doc, elsewhere, on_device
-from tbmem.oom.explain import explain_device
-from tbmem.oom.text import explanation_text
-from tbmem.snapshot.readers import load_snapshot
-from tbmem.tags import TAGS
+from tbmem._internal.oom.census import census_doc, elsewhere, on_device
+from tbmem._internal.oom.explain import explain_device
+from tbmem._internal.oom.text import explanation_text
+from tbmem._internal.snapshot.readers import load_snapshot
+from tbmem._internal.tags import TAGS
 from tests._events import texts
 
 GiB = 2**30
@@ -42,7 +42,7 @@ def test_the_block_names_the_categories_the_test_counted(oom_run):
     assert "live on cuda:0 by category (census at the error): no tensor found; unattributed (allocated, no " \
            "tensor found for it) 3.0 GiB" in block  # the fake device's 3 GiB allocated: no CPU tensor is on it
     line = next(x for x in block.splitlines() if x.startswith("  census on cpu: "))
-    from tbmem.snapshot.units import format_bytes
+    from tbmem._internal.snapshot.units import format_bytes
     for cat in ("parameters", "gradients", "optimizer_state"):
         assert f"{cat} {format_bytes(counted[cat])}" in line
 
@@ -54,7 +54,7 @@ def test_the_text_tab_and_stats_json_carry_the_census(oom_run):
     [gz] = sorted(logdir.rglob("*oom*.json.gz"))
     doc = load_snapshot(gz).meta["oom_census"]
     assert {c: doc["devices"]["cpu"][c] for c in counted} == counted  # the exact bytes, not rounded
-    out = subprocess.run([sys.executable, "-m", "tbmem.cli", "snapshot", "stats", "--json", str(gz)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "stats", "--json", str(gz)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, check=True).stdout
     [oom] = [o for d in json.loads(out)["devices"] for o in d["ooms"]]
     assert oom["census"]["unattributed"] == 3 * GiB and oom["census"]["parameters"] == 0
@@ -81,7 +81,7 @@ def test_census_doc_counts_each_device_and_category():
 
 
 def test_the_advice_to_free_memory_names_the_largest_category():
-    from tbmem.snapshot.model import SEG_LARGE, Device
+    from tbmem._internal.snapshot.model import SEG_LARGE, Device
     a = {"start": np.array([-1]), "end": np.array([-1]), "size": np.array([18 << 20]), "addr": np.array([1 << 30]),
          "stack": np.array([-1]), "category": np.array([0]), "flags": np.array([0]), "freereq": np.array([-1]),
          "round": np.array([0])}

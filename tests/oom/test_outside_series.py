@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem._log import forget_reports
-from tbmem.probes.device import CudaProbe
-from tbmem.probes.host import HostProbe
-from tbmem.tags import TAGS, GiB, MiB
+from tbmem._internal._log import forget_reports
+from tbmem._internal.probes.device import CudaProbe
+from tbmem._internal.probes.host import HostProbe
+from tbmem._internal.tags import TAGS, GiB, MiB
 from tests._events import scalars
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 

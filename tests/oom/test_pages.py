@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tbmem.snapshot.readers import load_snapshot
+from tbmem._internal.snapshot.readers import load_snapshot
 from tests._browser import chromium
 from tests.oom.test_explain_real import H200
 from tests.snapshot._page import open_page, write_page
@@ -28,7 +28,7 @@ def test_snapshot_page_top_explains_the_oom(browser, tmp_path):
 
 
 def test_snapshot_page_data_carries_the_explanation_of_each_oom():
-    from tbmem.snapshot.viewer import render_html
+    from tbmem._internal.snapshot.viewer import render_html
 
     html = render_html(load_snapshot(H200))
     assert '"why":"tbmem: why cuda:0 ran out of memory: the device was full: 559.2 GiB requested' in html

@@ -11,7 +11,7 @@ import pickletools
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.snapshot.config import SnapshotConfig
+from tbmem._internal.snapshot.config import SnapshotConfig
 from tests.oom.test_runtime import MESSAGE, _segments, fake_device  # noqa: F401 - the fixture
 
 PROTOCOL_5_OPS = {"BYTEARRAY8", "NEXT_BUFFER", "READONLY_BUFFER"}

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from tbmem.snapshot.cuda import convert_torch_snapshot
-from tbmem.snapshot.readers import load_snapshot
-from tbmem.snapshot.safe_pickle import load_plain
+from tbmem._internal.snapshot.cuda import convert_torch_snapshot
+from tbmem._internal.snapshot.readers import load_snapshot
+from tbmem._internal.snapshot.safe_pickle import load_plain
 from tests._browser import CHROMIUM, chromium
 from tests._shared import REAL2, require_shared
 from tests.snapshot._page import open_page, write_page

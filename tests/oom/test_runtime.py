@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.oom.runtime import explain_now
-from tbmem.tags import TAGS
+from tbmem._internal.oom.runtime import explain_now
+from tbmem._internal.tags import TAGS
 from tests._events import texts
 from tests.fake_cuda import FakeCuda, install_fake_cuda
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.snapshot import SnapshotConfig
+from tbmem._internal.snapshot import SnapshotConfig
 from tests._servers import Server
 from tests._torch_snapshot import write_torch_pickle
 
@@ -93,7 +93,7 @@ OOM_STEP = 6
 
 def write_oom(run_dir: Path, steps: int = 10) -> None:
     """A CPU run whose step OOM_STEP raises torch's OutOfMemoryError inside monitored_step."""
-    from tbmem import _torch_private as tp
+    from tbmem._internal import _torch_private as tp
 
     with MemoryWriter(run_dir, every=1, census_every=0, custom_layout=False,
                       snapshot=SnapshotConfig(html=False)) as w:

@@ -11,7 +11,7 @@ import pytest
 
 from tests._browser import chromium
 
-STATIC = Path(__file__).resolve().parents[2] / "tbmem" / "plugin" / "static"
+STATIC = Path(__file__).resolve().parents[2] / "tbmem" / "_internal" / "plugin" / "static"
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 UNITS = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": 2**40}
 

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pyarrow", reason="the compact layout needs pyarrow (tbmem[ranks])")
 
 from benchmarks.synthetic_ranks import HOT_RANK, build  # noqa: E402
-from tbmem.logdir.rank_table import read_rank_table  # noqa: E402
+from tbmem._internal.logdir.rank_table import read_rank_table  # noqa: E402
 from tests._browser import frame, wait_until  # noqa: E402
 from tests.plugin._logdir import Server, get  # noqa: E402
 

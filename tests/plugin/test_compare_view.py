@@ -1,7 +1,7 @@
 """The Memory tab's compare view on the issue's acceptance runs (tests/_compare_runs.py), in a real TensorBoard:
 the route serves `tbmem compare`'s own numbers for the runs TensorBoard holds, and the view, in headless
 Chromium, shows them in the order chosen (A first), the runs' memory on one axis in the runs' colours, the
-census bars in the categories' colours (tbmem.palette)."""
+census bars in the categories' colours (tbmem._internal.palette)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from tbmem import palette
-from tbmem.cli import main
+from tbmem._internal import palette
+from tbmem._internal.cli import main
 from tests._browser import open_tab, wait_until
 from tests._events import scalars
 from tests.plugin._logdir import Server, get, get_json

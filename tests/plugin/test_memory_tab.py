@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tbmem.plugin import charts
-from tbmem.plugin.series import Series
-from tbmem.tags import TAGS
+from tbmem._internal.plugin import charts
+from tbmem._internal.plugin.series import Series
+from tbmem._internal.tags import TAGS
 from tests._browser import frame, wait_until
 from tests.plugin._logdir import Server
 

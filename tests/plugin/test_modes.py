@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tbmem.tags import TAGS
+from tbmem._internal.tags import TAGS
 from tests.plugin._logdir import SPIKE, Server, get, get_json
 
 

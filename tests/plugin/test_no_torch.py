@@ -85,8 +85,8 @@ def test_every_route_works_without_torch_and_pandas(logdir_paths, tmp_path):
 
 
 def test_importing_the_plugin_imports_no_torch():
-    code = ("import sys, tbmem.plugin.plugin, tbmem.plugin.loader, tbmem.plugin.findings;"
-            "from tbmem.plugin.loader import MemoryPluginLoader;"
+    code = ("import sys, tbmem._internal.plugin.plugin, tbmem._internal.plugin.loader, tbmem._internal.plugin.findings;"
+            "from tbmem._internal.plugin.loader import MemoryPluginLoader;"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -6,8 +6,8 @@ import gzip
 import os
 from types import SimpleNamespace
 
-from tbmem.plugin.paths import RunDirs, spec_paths
-from tbmem.logdir.snapshots import find_snapshots
+from tbmem._internal.plugin.paths import RunDirs, spec_paths
+from tbmem._internal.logdir.snapshots import find_snapshots
 
 
 def _ctx(logdir="", spec="", multiplexer=None):

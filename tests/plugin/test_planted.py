@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.snapshot.schema import SnapshotBuilder, encode_json_gz
+from tbmem._internal.snapshot.schema import SnapshotBuilder, encode_json_gz
 from tests.plugin._logdir import Server, get, get_json
 
 SECRET = "OUTSIDE-SECRET-7f3a"
@@ -186,7 +186,7 @@ def _conversions(pid: int) -> set[int]:
             argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"tbmem.plugin.convert" in argv:
+        if b"tbmem._internal.plugin.convert" in argv:
             out.add(child)
     return out
 

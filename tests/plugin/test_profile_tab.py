@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.logdir.traces import list_traces, trace_path
+from tbmem._internal.logdir.traces import list_traces, trace_path
 from tests._browser import frame, wait_until
 from tests.plugin._logdir import Server, get, get_json
 

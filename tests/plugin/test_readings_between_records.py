@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.plugin import charts
-from tbmem.plugin.series import Series
+from tbmem._internal.plugin import charts
+from tbmem._internal.plugin.series import Series
 from tests._browser import chromium, open_tab, wait_until
 from tests.plugin._logdir import Server
 

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from tbmem.analysis import load_scalars, load_texts
-from tbmem.analysis.leaks import detect_leaks
-from tbmem.logdir.census_log import CensusLog, census_log_path, parse_census_markdown
-from tbmem.tags import TAGS
+from tbmem._internal.analysis.leaks import detect_leaks
+from tbmem._internal.logdir.census_log import CensusLog, census_log_path, parse_census_markdown
+from tbmem._internal.tags import TAGS
 from tests.plugin._logdir import OOM_STEP, SPIKE, get, get_json
 
 MB = 2.0**20
@@ -217,8 +217,8 @@ def test_static_assets(plugin_url):
         status, body, headers = get(f"{plugin_url}/{module}")
         assert status == 200 and headers["Content-Type"].startswith("text/javascript")
         assert not re.search(rb"https?://", body)
-    # the colours are tbmem.palette's, given to the page when it is served (one definition everywhere)
-    from tbmem import palette
+    # the colours are tbmem._internal.palette's, given to the page when it is served (one definition everywhere)
+    from tbmem._internal import palette
 
     injected = json.loads(re.search(r"const COLORS = (\{.*?\});", js)[1])
     assert injected == palette.as_json() and injected["categories"]["parameters"] == "#4e79a7"

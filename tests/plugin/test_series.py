@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tbmem.plugin.series import Series, align, minmax_indices
+from tbmem._internal.plugin.series import Series, align, minmax_indices
 
 
 def test_minmax_keeps_every_bucket_extreme_and_the_ends():

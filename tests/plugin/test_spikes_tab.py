@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tbmem.spikes import SPIKES_LOG, SPIKES_TEXT_TAG, read_spikes
+from tbmem._internal.spikes import SPIKES_LOG, SPIKES_TEXT_TAG, read_spikes
 from tests._browser import open_tab, wait_until
 from tests._events import read_events, scalars, texts
 from tests._spiked_run import SPIKE_FACTOR, SPIKE_STEP

@@ -9,9 +9,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-import tbmem.plugin
+import tbmem._internal.plugin
 
-VENDOR = Path(tbmem.plugin.__file__).parent / "static" / "vendor" / "uplot"
+VENDOR = Path(tbmem._internal.plugin.__file__).parent / "static" / "vendor" / "uplot"
 
 
 def test_vendored_files_match_their_manifest_and_licence():
@@ -41,5 +41,5 @@ def test_the_wheel_ships_the_static_files_and_the_entry_point(tmp_path):
         entry_points = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for f in ("index.js", "chart.js", "util.js", "style.css", "vendor/uplot/uPlot.iife.min.js", "vendor/uplot/uPlot.min.css",
               "vendor/uplot/LICENSE"):
-        assert f"tbmem/plugin/static/{f}" in names
-    assert "[tensorboard_plugins]\ntbmem = tbmem.plugin.loader:MemoryPluginLoader" in entry_points
+        assert f"tbmem/_internal/plugin/static/{f}" in names
+    assert "[tensorboard_plugins]\ntbmem = tbmem._internal.plugin.loader:MemoryPluginLoader" in entry_points

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from tbmem._extras import MissingExtraError
-from tbmem.probes.device import CudaProbe, NvmlProbe, fragmentation_percent
+from tbmem._internal._extras import MissingExtraError
+from tbmem._internal.probes.device import CudaProbe, NvmlProbe, fragmentation_percent
 from tests.fake_cuda import install_fake_cuda
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import psutil
 import pytest
 
-from tbmem.probes import _procfs
-from tbmem.probes.host import HostProbe, read_rss
-from tbmem.probes.process_tree import ProcessTreeProbe
+from tbmem._internal.probes import _procfs
+from tbmem._internal.probes.host import HostProbe, read_rss
+from tbmem._internal.probes.process_tree import ProcessTreeProbe
 
 MiB = 2**20
 _GROWER = ("import sys; blocks = []\n"
@@ -55,7 +55,7 @@ def _statm_now() -> int:
 
 
 def test_a_forked_child_reads_its_own_proc_files():
-    from tbmem.probes.process_tree import ProcessTreeProbe
+    from tbmem._internal.probes.process_tree import ProcessTreeProbe
 
     probe, tree = HostProbe(peak_mode="run"), ProcessTreeProbe()
     parent = probe.read()["ram_rss"]  # the /proc/self files are open now, in the parent

@@ -2,7 +2,7 @@ import numpy as np
 import psutil
 import pytest
 
-from tbmem.probes.host import HostProbe, read_peak_rss, reset_peak_rss
+from tbmem._internal.probes.host import HostProbe, read_peak_rss, reset_peak_rss
 
 
 def test_rss_matches_psutil():
@@ -61,7 +61,7 @@ def test_proc_readings_agree_with_psutil():
 
 
 def test_psutil_fallback_without_proc(monkeypatch):
-    from tbmem.probes import host
+    from tbmem._internal.probes import host
 
     monkeypatch.setattr(host, "_STATUS", "/nonexistent/status")
     monkeypatch.setattr(host, "_MEMINFO", "/nonexistent/meminfo")
@@ -72,7 +72,7 @@ def test_psutil_fallback_without_proc(monkeypatch):
 
 
 def test_psutil_access_denied_at_construction_leaves_the_proc_readings(monkeypatch):
-    from tbmem.probes import host
+    from tbmem._internal.probes import host
 
     def denied(*args, **kwargs):
         raise psutil.AccessDenied(12345)  # as psutil.Process() does in some containers
@@ -104,7 +104,7 @@ def test_cpu_percent_is_this_process_cpu_time_over_wall_time():
 
 
 def test_system_memory_is_read_at_most_once_per_system_every_s(monkeypatch):
-    import tbmem.probes.host as host
+    import tbmem._internal.probes.host as host
 
     clock = [100.0]
     monkeypatch.setattr(host.time, "monotonic", lambda: clock[0])

@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from tbmem import MemoryWriter
-from tbmem.probes import process_tree
-from tbmem.probes.process_tree import ProcessTreeProbe, descendants, tree_rss
-from tbmem.tags import TAGS
+from tbmem._internal.probes import process_tree
+from tbmem._internal.probes.process_tree import ProcessTreeProbe, descendants, tree_rss
+from tbmem._internal.tags import TAGS
 from tests._events import scalars
 
 _HELD: list[bytearray] = []

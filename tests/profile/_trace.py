@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._events import read_events
-from tbmem.profile.tracks import CATEGORY_PREFIX, CATEGORY_TRACK, TRACKS
+from tbmem._internal.profile.tracks import CATEGORY_PREFIX, CATEGORY_TRACK, TRACKS
 
 __all__ = ["load_gz", "check_spec", "counters_match_events", "step_of"]
 

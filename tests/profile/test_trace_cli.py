@@ -9,8 +9,8 @@ import torch
 from tests._events import read_events
 from tests.profile._trace import check_spec, load_gz
 from tbmem import MemoryWriter
-from tbmem.cli import main
-from tbmem.profile.tracks import CATEGORY_PREFIX, CATEGORY_TRACK, TRACKS
+from tbmem._internal.cli import main
+from tbmem._internal.profile.tracks import CATEGORY_PREFIX, CATEGORY_TRACK, TRACKS
 
 
 def _job(tmp_path):

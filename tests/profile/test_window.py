@@ -8,10 +8,10 @@ from torch.profiler import record_function
 
 from tests.profile._trace import check_spec, counters_match_events, load_gz
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem.logdir.traces import list_traces, trace_path
-from tbmem.profile import ProfileConfig
-from tbmem.profile.merge import operator_rows
-from tbmem.snapshot.markers import mark
+from tbmem._internal.logdir.traces import list_traces, trace_path
+from tbmem._internal.profile import ProfileConfig
+from tbmem._internal.profile.merge import operator_rows
+from tbmem._internal.snapshot.markers import mark
 
 
 def test_config_errors_name_the_field_and_unknown_keys():

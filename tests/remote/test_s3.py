@@ -101,7 +101,7 @@ def test_a_run_written_to_s3_keeps_every_artifact_and_tbmem_report_reads_it(moto
     # the census lines on the server are every census the run took (steps 0, 2, 4, 6)
     lines = moto.fs().cat("bucket/runs/exp/plugins/tbmem/census.jsonl").decode().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [0, 2, 4, 6]
-    report = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "--json", "s3://bucket/runs/exp"],
+    report = subprocess.run([sys.executable, "-m", "tbmem", "report", "--json", "s3://bucket/runs/exp"],
                             env=_env(moto, tmp_path), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     doc = json.loads(report.stdout)
@@ -205,7 +205,7 @@ def test_a_compact_job_on_s3_keeps_its_job_run_kept_ranks_and_rank_table_and_bot
     table = pq.read_table(local, columns=["rank", "step"]).to_pydict()
     assert sorted(set(zip(table["rank"], table["step"]))) == sorted(
         (r, s) for r in range(4) for s in (0, 1, 2, 1000, 1001, 1002))
-    report = subprocess.run([sys.executable, "-m", "tbmem.cli", "report", "--json", "s3://bucket/jobs/big"],
+    report = subprocess.run([sys.executable, "-m", "tbmem", "report", "--json", "s3://bucket/jobs/big"],
                             env=env, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     (job,) = json.loads(report.stdout)["jobs"]

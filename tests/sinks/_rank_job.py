@@ -11,7 +11,7 @@ import sys
 import torch.distributed as dist
 
 from tbmem import MemoryWriter
-from tbmem.sinks import MlflowSink, WandbSink
+from tbmem._internal.sinks import MlflowSink, WandbSink
 
 
 def main(mode: str, log_dir: str) -> None:

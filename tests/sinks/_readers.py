@@ -113,7 +113,7 @@ def mlflow_series(client: Any, run_id: str) -> dict[str, dict[int, float]]:
 
 def tensorboard_series(run_dir: str) -> dict[str, dict[int, float]]:
     """``{tag: {step: value}}`` of every scalar in a run's event files."""
-    from tbmem.logdir.events import event_files, records, scalar_value
+    from tbmem._internal.logdir.events import event_files, records, scalar_value
 
     out: dict[str, dict[int, float]] = defaultdict(dict)
     for ef in event_files(run_dir):

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem._log import forget_reports
-from tbmem.sinks import MlflowSink, WandbSink
+from tbmem._internal._log import forget_reports
+from tbmem._internal.sinks import MlflowSink, WandbSink
 from tests.faults.conftest import fill_disk, mounts  # noqa: F401 - mounts: the fixture
 
 from ._readers import mlflow_series, same_as_float32, tensorboard_series, wandb_history, wandb_run_files

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from tbmem import MemoryWriter
-from tbmem.sinks import MlflowSink, WandbSink
-from tbmem.tags import TAGS
+from tbmem._internal.sinks import MlflowSink, WandbSink
+from tbmem._internal.tags import TAGS
 
 from ._readers import (mlflow_series, same_as_float32, tensorboard_series, wandb_artifacts, wandb_history,
                        wandb_run_files)

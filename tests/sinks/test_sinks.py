@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tbmem import MemoryWriter, MemoryWriterConfig
-from tbmem._extras import MissingExtraError
-from tbmem._log import forget_reports
-from tbmem.sinks import BackgroundSink, TensorBoardSink
-from tbmem.tags import TAGS
+from tbmem._internal._extras import MissingExtraError
+from tbmem._internal._log import forget_reports
+from tbmem._internal.sinks import BackgroundSink, TensorBoardSink
+from tbmem._internal.tags import TAGS
 
 from tests._events import texts
 
@@ -139,7 +139,7 @@ def test_tensorboard_sink_writes_what_the_writer_writes(tmp_path: Path) -> None:
 
 def test_a_census_table_has_one_type_per_column() -> None:
     """A W&B table refuses a column of numbers and strings: a bias's shape ``64`` beside ``64x32``."""
-    from tbmem.sinks.tables import markdown_table
+    from tbmem._internal.sinks.tables import markdown_table
 
     text = "| # | name | shape | MB |\n|---|---|---|---|\n| 1 | `w` | 64x32 | 0.008 |\n| 2 | `b` | 64 | 0.000 |"
     columns, rows = markdown_table(text)

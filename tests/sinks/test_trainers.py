@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tbmem.sinks.wandb_sink import metric_name
+from tbmem._internal.sinks.wandb_sink import metric_name
 from tests.trainers.conftest import compose  # noqa: F401 - the fixture
 from trainers.experiment import run_experiment
 

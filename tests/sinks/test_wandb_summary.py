@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tbmem.sinks import WandbSink
-from tbmem.tags import TAGS
+from tbmem._internal.sinks import WandbSink
+from tbmem._internal.tags import TAGS
 
 from ._readers import wandb_records, wandb_run_files
 

@@ -55,8 +55,8 @@ def capture_and_compare(out: str | None = None) -> dict[str, Any]:
     """Record a snapshot of :func:`_workload`, dump it, read it with tbmem; both sides' numbers."""
     import torch
 
-    from tbmem.snapshot.allocator import allocator_state
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.snapshot.allocator import allocator_state
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     torch.cuda.memory._record_memory_history(max_entries=100_000)
     keep = _workload(torch)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from tbmem.snapshot.schema import Snapshot, SnapshotBuilder
+from tbmem._internal.snapshot.schema import Snapshot, SnapshotBuilder
 from tests import _shared
 from tests._extensions import not_built
 
@@ -27,7 +27,7 @@ def real_files() -> list[str]:
 def native_module() -> ModuleType:
     """The compiled CPU allocation recorder; the test skips where it cannot be built, and fails instead
     under ``TBMEM_REQUIRE_C_EXTENSION=1`` (set by .ci/run)."""
-    from tbmem.snapshot import native
+    from tbmem._internal.snapshot import native
 
     mod = native.load()
     if mod is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tbmem.snapshot.viewer import render_html
+from tbmem._internal.snapshot.viewer import render_html
 from tests._browser import wait_until
 
 __all__ = ["open_page", "_open", "write_page", "hover_peak", "hover_at", "drawn_pixels", "filled_pixels", "READY"]

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tbmem.snapshot.schema import Frame, Snapshot, SnapshotBuilder
+from tbmem._internal.snapshot.schema import Frame, Snapshot, SnapshotBuilder
 
 _SKIP_FILES = ("_python_dispatch.py", "torch/_ops.py", "torch\\_ops.py", __file__)
 _graph_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tbmem.cli import main
-from tbmem.snapshot.schema import encode_json_gz
+from tbmem._internal.cli import main
+from tbmem._internal.snapshot.schema import encode_json_gz
 from tests.snapshot._helpers import EVIL, small_snapshot, torch_dict
 
 
@@ -106,7 +106,7 @@ def _bad_files(tmp_path):
 def test_bad_files_one_line_exit_2_never_a_traceback(tmp_path, command):
     # issue 16 #9: a real process, as a user runs it; the old code printed tracebacks (exit 1)
     for name in _bad_files(tmp_path) + ["missing.pickle"]:
-        args = [sys.executable, "-m", "tbmem.cli", "snapshot", command, str(tmp_path / name)]
+        args = [sys.executable, "-m", "tbmem", "snapshot", command, str(tmp_path / name)]
         if command == "html":
             args += ["-o", str(tmp_path / "out.html")]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=120)

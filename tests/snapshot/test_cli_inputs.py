@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from tbmem.snapshot.schema import encode_json_gz, to_json
+from tbmem._internal.snapshot.schema import encode_json_gz, to_json
 from tests.snapshot._helpers import small_snapshot
 
 
 def _tbmem(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The real command line in a fresh process (a FIFO must not hang it: the timeout fails the test)."""
-    return subprocess.run([sys.executable, "-m", "tbmem.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tbmem", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tbmem.snapshot.cuda import CATEGORIES, convert_torch_snapshot
-from tbmem.snapshot.schema import FLAG_FREE_SITE, FLAG_PENDING_FREE
-from tbmem.snapshot.stats import stats_doc, stats_text
+from tbmem._internal.snapshot.cuda import CATEGORIES, convert_torch_snapshot
+from tbmem._internal.snapshot.schema import FLAG_FREE_SITE, FLAG_PENDING_FREE
+from tbmem._internal.snapshot.stats import stats_doc, stats_text
 
 TORCH = "/env/lib/python3.11/site-packages/torch"
 USER = {"filename": "/home/u/train.py", "line": 42, "name": "forward"}
@@ -180,7 +180,7 @@ def test_real_cuda_capture_marks_steps_and_finds_this_file(tmp_path):
     import torch
 
     from tbmem import MemoryWriter
-    from tbmem.snapshot import SnapshotConfig, load_snapshot
+    from tbmem._internal.snapshot import SnapshotConfig, load_snapshot
 
     torch.zeros(1, device="cuda")
     with MemoryWriter(tmp_path, every=1, snapshot=SnapshotConfig(steps=(2,))) as writer:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tbmem.cli import main
-from tbmem.snapshot.schema import SnapshotBuilder, encode_json_gz
+from tbmem._internal.cli import main
+from tbmem._internal.snapshot.schema import SnapshotBuilder, encode_json_gz
 
 MiB = 2**20
 

@@ -10,14 +10,14 @@ import textwrap
 
 import pytest
 
-from tbmem.snapshot.frames import FrameClassifier
+from tbmem._internal.snapshot.frames import FrameClassifier
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from tbmem.snapshot.recorder import DispatchRecorder
-    from tbmem.snapshot.schema import encode_json_gz
+    from tbmem._internal.snapshot.recorder import DispatchRecorder
+    from tbmem._internal.snapshot.schema import encode_json_gz
 
     def make_activations(x):
         return torch.nn.functional.dropout(x, p=0.5, training=True)   # the user's line; allocates in torch
@@ -65,7 +65,7 @@ def test_user_script_in_a_folder_named_like_a_library(user_scripts, folders):
     # a clone of this repository is a folder named tbmem: the old substring test ("/tbmem/") hid
     # every frame in it and named a torch frame instead
     script = user_scripts[folders]
-    out = subprocess.run([sys.executable, "-m", "tbmem.cli", "snapshot", "stats", str(script.parent / "snap.json.gz"),
+    out = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "stats", str(script.parent / "snap.json.gz"),
                           "--json", "--top", "1"], env=dict(os.environ, PYTHONPATH=ROOT), check=True,
                          capture_output=True, text=True, timeout=300)
     top = json.loads(out.stdout)["devices"][0]["top_allocations"][0]
@@ -92,7 +92,7 @@ def test_foreign_paths_windows_and_checkouts():
 
 
 def test_this_interpreters_packages_are_found_without_importing_them():
-    code = ("import sys; from tbmem.snapshot.frames import local_roots; p, s = local_roots(); "
+    code = ("import sys; from tbmem._internal.snapshot.frames import local_roots; p, s = local_roots(); "
             "print(any(r.endswith('/torch') for r in p), any(r.endswith('/tbmem') for r in p), bool(s), "
             "'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

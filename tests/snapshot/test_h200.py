@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tbmem.snapshot import load_snapshot
-from tbmem.snapshot.stats import stats_doc
+from tbmem._internal.snapshot import load_snapshot
+from tbmem._internal.snapshot.stats import stats_doc
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "h200"
 MiB = 2**20

@@ -8,12 +8,12 @@ import random
 import numpy as np
 import pytest
 
-from tbmem.snapshot.allocator import allocator_state
-from tbmem.snapshot.cuda import convert_torch_snapshot
-from tbmem.snapshot.cuda_replay import pair_allocations
-from tbmem.snapshot.frames import FrameClassifier
-from tbmem.snapshot.pickle_rows import ACTION_CODE
-from tbmem.snapshot.stats import stats_doc, stats_text
+from tbmem._internal.snapshot.allocator import allocator_state
+from tbmem._internal.snapshot.cuda import convert_torch_snapshot
+from tbmem._internal.snapshot.cuda_replay import pair_allocations
+from tbmem._internal.snapshot.frames import FrameClassifier
+from tbmem._internal.snapshot.pickle_rows import ACTION_CODE
+from tbmem._internal.snapshot.stats import stats_doc, stats_text
 
 USER = {"filename": "/home/u/train.py", "line": 42, "name": "forward"}
 MiB = 2**20
@@ -177,7 +177,7 @@ def test_tiny_traces_have_integer_ticks_in_python_too(n):
 
 
 def test_a_mapped_range_across_two_final_segments_is_cut_at_their_edge():
-    from tbmem.snapshot.cuda_segments import FinalSegment, segment_pieces
+    from tbmem._internal.snapshot.cuda_segments import FinalSegment, segment_pieces
 
     final = [FinalSegment(addr=0, size=16 * MiB, stream=0, pool=(0, 0), stack=-1, flags=1),
              FinalSegment(addr=16 * MiB, size=16 * MiB, stream=0, pool=(0, 0), stack=-1, flags=1)]

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tbmem import MemoryWriter
-from tbmem._torch_private import OutOfMemoryError
-from tbmem.snapshot import SnapshotConfig, load_snapshot
-from tbmem.snapshot.manager import FILES_TAG
-from tbmem.snapshot.store import PLUGIN_DIR
+from tbmem._internal._torch_private import OutOfMemoryError
+from tbmem._internal.snapshot import SnapshotConfig, load_snapshot
+from tbmem._internal.snapshot.manager import FILES_TAG
+from tbmem._internal.snapshot.store import PLUGIN_DIR
 from tests._events import scalars, texts
 from tests.snapshot._helpers import native_module
 
@@ -144,8 +144,8 @@ def test_recorder_left_after_close(tmp_path, recorder):
 
 
 def test_step_and_phase_markers_reach_the_snapshot(tmp_path):
-    import tbmem.snapshot.markers as markers_mod
-    from tbmem.snapshot.markers import mark
+    import tbmem._internal.snapshot.markers as markers_mod
+    from tbmem._internal.snapshot.markers import mark
 
     markers_mod._explicit_steps = False  # earlier tests in this process may have marked their own steps
     cfg = SnapshotConfig(steps=(3,), html=False)

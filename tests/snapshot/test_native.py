@@ -1,4 +1,4 @@
-"""The CPU allocator recorder (tbmem/snapshot/_cpu_alloc_recorder.cpp): how it is built and loaded, and
+"""The CPU allocator recorder (tbmem/_internal/snapshot/_cpu_alloc_recorder.cpp): how it is built and loaded, and
 what it records beyond the comparisons with the reference recorder (tests/snapshot/test_recorder_same.py)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import warnings
 import pytest
 import torch
 
-from tbmem.snapshot import native
-from tbmem.snapshot.recorder import DispatchRecorder
+from tbmem._internal.snapshot import native
+from tbmem._internal.snapshot.recorder import DispatchRecorder
 from tests.faults._child import child_env
 from tests.snapshot._helpers import native_module
 
@@ -115,7 +115,7 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_switched_off_the_recorder_falls_back_to_the_dispatch_mode_and_says_so_once():
     proc = _child("""
 import torch
-from tbmem.snapshot.recorder import DispatchRecorder
+from tbmem._internal.snapshot.recorder import DispatchRecorder
 for _ in range(2):
     rec = DispatchRecorder()
     rec.start(); x = torch.ones(10) * 2; rec.stop()
@@ -130,19 +130,28 @@ for _ in range(2):
 
 def test_the_build_command_compiles_into_the_cache_and_the_next_process_loads_it(tmp_path):
     native_module()  # a compiler is here
-    proc = _child("import sys; from tbmem.snapshot.native import main; sys.exit(main())",
-                  TBMEM_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "build-recorder"], capture_output=True,
+                          text=True, timeout=300, env={**child_env(), "TBMEM_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "CPU allocation recorder ready in" in proc.stdout
     built = [p for p in os.listdir(tmp_path) if p.startswith("_cpu_alloc_recorder-")]
     assert len(built) == 1 and str(tmp_path / built[0]) in proc.stdout
     proc = _child("""
-from tbmem.snapshot import native
+from tbmem._internal.snapshot import native
 mod = native.load(build_if_missing=False)
 print(mod is not None and mod.installed(), native.library_path())
 """, TBMEM_CACHE_DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", str(tmp_path / built[0])]
+
+
+def test_the_build_command_says_why_it_cannot_build_and_exits_1(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tbmem", "snapshot", "build-recorder"], capture_output=True,
+                          text=True, timeout=300, env={**child_env(), "TBMEM_CACHE_DIR": str(tmp_path),
+                                                       "CXX": "/bin/false"})
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith("tbmem: CPU allocation recorder not built: compiling the CPU allocation recorder "
+                                  "failed"), proc.stderr
 
 
 def test_a_process_forked_while_recording_records_nothing_in_the_child():

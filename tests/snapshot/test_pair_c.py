@@ -1,4 +1,4 @@
-"""Allocator events paired in C (tbmem/snapshot/_pair.c) give exactly the pairs of the numpy pairing, on every
+"""Allocator events paired in C (tbmem/_internal/snapshot/_pair.c) give exactly the pairs of the numpy pairing, on every
 real snapshot's traces, a synthetic trace and random ones (reuse without frees, lone and pending frees)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import io
 import numpy as np
 import pytest
 
-from tbmem.snapshot import cuda_replay
-from tbmem.snapshot.cuda_replay import pair_allocations, pair_allocations_numpy
-from tbmem.snapshot.pickle_stream import read_pickle
+from tbmem._internal.snapshot import cuda_replay
+from tbmem._internal.snapshot.cuda_replay import pair_allocations, pair_allocations_numpy
+from tbmem._internal.snapshot.pickle_stream import read_pickle
 from tests._extensions import not_built
 from tests._shared import REAL, REAL2, real_pickles
 
@@ -19,7 +19,7 @@ _FIELDS = ("starts", "ends", "freereq", "pending", "lone_done", "lone_done_req",
 
 def _require_c() -> None:
     if not cuda_replay.C_PAIRING:
-        not_built("tbmem/snapshot/_creader.c was not built: the install found no C compiler")
+        not_built("tbmem/_internal/snapshot/_creader.c was not built: the install found no C compiler")
 
 
 def _same(act: np.ndarray, addr: np.ndarray) -> None:
@@ -68,7 +68,7 @@ def test_random_traces_pair_the_same(seed: int) -> None:
 
 def test_bad_arguments_are_refused() -> None:
     _require_c()
-    from tbmem.snapshot import _creader
+    from tbmem._internal.snapshot import _creader
 
     act, addr = np.ones(4, dtype=np.int8), np.zeros(4, dtype=np.int64)
     outs = (np.empty(4, np.int64), np.empty(4, np.int64), np.empty(4, np.uint8), np.empty(0, np.int64),

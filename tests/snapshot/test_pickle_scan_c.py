@@ -1,7 +1,7 @@
-"""The pickle reader's runs in C (tbmem/snapshot/_creader.h, _pickle_run.c) give exactly what the interpreter
+"""The pickle reader's runs in C (tbmem/_internal/snapshot/_creader.h, _pickle_run.c) give exactly what the interpreter
 gives reading every event itself: the same rows, frames, stacks and strings, or the same refusal (real,
 synthetic and damaged pickles); and the fallback of a tbmem without the extension (the restricted Unpickler,
-tbmem.snapshot.readers) reads the same snapshots."""
+tbmem._internal.snapshot.readers) reads the same snapshots."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import random
 
 import pytest
 
-from tbmem.snapshot import pickle_crun, pickle_stream, readers
-from tbmem.snapshot.pickle_crun import Layout
-from tbmem.snapshot.pickle_rows import SnapshotRefused
-from tbmem.snapshot.safe_pickle import UnsafePickleError
+from tbmem._internal.snapshot import pickle_crun, pickle_stream, readers
+from tbmem._internal.snapshot.pickle_crun import Layout
+from tbmem._internal.snapshot.pickle_rows import SnapshotRefused
+from tbmem._internal.snapshot.safe_pickle import UnsafePickleError
 from tests._extensions import not_built
 from tests._shared import REAL, REAL2, real_pickles
 
 
 def _require_c() -> None:
     if not pickle_crun.C_READER:
-        not_built("tbmem/snapshot/_creader.c was not built: the install found no C compiler")
+        not_built("tbmem/_internal/snapshot/_creader.c was not built: the install found no C compiler")
 
 
 def _read(data: bytes, *, c: bool):
@@ -182,12 +182,12 @@ def test_hostile_layouts_and_bounds() -> None:
     buf = ev * 3 + b"}\x94(" + b"\xff" * 40
     odd = [Layout(["size", "frames"], [b"h\x00", b"j\x01\x00\x00\x00"]), Layout(["frames"], [b""]),
            Layout(["user_metadata"] * 2 + ["x", "action", "device_free"], [b"h\x05", b"h\x06", b"", b"h\x01", b"h\x02"])]
-    from tbmem.snapshot import _creader
+    from tbmem._internal.snapshot import _creader
 
     # the reader's runs: layouts without the keys every event has are read by the interpreter, not here;
     # bounds outside the buffer or the memo are refused
-    from tbmem.snapshot.pickle_crun import State
-    from tbmem.snapshot.pickle_rows import EventRows, Limits, Memo
+    from tbmem._internal.snapshot.pickle_crun import State
+    from tbmem._internal.snapshot.pickle_rows import EventRows, Limits, Memo
 
     memo, rows = Memo(), EventRows(Limits())
     memo.extend(["alloc"] * 300)
@@ -234,7 +234,7 @@ def _fallback(data: bytes, monkeypatch) -> object:
 
 def _same_snapshot(a, b) -> None:
     """The same document, stacks compared by the frames they name (the two readers number them apart)."""
-    from tbmem.snapshot.schema import to_json
+    from tbmem._internal.snapshot.schema import to_json
 
     def doc(snap):
         out = to_json(snap)

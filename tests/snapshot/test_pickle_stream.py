@@ -9,10 +9,10 @@ import pickle
 
 import pytest
 
-from tbmem.snapshot.pickle_rows import ACTIONS, NO_TIME, Limits, SnapshotRefused
-from tbmem.snapshot.pickle_stream import read_pickle
-from tbmem.snapshot.readers import load_snapshot
-from tbmem.snapshot.safe_pickle import UnsafePickleError, load_plain
+from tbmem._internal.snapshot.pickle_rows import ACTIONS, NO_TIME, Limits, SnapshotRefused
+from tbmem._internal.snapshot.pickle_stream import read_pickle
+from tbmem._internal.snapshot.readers import load_snapshot
+from tbmem._internal.snapshot.safe_pickle import UnsafePickleError, load_plain
 from tests._shared import REAL_PICKLES, require_shared
 
 
@@ -146,7 +146,7 @@ def test_memory_per_event_is_columnar(tmp_path, monkeypatch):
     here keeps that fixed cost out of the difference between the two sizes.
     """
     from benchmarks.bench_snapshot import write_torch_pickle
-    from tbmem.snapshot import pickle_input, pickle_stream
+    from tbmem._internal.snapshot import pickle_input, pickle_stream
 
     monkeypatch.setattr(pickle_input, "_CHUNK", 1 << 20)
     monkeypatch.setattr(pickle_stream, "_MARGIN", 1 << 18)
@@ -195,6 +195,6 @@ def test_an_integer_in_a_trace_is_not_taken_for_rows():
 
 
 def load_snapshot_bytes(data: bytes):
-    from tbmem.snapshot.readers import read_snapshot
+    from tbmem._internal.snapshot.readers import read_snapshot
 
     return read_snapshot(io.BytesIO(data), "t.pickle")

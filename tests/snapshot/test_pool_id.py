@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from benchmarks._snapshot_pickle import POOL_IDS
-from tbmem.snapshot import readers
-from tbmem.snapshot.cuda import convert_torch_snapshot
-from tbmem.snapshot.safe_pickle import load_plain
-from tbmem.snapshot.stats import pools_doc, stats_doc
+from tbmem._internal.snapshot import readers
+from tbmem._internal.snapshot.cuda import convert_torch_snapshot
+from tbmem._internal.snapshot.safe_pickle import load_plain
+from tbmem._internal.snapshot.stats import pools_doc, stats_doc
 from tests._shared import REAL, REAL2, real_pickles
 from tests.snapshot.test_pickle_scan_c import _events_by_c, _read, _require_c, _same_rows, _synthetic
 
@@ -156,14 +156,14 @@ def test_stats_per_pool():
     [d] = stats_doc(_graph_pool_snapshot(False))["devices"]
     assert [(p["pool"], p["most_reserved_bytes"]) for p in d["pools"]] == [
         (None, 16 * MiB), ([0, 0], 20 * MiB), ([0, 1], 40 * MiB)]
-    from tbmem.snapshot.stats import stats_text
+    from tbmem._internal.snapshot.stats import stats_text
     text = stats_text(snap)
     assert "private pool (0, 1): reserved 40.0 MiB at the end in 1 segment(s), at most 56.0 MiB, allocated 30.0 MiB" in text
 
 
 def test_the_oom_request_is_measured_against_its_own_pool():
     """A 10 MiB request to the graph pool (0, 1): the default pool's 16 MiB free block is not one it can use."""
-    from tbmem.oom.explain import explain_device
+    from tbmem._internal.oom.explain import explain_device
 
     A, B = 0x10000000, 0x20000000
     trace = [_ev("alloc", B, 30 * MiB, 0, (0, 1)),

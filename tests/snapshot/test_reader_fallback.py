@@ -11,7 +11,7 @@ import pickle
 
 import pytest
 
-from tbmem.snapshot import readers
+from tbmem._internal.snapshot import readers
 
 
 def _pickle() -> bytes:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tbmem.cli import main
+from tbmem._internal.cli import main
 from tests._shared import REAL, require_shared
 
 
@@ -74,7 +74,7 @@ def test_three_gpus_and_the_oom_on_cuda_1(capsys):
 
 def test_backward_of_the_autograd_engine_is_labelled_backward(capsys):
     # 28 GiB allocated by the engine's threads (C++ stacks only) were "activation"/"unknown" before
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     snap = load_snapshot(os.path.join(REAL, "kkaitlyn_memory_ctx128_fullstep.pickle"))
     a = snap.allocs
@@ -83,7 +83,7 @@ def test_backward_of_the_autograd_engine_is_labelled_backward(capsys):
 
 
 def test_no_time_us_and_t0_from_the_trace(capsys):
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     old = load_snapshot(os.path.join(REAL, "select_n_04d383c_snapshot.pickle"))
     assert old.t0_unix is None and not old.main.has_time

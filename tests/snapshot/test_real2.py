@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tbmem.cli import main
+from tbmem._internal.cli import main
 from tests.snapshot._page import filled_pixels, hover_peak, open_page
 from tests.snapshot._real import ALL, REAL2, REAL2_FACTS, path_of, require
 
@@ -68,8 +68,8 @@ def test_bcrafton_compiled_code_is_named_by_the_models_line(capsys):
 
 @pytest.mark.parametrize("name", ALL)
 def test_viewer_page_of_each_real_snapshot(name, browser, tmp_path):
-    from tbmem.snapshot.allocator import allocator_state
-    from tbmem.snapshot.readers import load_snapshot
+    from tbmem._internal.snapshot.allocator import allocator_state
+    from tbmem._internal.snapshot.readers import load_snapshot
 
     src = path_of(name)
     out = tmp_path / "page.html"

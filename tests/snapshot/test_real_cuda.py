@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tbmem import _torch_private as tp
-from tbmem.snapshot import load_snapshot
-from tbmem.snapshot.stats import stats_doc
+from tbmem._internal import _torch_private as tp
+from tbmem._internal.snapshot import load_snapshot
+from tbmem._internal.snapshot.stats import stats_doc
 
 pytestmark = pytest.mark.gpu
 MiB = 2**20

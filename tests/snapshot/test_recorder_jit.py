@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from tbmem.snapshot.recorder import DispatchRecorder
+from tbmem._internal.snapshot.recorder import DispatchRecorder
 
 
 def _scaled(x: torch.Tensor) -> torch.Tensor:

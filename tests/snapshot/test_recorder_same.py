@@ -11,8 +11,8 @@ import os
 import numpy as np
 import torch
 
-from tbmem.snapshot.recorder import DispatchRecorder
-from tbmem.snapshot.schema import Snapshot
+from tbmem._internal.snapshot.recorder import DispatchRecorder
+from tbmem._internal.snapshot.schema import Snapshot
 from tests.snapshot._helpers import native_module
 from tests.snapshot._reference_recorder import WRAPPER_FRAMES, ReferenceRecorder
 

@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from tbmem._torch_private import current_dispatch_mode
-from tbmem.snapshot.recorder import DispatchRecorder, release_detached
+from tbmem._internal._torch_private import current_dispatch_mode
+from tbmem._internal.snapshot.recorder import DispatchRecorder, release_detached
 from tests.snapshot._helpers import native_module, require_backend
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tbmem.snapshot.readers import load_snapshot, load_torch_pickle
-from tbmem.snapshot.safe_pickle import UnsafePickleError, load_plain
+from tbmem._internal.snapshot.readers import load_snapshot, load_torch_pickle
+from tbmem._internal.snapshot.safe_pickle import UnsafePickleError, load_plain
 from tests._shared import real_pickles
 
 
@@ -61,7 +61,7 @@ def test_real_snapshots_are_plain_data():
 
 
 def test_reading_snapshots_does_not_import_torch():
-    code = ("import sys, tbmem.snapshot.readers, tbmem.snapshot.viewer, tbmem.snapshot.cuda; "
+    code = ("import sys, tbmem._internal.snapshot.readers, tbmem._internal.snapshot.viewer, tbmem._internal.snapshot.cuda; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from tbmem.snapshot import SnapshotConfig
-from tbmem.snapshot.recorder import DispatchRecorder
-from tbmem.snapshot.schema import encode_json_gz, from_json, read_json_gz, to_json
+from tbmem._internal.snapshot import SnapshotConfig
+from tbmem._internal.snapshot.recorder import DispatchRecorder
+from tbmem._internal.snapshot.schema import encode_json_gz, from_json, read_json_gz, to_json
 from tests.snapshot._helpers import require_backend, small_snapshot
 
 
@@ -78,7 +78,7 @@ def test_gzip_is_deterministic():
 
 
 def test_builder_splits_devices_and_keeps_one_clock():
-    from tbmem.snapshot.schema import SnapshotBuilder
+    from tbmem._internal.snapshot.schema import SnapshotBuilder
 
     b = SnapshotBuilder(source="dispatch", device="cpu")
     now = time.perf_counter_ns() // 1000  # the recorder's clock

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from tbmem.snapshot.store import SnapshotStore
+from tbmem._internal.snapshot.store import SnapshotStore
 
 
 def _write(store, kind, step, nbytes=1000):
@@ -119,7 +119,7 @@ def test_two_writers_on_one_logdir_keep_each_others_snapshots(tmp_path):
     import torch
 
     from tbmem import MemoryWriter
-    from tbmem.snapshot import load_snapshot
+    from tbmem._internal.snapshot import load_snapshot
 
     cfg = {"every": 2, "html": False, "max_snapshots": 2}
     one = MemoryWriter(tmp_path, every=10, census_every=0, snapshot=cfg)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests._browser import CHROMIUM, wait_until
-from tbmem.snapshot.viewer import render_html
+from tbmem._internal.snapshot.viewer import render_html
 from tests.snapshot._helpers import EVIL, small_snapshot
 from tests.snapshot._page import _open, drawn_pixels, hover_peak
 
@@ -86,7 +86,7 @@ def _page(browser, tmp_path, snap, name="view.html"):
 
 
 def test_colour_follows_the_category_name_not_its_order(browser, tmp_path):
-    from tbmem.snapshot.schema import SnapshotBuilder
+    from tbmem._internal.snapshot.schema import SnapshotBuilder
 
     colours = []
     for order in (("backward", "optimizer"), ("optimizer", "backward")):
@@ -105,7 +105,7 @@ def test_colour_follows_the_category_name_not_its_order(browser, tmp_path):
 
 
 def test_ticks_are_1_2_5_times_a_power_of_ten_of_one_binary_unit(browser, tmp_path):
-    from tbmem.snapshot.schema import SnapshotBuilder
+    from tbmem._internal.snapshot.schema import SnapshotBuilder
 
     for total in (547.61 * 1024, 3 * 2**30 + 12345, 70_000):
         b = SnapshotBuilder(source="cuda", device="cuda:0")
@@ -139,7 +139,7 @@ def test_tooltip_stays_inside_the_viewport_beside_the_event_line(browser, tmp_pa
 
 
 def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
-    from tbmem.snapshot.cuda import convert_torch_snapshot
+    from tbmem._internal.snapshot.cuda import convert_torch_snapshot
     from tests.snapshot._helpers import torch_dict
 
     data = torch_dict()
@@ -166,7 +166,7 @@ def test_devices_oom_marker_and_cpp_toggle(browser, tmp_path):
 
 
 def test_time_axis_and_step_markers(browser, tmp_path):
-    from tbmem.snapshot.schema import SnapshotBuilder
+    from tbmem._internal.snapshot.schema import SnapshotBuilder
 
     b = SnapshotBuilder(source="dispatch", device="cpu")
     for step in range(3):
@@ -182,8 +182,8 @@ def test_time_axis_and_step_markers(browser, tmp_path):
 
 
 def test_the_viewer_takes_its_category_colours_from_the_one_palette():
-    from tbmem import palette
-    from tbmem.snapshot import viewer
+    from tbmem._internal import palette
+    from tbmem._internal.snapshot import viewer
 
     assert viewer.PALETTE == palette.CATEGORY_COLORS
     assert viewer.category_colours(["activation"])["activation"] == palette.CATEGORY_COLORS["activations"]

@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from tbmem.snapshot.cuda import convert_torch_snapshot
-from tbmem.snapshot.schema import SnapshotBuilder
+from tbmem._internal.snapshot.cuda import convert_torch_snapshot
+from tbmem._internal.snapshot.schema import SnapshotBuilder
 from tests._browser import CHROMIUM, wait_until
 from tests.snapshot._page import filled_pixels, hover_at, open_page, write_page
 
@@ -150,7 +150,7 @@ def test_keyboard_steps_the_allocator_view_event_by_event(browser, tmp_path):
 
 
 def test_allocator_view_matches_python_at_every_event(browser, tmp_path):
-    from tbmem.snapshot.allocator import allocator_state
+    from tbmem._internal.snapshot.allocator import allocator_state
 
     trace = [_ev("segment_alloc", 0x100000, 20 * MiB, 0, ()), _ev("alloc", 0x100000, 3 * MiB - 100, 1),
              _ev("alloc", 0x100000 + 3 * MiB, MiB, 2), _ev("free_requested", 0x100000, 3 * MiB - 100, 3),
@@ -228,7 +228,7 @@ def test_legend_is_never_clipped(browser, tmp_path):
 
 
 def test_colours_come_from_python(browser, tmp_path):
-    from tbmem.snapshot import viewer
+    from tbmem._internal.snapshot import viewer
 
     b = SnapshotBuilder(source="dispatch", device="cpu")
     b.alloc(4096, category="optimizer_state", time_us=0)
@@ -245,7 +245,7 @@ def test_colours_come_from_python(browser, tmp_path):
 
 
 def test_several_snapshots_and_their_comparison_match_tbmem_snapshot_diff(browser, tmp_path):
-    from tbmem.snapshot.diff import diff_doc
+    from tbmem._internal.snapshot.diff import diff_doc
 
     def snap(step, n):
         b = SnapshotBuilder(source="cuda", device="cuda:0")

@@ -4,7 +4,7 @@ or reserved chart (it said "no segments" three times, under an empty allocator b
 from __future__ import annotations
 
 
-from tbmem.snapshot.schema import SnapshotBuilder
+from tbmem._internal.snapshot.schema import SnapshotBuilder
 from tests.snapshot._page import open_page, write_page
 
 

@@ -52,7 +52,7 @@ def test_a_failing_observer_never_reaches_scipy(tbmem_log):
 def test_the_iterates_gradient_norm_jumps_by_design(problem):
     """Why the spike detector does not watch LBFGS/grad_norm by default: on problems L-BFGS-B solves
     without trouble, the gradient norm at its iterates rises above 2x its rolling median."""
-    from tbmem.spikes import SpikeConfig, SpikeDetector
+    from tbmem._internal.spikes import SpikeConfig, SpikeDetector
 
     if problem == "rosenbrock":
         fun, x0 = _rosen, np.zeros(10)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tbmem import MemoryWriterConfig
-from tbmem.snapshot import SnapshotConfig, load_snapshot
-from tbmem.snapshot.store import PLUGIN_DIR
+from tbmem._internal.snapshot import SnapshotConfig, load_snapshot
+from tbmem._internal.snapshot.store import PLUGIN_DIR
 from trainers.monitoring import TrainerMonitoring
 
 STEP = [("step", "step {}"), ("phase", "forward"), ("phase", "backward"), ("phase", "optimizer")]
@@ -24,7 +24,7 @@ def _marks(first: int, last: int) -> list[tuple[str, str]]:
     ("before_backward", {0: _marks(0, 1)[:-2], 4: _marks(3, 5)[2:-2]}),
 ])
 def test_snapshot_windows_hold_every_mark_the_hooks_made_while_recording(tmp_path, census_at, expected):
-    import tbmem.snapshot.markers as markers
+    import tbmem._internal.snapshot.markers as markers
 
     markers._explicit_steps = False  # earlier tests in this process may have marked their own steps
     cfg = MemoryWriterConfig(every=1, census_every=0,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests._events import read_events
-from tbmem.logdir.traces import list_traces, trace_path
+from tbmem._internal.logdir.traces import list_traces, trace_path
 from tests.profile._trace import check_spec, counters_match_events, load_gz
-from tbmem.profile.tracks import CATEGORY_TRACK
+from tbmem._internal.profile.tracks import CATEGORY_TRACK
 from trainers.experiment import run_experiment
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tbmem.tags import TAGS, ranks_tag
+from tbmem._internal.tags import TAGS, ranks_tag
 from tests._events import read_events
 from tests.distributed._torchrun import ROOT, torchrun
 

@@ -1,0 +1,3 @@
+"""The implementation of the public facade :mod:`tbmem.forecast`."""
+
+__all__: list[str] = []
