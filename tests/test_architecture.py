@@ -365,7 +365,7 @@ def test_no_component_module_references_the_writer():
     # the check can fail
     assert writer_references("from tbmem._internal.writer import MemoryWriter\n", "x") == [
         "x:1: tbmem._internal.writer", "x:1: tbmem._internal.writer.MemoryWriter", "x:1: MemoryWriter"]
-    assert writer_references("if TYPE_CHECKING:\n    from tbmem import _writer_base\n", "x") == [
+    assert writer_references("if TYPE_CHECKING:\n    from tbmem._internal import _writer_base\n", "x") == [
         "x:2: tbmem._internal._writer_base"]
     assert writer_references('def f(w: "MemoryWriter"):\n    """a MemoryWriter"""\n', "x") == ["x:1: MemoryWriter"]
 

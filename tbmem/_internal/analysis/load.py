@@ -56,7 +56,7 @@ PROGRESS_MIN_FILES = 20
 
 def run_loss_tags(logdir: str | os.PathLike[str], runs: Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
     """Run -> the patterns of its loss tags: the built-in ones, those its writers recorded (its settings side
-    file: ``MemoryWriterConfig.loss_tags``), this process's ``TBMEM_LOSS_TAGS`` (:func:`tbmem._internal.tags.loss_tags`).
+    file: ``MemoryWriterConfig.loss_tags``), this process's ``TBMEM_LOSS_TAGS`` (``loss_tags`` in tbmem/_internal/tags.py).
 
     Example:
         >>> import tempfile

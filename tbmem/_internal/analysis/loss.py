@@ -58,7 +58,7 @@ def plot_loss_and_memory(df: "pd.DataFrame", run: str, *, max_marks: int = 20,
     """The loss and memory of one run, with memory spikes marked as dotted lines on the step panels.
 
     ``loss_tags``: the patterns of the run's loss tags (:func:`tbmem.analysis.run_loss_tags`); None: the
-    built-in ones (:func:`tbmem._internal.tags.loss_tags`).
+    built-in ones (``loss_tags`` in tbmem/_internal/tags.py).
 
     Returns:
         The figure (panels: per-step losses if any, memory per step, per-epoch losses if any) and

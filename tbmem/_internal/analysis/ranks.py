@@ -180,7 +180,7 @@ def job_name(job: RankJob, root: str = "") -> str:
 def format_rank_jobs(jobs: Sequence[RankJob], summaries: Sequence[RunSummary], *, all_ranks: bool = False,
                      root: str = "") -> str:
     """Per job: one row per rank, then the imbalance (max and its rank, min and its rank, mean, spread), in
-    the units of the table of runs (:func:`tbmem._internal.analysis.table.format_value`).
+    the units of the table of runs (``format_value`` in tbmem/_internal/analysis/table.py).
 
     ``root`` names the job of rank folders right in the logdir (``job.job == "."``): its folder's name.
     """

@@ -62,7 +62,7 @@ class RunSummary:
         census_cost: ``censuses``, ``median_ms`` and ``percent`` (of the run's time between its
             first and last record, from the step times) of ``Perf/census_duration_ms``; None
             without a census.
-        last_loss: Last value of each loss tag (``Loss/*``, ``train/loss``, ...: :func:`tbmem._internal.tags.loss_tags`).
+        last_loss: Last value of each loss tag (``Loss/*``, ``train/loss``, ...: ``loss_tags`` in tbmem/_internal/tags.py).
         leaks: Flagged :class:`LeakFinding`\\ s, steepest first.
         hints: Advice with numbers (:class:`tbmem.analysis.Hint`); filled by
             ``tbmem report`` and :func:`tbmem.analysis.find_hints`, empty from :func:`summarize`.
@@ -212,7 +212,7 @@ def summarize(data: "pd.DataFrame | str | os.PathLike[str]", *, runs: Iterable[s
         runs: Only these runs, in this order.
         on_error: Passed to :func:`load_scalars` when ``data`` is a logdir.
         loss_tags: Run -> the patterns of its loss tags (:func:`tbmem.analysis.run_loss_tags`); None: read
-            from the runs' settings when ``data`` is a logdir, else the built-in ones (:func:`tbmem._internal.tags.loss_tags`).
+            from the runs' settings when ``data`` is a logdir, else the built-in ones (``loss_tags`` in tbmem/_internal/tags.py).
         **leak_options: Passed to :func:`tbmem.analysis.detect_leaks`
             (``threshold_mb_per_1k=...``, ``skip_fraction=...``).
 
