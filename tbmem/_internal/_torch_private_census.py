@@ -87,7 +87,10 @@ def storage_layout() -> StorageLayout | None:
         if _mode_active():  # a dispatch mode (FakeTensorMode while tracing) would make the samples: not now
             return None
         try:
-            with warnings.catch_warnings():
+            # The samples need autograd metadata (a leaf requiring grad, a graph's output): a first census
+            # inside torch.no_grad() or inference_mode (an evaluation loop) made none, and the census then
+            # measured through storage objects for the rest of the process.
+            with warnings.catch_warnings(), torch.inference_mode(False), torch.enable_grad():
                 warnings.simplefilter("ignore")
                 _layout = _probe_layout()
         except (LookupError, AttributeError, TypeError, ValueError, RuntimeError, ImportError) as exc:

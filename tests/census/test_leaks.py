@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from tbmem._internal.census import take_census
@@ -109,3 +110,34 @@ def test_ten_censuses_over_100k_tensors_leave_objects_and_memory_as_they_were(tm
     assert abs(anon_after - anon_before) <= anon_before // 100, got["anon"]
     assert abs(got["total"][1] - got["total"][0]) <= got["total"][0] // 100, got["total"]
     assert all(other >= got["expected"] for _, other in got["scans"])  # every census counted all of them
+
+
+_FIRST_CENSUS_IN = textwrap.dedent("""
+    import contextlib, gc, sys
+    import torch
+    from tbmem._internal.census import take_census
+
+    def storage_objects():
+        return sum(1 for o in gc.get_objects() if type(o) is torch.UntypedStorage)
+
+    keep = [torch.zeros(n) for n in range(1, 200)]
+    gc.collect()
+    before = storage_objects()
+    with {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}[sys.argv[1]]():
+        take_census()  # the process's first census, in an evaluation loop
+    take_census(full_scan=True)
+    gc.collect()
+    print(storage_objects() - before)
+""")
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_first_census_under_no_grad_still_makes_no_storage_objects_after(mode: str, tmp_path) -> None:
+    """The first census of a process checks where torch keeps a tensor's storage on tensors it makes, some
+    of them requiring grad: under ``torch.no_grad()`` those had no autograd metadata, the check failed, and
+    every later census of the process made a storage object per tensor (a fresh process: the check is once)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CENSUS_IN, mode], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0"
