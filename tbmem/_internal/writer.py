@@ -169,7 +169,11 @@ class MemoryWriter(StepHooks):
         self._components = Components()
         self._active = cfg.enabled
         if self._active:
-            self._setup()
+            try:
+                self._setup()
+            except BaseException:  # a missing extra, a bad sink: the user gets the error, not a half-built writer
+                self._abandon_setup()
+                raise
         elif self._ranks is not None:  # monitoring off: every rank still joins the record's collective
             self._components.add(RanksComponent(self._ranks))
         # Flush at interpreter exit (an unhandled exception ends the run without close()) and finish
@@ -191,6 +195,7 @@ class MemoryWriter(StepHooks):
         self._open_probes()
         census = self._census()
         snapshots = self._build_snapshots()
+        self._setup_parts = (census, snapshots)  # what _abandon_setup undoes if the rest fails
         ranks = self._ranks
         if ranks is not None:
             ranks.attach(write=emit.write_scalars, snapshots=lambda: snapshots, flush=emit.flush)
@@ -232,6 +237,24 @@ class MemoryWriter(StepHooks):
         for component in order:
             if component is not None:
                 self._components.add(component)
+
+    def _abandon_setup(self) -> None:
+        """``_setup`` raised: undo what it started (the census's gc hook, a recording, the probes, the event
+        file), so a writer that was never returned leaves nothing running in the process."""
+        census, snapshots = getattr(self, "_setup_parts", (None, None))
+        undo: list[Callable[[], object]] = [probe.stop for probe in self._probes]
+        if census is not None:
+            undo.append(census.stop_capture)
+        if snapshots is not None:
+            undo.append(snapshots.close)
+        undo.append(lambda: SummaryWriter.close(self))
+        for step in undo:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - the setup's own error is the one the user must see
+                pass
+        self.closed = True
+        _release_recorders()
 
     def _open_probes(self) -> None:
         cfg = self.config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import gc
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,10 @@ def test_a_missing_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(builtins, "__import__", no_wandb)
     with pytest.raises(MissingExtraError, match=r"pip install 'tbmem\[wandb\]'"):
         MemoryWriter(str(tmp_path / "run"), sinks=["wandb"])
+    # the half-built writer left nothing running: the census's gc hook is off again
+    from tbmem._internal.census import heap
+
+    assert heap._on_collection not in gc.callbacks
 
 
 def test_tensorboard_sink_writes_what_the_writer_writes(tmp_path: Path) -> None:
