@@ -49,6 +49,12 @@ $(STAMP): $(DEMO_STAMP)
 	@$(PHASE) "2/2" "registering the notebook kernel" 3 -- $(BIN)/python -m ipykernel install --sys-prefix --name python3
 	touch $@
 
+# make report's: make demo's, then the analysis extra `tbmem report` reads runs with (pandas; the test stack has it)
+REPORT_STAMP := $(VENV)/.installed-report
+$(REPORT_STAMP): $(DEMO_STAMP)
+	@$(PIP_PHASE) "1/1" "installing what tbmem report reads runs with: pandas (the analysis extra)" 10 -- $(PIP) --no-build-isolation -e '.[analysis]'
+	touch $@
+
 install: $(STAMP)
 
 install-demo: $(DEMO_STAMP)
@@ -64,14 +70,14 @@ demo: $(DEMO_STAMP)
 	@echo "                 TensorBoard smooths its own tabs (0.6: a memory step becomes a ramp). Unsmoothed:"
 	@echo "                 Time Series: http://127.0.0.1:6006/?smoothing=0#timeseries (the address reaches Time Series only)"
 	@echo "                 Scalars: drag its Smoothing slider to 0"
-	@echo "Summarise them:  make report        (the same as $(BIN)/tbmem report runs)"
+	@echo "Summarise them:  make report        (the first time it adds pandas, the analysis extra; then the same as $(BIN)/tbmem report runs)"
 
 # The demo's two closing commands, on what make demo made. TB_PORT: another port where 6006 is taken.
 TB_PORT ?= 6006
 tensorboard:
 	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(TB_PORT)
 
-report:
+report: $(REPORT_STAMP)
 	$(BIN)/tbmem report runs
 
 # Test tiers (tests/slow.txt): make test is the fast tier and one end-to-end run of each trainer (about 6 minutes

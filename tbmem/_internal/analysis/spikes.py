@@ -166,7 +166,7 @@ def format_spikes(findings: list[SpikeFinding]) -> str:
     if not findings:
         cfg = _config()
         return (f"No loss spike: no watched scalar ({', '.join(cfg.tags)}) rose above {cfg.factor:g}x the median "
-                f"of its last {cfg.window} values (tbmem._internal.spikes).")
+                f"of its last {cfg.window} values).")
     return "LOSS SPIKES:\n" + "\n".join(f"  {f.describe()}" for f in findings)
 
 
