@@ -215,8 +215,8 @@ class MemoryWriter(StepHooks):
             from tbmem._internal.spikes import SpikeMonitor
 
             spikes = cfg.spikes  # with the run's loss tags (config.py); TBMEM_LOSS_TAGS's added here
-            if env_loss_tags():
-                spikes = dataclasses.replace(spikes, tags=tuple(dict.fromkeys((*spikes.tags, *env_loss_tags()))))
+            if extra := env_loss_tags():
+                spikes = dataclasses.replace(spikes, tags=tuple(dict.fromkeys((*spikes.tags, *extra))))
             self._spikes = SpikeMonitor(spikes, emit=emit,
                                         snapshot=_now(snapshot_now, "spike") if cfg.spikes.snapshot else None)
         if cfg.profile is not None and cfg.profile.enabled:  # torch.profiler windows (tbmem._internal.profile)
