@@ -195,11 +195,12 @@ class StepHooks(RecordPipeline):
     def _save_oom(self, step: int, exc: BaseException) -> None:
         paths: list[str] = []
         snap_error: str | None = None
-        # issue 38: live memory by category, from a census (host memory only), before the snapshot records it
-        census = take_oom_census(self.watched_models, self.watched_optimizers, self.config.device) if (
-            self._active and not self.closed and any(c.name == "census" for c in self._components.all)) else None
+        census: dict[str, Any] | None = None
         if self._active and not self.closed:
             parts = self._components
+            # issue 38: live memory by category, from a census (host memory only), before the snapshot records it
+            if any(c.name == "census" for c in parts.all):
+                census = take_oom_census(self.watched_models, self.watched_optimizers, self.config.device)
             for component in parts.on_oom:  # the profile window's trace, the snapshot: only those configured
                 try:
                     written, error = component.on_oom(step, exc, census)
