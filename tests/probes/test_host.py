@@ -2,6 +2,7 @@ import numpy as np
 import psutil
 import pytest
 
+import tbmem._internal.probes.host as host
 from tbmem._internal.probes.host import HostProbe, read_peak_rss, reset_peak_rss
 
 
@@ -34,6 +35,27 @@ def test_windowed_peak_sees_a_freed_allocation_once():
     assert window["ram_peak_rss"] >= before + 0.9 * 300 * 2**20
     after = probe.read()
     assert after["ram_peak_rss"] < before + 0.5 * 300 * 2**20
+
+
+def test_a_window_whose_peak_is_the_rss_is_not_reset_and_still_sees_the_next_peak(monkeypatch):
+    if not reset_peak_rss():
+        pytest.skip("this kernel does not allow resetting VmHWM (/proc/self/clear_refs)")
+    resets: list[bool] = []
+    real = host.reset_peak_rss
+    monkeypatch.setattr(host, "reset_peak_rss", lambda: resets.append(real()) or resets[-1])
+    probe = HostProbe(peak_mode="window")
+    probe.start()
+    kept = np.ones(200 * 2**20 // 8)  # grows and is kept: the window's peak is the RSS
+    grown = probe.read()
+    resets.clear()
+    probe.read()
+    assert resets == []  # a reset would have set the peak to what it is
+    block = np.ones(300 * 2**20 // 8)
+    del block
+    window = probe.read()  # the window's peak is above the RSS: reset, so the next window starts afresh
+    assert window["ram_peak_rss"] >= grown["ram_rss"] + 0.9 * 300 * 2**20 and resets == [True]
+    assert probe.read()["ram_peak_rss"] < grown["ram_rss"] + 0.5 * 300 * 2**20
+    del kept
 
 
 def test_run_peak_keeps_the_maximum():

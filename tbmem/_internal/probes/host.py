@@ -165,7 +165,10 @@ class HostProbe(Probe):
         peak = status[b"VmHWM"] if status is not None else read_peak_rss()
         if peak is not None:
             readings["ram_peak_rss"] = float(max(peak, readings["ram_rss"]))
-        if self.peak_mode == "window":
+        # A reset sets the peak to the current RSS: where the window's peak is the RSS read just now (memory
+        # that grows and is kept, as a CPU allocator does), it would change nothing, and it is a write
+        # to /proc taking the address space's lock, inside the training step.
+        if self.peak_mode == "window" and (status is None or status[b"VmHWM"] > status[b"VmRSS"]):
             self.peak_is_windowed = reset_peak_rss()
         now = time.monotonic()
         if now >= self._system_due:  # always with system_every_s=0: the clock never goes back
