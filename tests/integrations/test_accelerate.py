@@ -10,6 +10,7 @@ import torch
 accelerate = pytest.importorskip("accelerate")
 
 from tbmem.integrations.accelerate import WHERE, MemoryTracker
+from tests.integrations._closes import Closes, is_open
 from tests.integrations._counts import (
     CATEGORIES,
     censuses,
@@ -80,6 +81,36 @@ def test_the_tracker_is_what_get_tracker_unwraps(tmp_path):
     assert accelerator.get_tracker("tbmem", unwrap=True) is tracker.writer
     accelerator.end_training()
     assert tracker.writer.closed
+
+
+def test_no_writer_is_closed_before_its_owner_closes_it(tmp_path, monkeypatch):
+    closes = Closes(monkeypatch)
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    tracker = MemoryTracker(tmp_path / "run", census_every=2, every=1)
+    accelerator = accelerate.Accelerator(log_with=["tensorboard", tracker], project_dir=str(tmp_path / "acc"),
+                                         cpu=True)
+    accelerator.init_trackers("tiny")
+    theirs = accelerator.get_tracker("tensorboard", unwrap=True)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    seen = []
+    for step in range(4):
+        accelerator.backward(model(torch.randn(4, 8)).sum())
+        optimizer.step()
+        tracker.after_step(accelerator, step)
+        optimizer.zero_grad()
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+        seen.append((is_open(theirs), is_open(tracker.writer)))
+    ours = tracker.writer
+    accelerator.end_training()
+    assert seen == [(True, True)] * 4
+    # accelerate's TensorBoard writer: closed by its own tracker at end_training, never by tbmem's
+    (closer,) = closes.of(theirs)
+    assert "accelerate" in closer and "tbmem" not in closer
+    assert ours is not theirs and ours.closed
+    # both trackers were given every value
+    assert scalar_steps(tmp_path / "run", "loss") == scalar_steps(tmp_path / "acc" / "tiny", "loss") == [0, 1, 2, 3]
 
 
 def test_an_out_of_memory_error_reaches_the_user_after_the_record(tmp_path, caplog):

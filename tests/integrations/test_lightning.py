@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("lightning")
 
 from tbmem.integrations.lightning import WHERE, WHERE_ACTIVATIONS, MemoryCallback
+from tests.integrations._closes import Closes, is_open
 from tests.integrations._counts import (
     CATEGORIES,
     censuses,
@@ -86,6 +87,32 @@ def test_activation_census_between_forward_and_backward(tmp_path):
     for census in found.values():
         assert census["where"] == WHERE_ACTIVATIONS
         assert census["by_category"]["activations"] > 0
+
+
+def test_no_writer_is_closed_before_its_owner_closes_it(tmp_path, monkeypatch):
+    import lightning.pytorch as pl
+
+    closes = Closes(monkeypatch)
+    memory = MemoryCallback(census_every=2, every=1)
+
+    class Writers(pl.Callback):
+        """After MemoryCallback: at each batch end, whether the logger's writer and tbmem's are open."""
+
+        open: list[tuple[bool, bool]] = []
+        ours = None
+
+        def on_train_start(self, trainer, pl_module):
+            Writers.ours = memory.writer
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            Writers.open.append((is_open(trainer.logger.experiment), is_open(memory.writer)))
+
+    trainer = _fit(pl, tmp_path, [memory, Writers()])
+    assert len(Writers.open) == 12 and all(theirs and ours for theirs, ours in Writers.open), Writers.open
+    # the logger's writer: closed by Lightning as it finalizes the logger at the end of fit, never by tbmem
+    closers = closes.of(trainer.logger.experiment)
+    assert closers and all("lightning" in c and "tbmem" not in c for c in closers), closers
+    assert Writers.ours is not trainer.logger.experiment and Writers.ours.closed and memory.writer is None
 
 
 def test_without_a_tensorboard_logger_its_own_run_holds_the_loss(tmp_path):

@@ -12,6 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from tbmem.integrations.transformers import WHERE, MemoryCallback, MemoryTrainerMixin
+from tests.integrations._closes import Closes, is_open
 from tests.integrations._counts import (
     CATEGORIES,
     censuses,
@@ -54,13 +55,15 @@ class _Counter(transformers.TrainerCallback):
 
 
 def _train(tmp_path: Path, callbacks: list, *, report_to: str = "tensorboard", accumulation: int = 2,
-           steps: int = 6, trainer_class: type = transformers.Trainer, model=None, **kw):
+           steps: int = 6, trainer_class: type = transformers.Trainer, model=None, before_train=None, **kw):
     gc.collect()  # the census counts every parameter alive: the previous test's model must be gone
     args = transformers.TrainingArguments(
         str(tmp_path / "out"), per_device_train_batch_size=4, gradient_accumulation_steps=accumulation,
         max_steps=steps, logging_steps=1, report_to=report_to, use_cpu=True, save_strategy="no",
         optim="adamw_torch_fused", disable_tqdm=True, **kw)
     trainer = trainer_class(model=model or _model(), args=args, train_dataset=_Tokens(), callbacks=callbacks)
+    if before_train is not None:
+        before_train(trainer)
     trainer.train()
     return trainer
 
@@ -83,6 +86,47 @@ def test_every_census_is_the_tests_own_count_on_the_trainers_loss_steps(tmp_path
     assert loss_steps == [1, 2, 3, 4, 5, 6]
     assert set(found) <= set(loss_steps)
     assert set(scalar_steps(run, "Memory/RAM/process_rss_GB")) == set(loss_steps)
+
+
+class _Writers(transformers.TrainerCallback):
+    """After MemoryCallback: at each of its events, whether the Trainer's TensorBoard writer and its own are open."""
+
+    def __init__(self, memory: MemoryCallback) -> None:
+        self.memory, self.tensorboard, self.open = memory, None, []
+        self.theirs = self.ours = None
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.theirs, self.ours = self.tensorboard.tb_writer, self.memory.writer
+
+    def _look(self, event):
+        self.open.append((event, is_open(self.tensorboard.tb_writer), is_open(self.memory.writer)))
+
+    def on_optimizer_step(self, args, state, control, **kw):
+        self._look("on_optimizer_step")
+
+    def on_log(self, args, state, control, **kw):
+        self._look("on_log")
+
+    def on_step_end(self, args, state, control, **kw):
+        self._look("on_step_end")
+
+
+def test_no_writer_is_closed_before_its_owner_closes_it(tmp_path, monkeypatch):
+    closes = Closes(monkeypatch)
+    memory = MemoryCallback(census_every=2, every=1)
+    writers = _Writers(memory)
+
+    def find_tensorboard(trainer):
+        (writers.tensorboard,) = [cb for cb in trainer.callback_handler.callbacks
+                                  if isinstance(cb, transformers.integrations.TensorBoardCallback)]
+
+    _train(tmp_path, [memory, writers], before_train=find_tensorboard)
+    # 6 steps of three events each, and the Trainer's closing log (train_runtime, ...) just before train end
+    assert len(writers.open) == 6 * 3 + 1 and writers.open[-1][0] == "on_log" and all(theirs and ours for _, theirs, ours in writers.open), writers.open
+    # the Trainer's writer: closed once, by its own TensorBoardCallback at train end, never by tbmem
+    (closer,) = closes.of(writers.theirs)
+    assert "transformers" in closer and "tbmem" not in closer
+    assert writers.ours is not writers.theirs and writers.ours.closed and memory.writer is None
 
 
 def test_without_tensorboard_its_own_run_beside_the_output_holds_the_trainers_loss(tmp_path):
@@ -121,6 +165,9 @@ def test_an_out_of_memory_error_in_forward_reaches_the_user_after_the_record(tmp
     (run,) = run_dirs(tmp_path)
     assert 3 in scalar_steps(run, "Memory/RAM/process_rss_GB")  # the record of the failing step
     assert "out of memory" in caplog.text.lower()
+    assert cb.writer is not None and not cb.writer.closed  # no on_train_end after an error, without the mixin
+    cb.on_train_end(None, None, None)  # what the mixin does as train() leaves: the writer closed, the hook off
+    assert cb.writer is None and cb._hook is None
 
 
 class _Trainer(MemoryTrainerMixin, transformers.Trainer):
