@@ -96,23 +96,25 @@ def test_no_writer_is_closed_before_its_owner_closes_it(tmp_path, monkeypatch):
     memory = MemoryCallback(census_every=2, every=1)
 
     class Writers(pl.Callback):
-        """After MemoryCallback: at each batch end, whether the logger's writer and tbmem's are open."""
+        """After MemoryCallback: at each batch end, whether the logger's writer and tbmem's are open. It holds
+        no callback in a closure: Lightning binds the module's ``log`` onto every callback it runs."""
 
-        open: list[tuple[bool, bool]] = []
-        ours = None
+        def __init__(self, memory: MemoryCallback) -> None:
+            self.memory, self.open, self.ours = memory, [], None
 
         def on_train_start(self, trainer, pl_module):
-            Writers.ours = memory.writer
+            self.ours = self.memory.writer
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            Writers.open.append((is_open(trainer.logger.experiment), is_open(memory.writer)))
+            self.open.append((is_open(trainer.logger.experiment), is_open(self.memory.writer)))
 
-    trainer = _fit(pl, tmp_path, [memory, Writers()])
-    assert len(Writers.open) == 12 and all(theirs and ours for theirs, ours in Writers.open), Writers.open
+    writers = Writers(memory)
+    trainer = _fit(pl, tmp_path, [memory, writers])
+    assert len(writers.open) == 12 and all(theirs and ours for theirs, ours in writers.open), writers.open
     # the logger's writer: closed by Lightning as it finalizes the logger at the end of fit, never by tbmem
     closers = closes.of(trainer.logger.experiment)
     assert closers and all("lightning" in c and "tbmem" not in c for c in closers), closers
-    assert Writers.ours is not trainer.logger.experiment and Writers.ours.closed and memory.writer is None
+    assert writers.ours is not trainer.logger.experiment and writers.ours.closed and memory.writer is None
 
 
 def test_without_a_tensorboard_logger_its_own_run_holds_the_loss(tmp_path):
