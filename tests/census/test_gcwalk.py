@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import warnings
 import weakref
 
@@ -21,6 +22,18 @@ class Disguised(torch.Tensor):
     @property
     def __class__(self):  # type: ignore[override]
         return dict
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_at_a_time():
+    """Each test compares the walk with ``gc.get_objects()`` as the heap is at that moment. Another Python
+    thread (one an earlier test in this process left running: a writer's, a server's) that ran in between
+    would add or free objects between the two. With a long switch interval this thread keeps the interpreter
+    until it blocks; the other threads wait."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    yield
+    sys.setswitchinterval(before)
 
 
 def _types() -> tuple[type, ...]:

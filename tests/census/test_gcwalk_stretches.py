@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tbmem._internal.census import heap
-from tests.census.test_gcwalk import _module, _types
+from tests.census.test_gcwalk import _module, _one_thread_at_a_time, _types  # noqa: F401 (the fixture: autouse)
 
 
 def test_the_walk_in_stretches_gives_select_tracked_object_for_object() -> None:
