@@ -420,3 +420,39 @@ def test_instances_below_with_stop_types_and_object_arrays_finds_what_python_fin
             assert [id(a) for a in got] == [id(a) for a in expected] and c_budget == py_budget
     found = module.instances_below(objs[0], {np.ndarray}, 3, [100], frozenset(), walk.object_items)
     assert any(a is inner for a in found)  # inside an array of objects
+
+
+def test_the_collection_hook_holds_a_ctrl_c_until_the_collection_is_over(monkeypatch) -> None:
+    import functools
+
+    module = _module()
+    calls: list[tuple[str, int]] = []
+
+    def noting(phase: str, info: dict) -> None:
+        calls.append((phase, info["generation"]))
+        if phase == "start" and info["generation"] == 2:
+            raise KeyboardInterrupt  # as Ctrl-C's handler does, when the signal arrived during the collection
+
+    hook = functools.partial(module.collection_hook, noting)
+    gc.callbacks.append(hook)
+    try:
+        gc.collect(0)
+        assert calls == []  # generation 0 never enters Python
+        gc.collect(1)
+        assert calls == [("start", 1), ("stop", 1)]
+        with pytest.raises(KeyboardInterrupt):
+            gc.collect(2)
+            for _ in range(1000):  # where the interrupted code checks for pending work
+                pass
+        assert calls[2:] == [("start", 2), ("stop", 2)]  # the collection ran to its end first
+    finally:
+        gc.callbacks.remove(hook)
+    failed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: failed.append(u.exc_type))
+    broken = functools.partial(module.collection_hook, lambda phase, info: 1 / 0)
+    gc.callbacks.append(broken)
+    try:
+        gc.collect(1)  # any other exception is the collector's to report, as without the hook
+    finally:
+        gc.callbacks.remove(broken)
+    assert failed == [ZeroDivisionError, ZeroDivisionError]

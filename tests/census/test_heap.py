@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tbmem._internal.census import heap, take_census
+from tests._extensions import not_built
 
 pytestmark = pytest.mark.skipif(not heap.INCREMENTAL_SUPPORTED, reason="needs CPython's generational gc")
 
@@ -129,8 +130,15 @@ def test_where_frozen_objects_cannot_be_read_the_roots_handed_over_find_their_te
     assert any("gc.freeze()" in note and "not counted" in note for note in census.notes)
 
 
+def _hooks() -> list:
+    """tbmem's census hooks in ``gc.callbacks``."""
+    return [cb for cb in gc.callbacks if getattr(cb, "args", ())[:1] == (heap._on_collection,)]
+
+
 @pytest.fixture
 def capture() -> Iterator[None]:
+    if not heap.CAPTURE_SUPPORTED:
+        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook notes promoted instances")
     heap.start_capture()
     try:
         yield
@@ -180,12 +188,70 @@ def test_a_collection_the_callback_did_not_see_forces_a_full_scan(no_automatic_g
 def test_capture_is_counted_and_removed_with_its_last_user(tmp_path) -> None:
     from tbmem import MemoryWriter
 
-    assert heap._on_collection not in gc.callbacks
+    if not heap.CAPTURE_SUPPORTED:
+        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook notes promoted instances")
+    assert not _hooks()
     with MemoryWriter(tmp_path / "a", census_every=5), MemoryWriter(tmp_path / "b", census_every=5):
-        assert gc.callbacks.count(heap._on_collection) == 1
-    assert heap._on_collection not in gc.callbacks
+        assert _hooks() == [heap._hook]
+    assert not _hooks() and heap._hook is None
     MemoryWriter(tmp_path / "c", census_every=0).close()
-    assert heap._on_collection not in gc.callbacks
+    assert not _hooks()
+
+
+def test_a_ctrl_c_handled_inside_the_hook_leaves_no_promotion_unnoted(no_automatic_gc, capture, monkeypatch) -> None:
+    """The handler of a signal that arrived during the collection may raise anywhere in the hook's Python part:
+    whatever it had noted is dropped, so the next scan is a full one, not one that misses the promoted."""
+    heap.find_instances()
+    promoted = torch.zeros(4242)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heap, "_split_marker", interrupted)
+    with pytest.raises(KeyboardInterrupt):  # raised again after the collection, in this code
+        gc.collect(1)
+    monkeypatch.undo()
+    again = heap.find_instances()
+    assert again.method in FULL
+    assert any(o is promoted for o in again.objects)
+
+
+def test_a_ctrl_c_during_a_collection_stops_the_program() -> None:
+    """A SIGINT that arrives while the collector runs is handled at the first Python instruction after it:
+    in a Python gc callback, the collector would print the KeyboardInterrupt and drop it, and the program
+    would go on (it did: a trainer ran its 500 epochs after Ctrl-C). A subprocess: a signal, a long
+    collection, nothing else installed."""
+    if not heap.CAPTURE_SUPPORTED:
+        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook is installed")
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import gc, signal, sys, time
+        from tbmem._internal.census import heap
+        dropped = []
+        sys.unraisablehook = lambda u: dropped.append(u.exc_type.__name__)
+        heap.start_capture()
+        heap.find_instances()
+        junk = [[] for _ in range(1_000_000)]  # a collection of the oldest generation that takes 100 ms
+        start = time.perf_counter()
+        gc.collect()
+        took = time.perf_counter() - start
+        signal.signal(signal.SIGALRM, signal.default_int_handler)  # Ctrl-C's handler, on a timer
+        collections = gc.get_stats()[2]["collections"]
+        try:
+            signal.setitimer(signal.ITIMER_REAL, took / 20)  # during the next collection
+            gc.collect()
+            for _ in range(100_000):
+                pass
+            print("ran on", dropped)
+        except KeyboardInterrupt:
+            print("interrupted after", gc.get_stats()[2]["collections"] - collections, "collection", dropped)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "interrupted after 1 collection []", proc.stdout
 
 
 # --- audit of issue 12 -------------------------------------------------------------------------

@@ -1367,6 +1367,55 @@ static PyObject *storage_facts(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* ---- collection_hook: the census's gc callback, without losing a Ctrl-C --------------------------------
+ *
+ * The collector prints whatever a gc.callbacks callback raises as "Exception ignored" and goes on. A
+ * SIGINT that arrives during a collection is handled at the first Python instruction run after it, and
+ * a Python callback's is that one: the KeyboardInterrupt would be raised in the callback, printed and
+ * lost, and the training the user meant to stop would go on. heap.py installs
+ * functools.partial(collection_hook, fn) (C calling C): collections of generation 0 never enter Python;
+ * a KeyboardInterrupt that fn raises (its handler ran inside fn) is held until the collection's "stop"
+ * call, then raised again in this thread at its next check for pending work (the code the collection
+ * interrupted, or, should one come first, another Python gc callback). fn must leave its own state
+ * consistent when interrupted anywhere. Other exceptions go to the collector as before.
+ */
+static PyObject *held_interrupt = NULL; /* the type of the KeyboardInterrupt held until "stop" */
+
+static PyObject *collection_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        return PyErr_Format(PyExc_TypeError, "collection_hook(fn, phase, info) takes 3 arguments, got %zd", nargs);
+    }
+    PyObject *phase = args[1], *info = args[2];
+    PyObject *generation = PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL; /* borrowed */
+    if (generation == NULL || !PyLong_Check(generation) || PyLong_AsLong(generation) != 0) {
+        PyObject *result = PyObject_Vectorcall(args[0], args + 1, 2, NULL);
+        if (result != NULL) {
+            Py_DECREF(result);
+        } else if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+#if PY_VERSION_HEX >= 0x030C0000
+            PyObject *raised = PyErr_GetRaisedException();
+            Py_XSETREF(held_interrupt, Py_NewRef((PyObject *)Py_TYPE(raised)));
+            Py_DECREF(raised);
+#else
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            Py_XSETREF(held_interrupt, type);
+#endif
+        } else {
+            return NULL;
+        }
+    }
+    if (held_interrupt != NULL && PyUnicode_Check(phase) && PyUnicode_CompareWithASCIIString(phase, "stop") == 0) {
+        PyObject *type = held_interrupt;
+        held_interrupt = NULL;
+        PyThreadState_SetAsyncExc(PyThread_get_thread_ident(), type);
+        Py_DECREF(type);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"select_tracked", select_tracked, METH_O,
      "select_tracked(types) -> list\n\nEvery gc-tracked object whose exact type is one of ``types``, in the\n"
@@ -1407,6 +1456,9 @@ static PyMethodDef methods[] = {
      "each once, in order of first appearance."},
     {"storage_facts", storage_facts, METH_VARARGS,
      "storage_facts(addresses, layout) -> bytes\n\n:func:`tensor_facts`'s rows for StorageImpl addresses."},
+    {"collection_hook", (PyCFunction)(void (*)(void))collection_hook, METH_FASTCALL,
+     "collection_hook(fn, phase, info) -> None\n\nfn(phase, info) for collections of generations 1 and 2; a KeyboardInterrupt\n"
+     "raised in it is raised again in the interrupted code after the collection (gc.callbacks would print and lose it)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1414,8 +1466,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gcwalk", "The censu
 
 PyMODINIT_FUNC PyInit__gcwalk(void) {
     PyObject *m = PyModule_Create(&module);
-    PyObject *all = m ? Py_BuildValue("[ssssssssss]", "select_tracked", "select_tracked_from", "select_frozen", "select_listed", "subclasses", "walk_graph",
-                                       "instances_below", "weak_refs", "tensor_facts", "storage_facts") : NULL;
+    PyObject *all = m ? Py_BuildValue("[sssssssssss]", "select_tracked", "select_tracked_from", "select_frozen", "select_listed", "subclasses", "walk_graph",
+                                       "instances_below", "weak_refs", "tensor_facts", "storage_facts", "collection_hook") : NULL;
     if (all == NULL || PyModule_AddObject(m, "__all__", all) < 0) { /* the project's rule: every module has __all__ */
         Py_XDECREF(all);
         Py_XDECREF(m);

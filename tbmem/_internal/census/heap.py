@@ -31,7 +31,12 @@ its life with them when the census is on), a ``gc.callbacks`` hook also notes th
 instances in the young generations at the start of every collection that is about
 to move them to generation 2, so promotions no longer force a full scan; at its end
 it makes a new marker. It costs a pass over the young generations (a few thousand
-objects) per such collection, which itself traverses them.
+objects) per such collection, which itself traverses them. The hook is the extension's
+``collection_hook``: the collector prints and drops what a Python callback raises, and a
+Ctrl-C that arrives during a collection is raised in the first Python callback that runs;
+the C hook raises it again in the interrupted code once the collection is over (and keeps
+collections of generation 0 out of Python). Without the extension there is no hook
+(:data:`CAPTURE_SUPPORTED` is False): every promotion means a full scan.
 
 The types looked for are listed once and kept while no class was defined since
 (:mod:`tbmem._internal.census.kinds`): the classes among the young objects are compared with
@@ -52,6 +57,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import operator
@@ -60,7 +66,7 @@ import sysconfig
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from tbmem._internal.census.layout import select_types
 
@@ -76,6 +82,10 @@ try:  # the heap pass in C (tbmem/_internal/census/_gcwalk.c), built where a C c
     from tbmem._internal.census._gcwalk import weak_refs as _weak_refs_c
 except ImportError:  # the one Python fallback: gc.get_objects() and a selection by exact type
     _own_anchors = _select_listed = _select_from = _weak_refs_c = None
+try:  # apart: an extension built before it had the hook still has the heap pass
+    from tbmem._internal.census._gcwalk import collection_hook as _collection_hook
+except ImportError:
+    _collection_hook = None
 try:  # the permanent generation (gc.freeze()), where the extension can read it (CPython 3.10, 3.11)
     from tbmem._internal.census._gcwalk import select_frozen as _select_frozen
 
@@ -88,7 +98,7 @@ FROZEN_READABLE = _select_frozen is not None
 C_HEAP_PASS = _select_from is not None
 
 __all__ = [  # the type listings are re-exported from tbmem._internal.census.kinds
-    "Found", "INCREMENTAL_SUPPORTED", "C_HEAP_PASS", "MAX_INDEXED", "FROZEN_READABLE", "tensor_types", "storage_types", "node_types", "array_types",
+    "Found", "INCREMENTAL_SUPPORTED", "CAPTURE_SUPPORTED", "C_HEAP_PASS", "MAX_INDEXED", "FROZEN_READABLE", "tensor_types", "storage_types", "node_types", "array_types",
     "holder_types", "cpp_node_types", "find_instances", "frozen_objects", "forget", "start_capture", "stop_capture",
 ]
 
@@ -96,6 +106,8 @@ __all__ = [  # the type listings are re-exported from tbmem._internal.census.kin
 # (3.14 collects incrementally, and the free-threaded build has no generations to speak of).
 INCREMENTAL_SUPPORTED = (sys.implementation.name == "cpython" and sys.version_info[:2] < (3, 14)
                          and not sysconfig.get_config_var("Py_GIL_DISABLED"))
+#: Whether :func:`start_capture` notes promoted instances (it needs the extension's gc hook).
+CAPTURE_SUPPORTED = INCREMENTAL_SUPPORTED and _collection_hook is not None
 
 
 def _weak_refs(objs: list[Any]) -> list[weakref.ref[Any]]:
@@ -162,6 +174,7 @@ MAX_INDEXED = 10_000
 _forgotten = 0  # times the callback dropped the index: a scan running meanwhile must not store its own
 _new_class = False  # the callback saw a class made since the last scan: list the types afresh
 _capture_users = 0
+_hook: Callable[[str, dict[str, Any]], None] | None = None  # in gc.callbacks while capturing
 
 
 def _promotions() -> tuple[int, int]:
@@ -197,10 +210,10 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         return
     if phase != "start":
         return
-    _observed += 1
-    if last is None:
-        return
     try:
+        _observed += 1
+        if last is None:
+            return
         picked, marked = _split_marker(_young_objects(), last.kinds.watch, last.marker)
         if not marked:
             raise LookupError("gc.unfreeze() moved young objects to the oldest generation")
@@ -210,31 +223,35 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         _promoted.extend(_weak_refs(instances))
         if len(_promoted) + len(last.survivors) > MAX_INDEXED:
             raise OverflowError("too many promoted instances")
-    except Exception:  # noqa: BLE001 - a gc callback must never raise; the next census scans fully
+    except BaseException as exc:  # noqa: BLE001 - a gc callback must never raise; the next census scans fully
         _last = None
         _forgotten += 1
         _promoted.clear()
+        if not isinstance(exc, Exception):
+            raise  # Ctrl-C, handled in here: the hook raises it again once the collection is over
 
 
 def start_capture() -> None:
     """Note promoted instances from now on, so that later incremental scans stay possible (counted)."""
-    global _capture_users
+    global _capture_users, _hook
     with _lock:
         _capture_users += 1
-        if _capture_users == 1 and INCREMENTAL_SUPPORTED:
-            gc.callbacks.append(_on_collection)
+        if _capture_users == 1 and CAPTURE_SUPPORTED:
+            _hook = functools.partial(_collection_hook, _on_collection)
+            gc.callbacks.append(_hook)
 
 
 def stop_capture() -> None:
     """Undo one :func:`start_capture`; the last one removes the gc callback."""
-    global _capture_users
+    global _capture_users, _hook
     with _lock:
         if _capture_users == 0:
             return
         _capture_users -= 1
         if _capture_users == 0:
-            while _on_collection in gc.callbacks:
-                gc.callbacks.remove(_on_collection)
+            while _hook is not None and _hook in gc.callbacks:
+                gc.callbacks.remove(_hook)
+            _hook = None
             _promoted.clear()
 
 
