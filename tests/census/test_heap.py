@@ -130,6 +130,11 @@ def test_where_frozen_objects_cannot_be_read_the_roots_handed_over_find_their_te
     assert any("gc.freeze()" in note and "not counted" in note for note in census.notes)
 
 
+def _needs_hook() -> None:
+    if not heap.CAPTURE_SUPPORTED:
+        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook notes promoted instances")
+
+
 def _hooks() -> list:
     """tbmem's census hooks in ``gc.callbacks``."""
     return [cb for cb in gc.callbacks if getattr(cb, "args", ())[:1] == (heap._on_collection,)]
@@ -137,8 +142,7 @@ def _hooks() -> list:
 
 @pytest.fixture
 def capture() -> Iterator[None]:
-    if not heap.CAPTURE_SUPPORTED:
-        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook notes promoted instances")
+    _needs_hook()
     heap.start_capture()
     try:
         yield
@@ -188,8 +192,7 @@ def test_a_collection_the_callback_did_not_see_forces_a_full_scan(no_automatic_g
 def test_capture_is_counted_and_removed_with_its_last_user(tmp_path) -> None:
     from tbmem import MemoryWriter
 
-    if not heap.CAPTURE_SUPPORTED:
-        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook notes promoted instances")
+    _needs_hook()
     assert not _hooks()
     with MemoryWriter(tmp_path / "a", census_every=5), MemoryWriter(tmp_path / "b", census_every=5):
         assert _hooks() == [heap._hook]
@@ -221,8 +224,7 @@ def test_a_ctrl_c_during_a_collection_stops_the_program() -> None:
     in a Python gc callback, the collector would print the KeyboardInterrupt and drop it, and the program
     would go on (it did: a trainer ran its 500 epochs after Ctrl-C). A subprocess: a signal, a long
     collection, nothing else installed."""
-    if not heap.CAPTURE_SUPPORTED:
-        not_built("tbmem/_internal/census/_gcwalk.c was not built: no gc hook is installed")
+    _needs_hook()
     import subprocess
     import sys
     import textwrap

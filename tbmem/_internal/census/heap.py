@@ -199,10 +199,9 @@ def _split_marker(objs: list[Any], types: frozenset[type] | set[type], marker: _
 
 
 def _on_collection(phase: str, info: dict[str, Any]) -> None:
-    """gc callback: before a collection moves the young generations to generation 2, note their instances."""
+    """gc callback (through ``collection_hook``, which leaves out collections of generation 0): before a
+    collection moves the young generations to generation 2, note their instances."""
     global _observed, _last, _forgotten, _new_class
-    if info.get("generation", 0) == 0:
-        return
     last = _last
     if phase == "stop":  # what is made from now on is young again
         if last is not None:
